@@ -1,0 +1,80 @@
+"""The command line: parse, call the core, render, map errors to exit codes.
+
+Errors become one line on stderr in exactly one place (``main``); ``--debug``
+(or CKPT_DEBUG=1) shows the traceback instead.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Sequence
+
+import click
+
+from .. import __version__
+from ..errors import EXIT_ERROR, CkptError
+
+_DEBUG = {"on": False}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="ckpt")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def cli(debug: bool) -> None:
+    """Inspect, diff, migrate, gate and scan PyTorch checkpoints, safely.
+
+    No command runs code from a checkpoint unless --unsafe is given.
+    """
+    if debug:
+        _DEBUG["on"] = True
+
+
+def _register() -> None:
+    from . import diff_cmd, doctor_cmd, gate_cmd, inspect_cmd, migrate_cmd, scan_cmd
+
+    for module in (inspect_cmd, diff_cmd, migrate_cmd, gate_cmd, scan_cmd, doctor_cmd):
+        for command in getattr(module, "COMMANDS", ()):
+            cli.add_command(command)
+
+
+def _debugging() -> bool:
+    return _DEBUG["on"] or os.environ.get("CKPT_DEBUG", "") not in ("", "0")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code (never raises for user errors)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    _DEBUG["on"] = "--debug" in args[:1] or False
+    try:
+        _register()
+        code = cli.main(args=args, prog_name="ckpt", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("ckpt: interrupted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("ckpt: interrupted", err=True)
+        return 130
+    except CkptError as exc:
+        if _debugging():
+            traceback.print_exc()
+        click.echo(f"ckpt: error: {exc.message}", err=True)
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - last line of defence: one line, never a traceback
+        if _debugging():
+            traceback.print_exc()
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        click.echo(
+            f"ckpt: error: unexpected {type(exc).__name__}: {text} "
+            "(this is a bug in ckpt; rerun with --debug and report the traceback)",
+            err=True,
+        )
+        return EXIT_ERROR
+    return int(code or 0)

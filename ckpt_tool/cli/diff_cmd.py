@@ -1,0 +1,2 @@
+"""ckpt diff (not yet implemented)."""
+COMMANDS: list = []

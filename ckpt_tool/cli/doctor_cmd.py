@@ -1,0 +1,2 @@
+"""ckpt doctor (not yet implemented)."""
+COMMANDS: list = []

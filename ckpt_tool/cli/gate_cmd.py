@@ -1,0 +1,2 @@
+"""ckpt gate (not yet implemented)."""
+COMMANDS: list = []

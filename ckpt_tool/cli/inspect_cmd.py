@@ -1,0 +1,44 @@
+"""ckpt inspect PATH"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..render.common import dumps
+from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
+
+
+@click.command("inspect")
+@click.argument("path", type=click.Path())
+@json_option
+@key_option
+@unsafe_option
+@quiet_option
+@click.option("--stats", is_flag=True, help="Read tensor data: min/max/mean/std and NaN/Inf counts.")
+@click.option("--tree", is_flag=True, help="Group keys by module path with parameter counts.")
+@limit_options
+def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, quiet: bool,
+                    stats: bool, tree: bool, **kwargs: object) -> int:
+    """Show what is in a checkpoint: keys, shapes, dtypes, layout, metadata.
+
+    Reads no tensor data unless --stats is given.
+    """
+    from ..inspect import inspect
+    from ..render.inspect import render
+
+    bar = None
+    if stats and not quiet and not as_json and sys.stderr.isatty():
+        bar = click.progressbar(length=1, label="reading tensors", file=sys.stderr)
+    report = inspect(path, key=key, unsafe=unsafe, stats=stats, limits=limits_from(kwargs),
+                     progress=(lambda t: bar.update(1)) if bar else None)
+    if bar is not None:
+        bar.render_finish()
+    if as_json:
+        click.echo(dumps(report.to_json()))
+    else:
+        click.echo(render(report, tree=tree))
+    return 0
+
+
+COMMANDS = [inspect_command]

@@ -1,0 +1,2 @@
+"""ckpt migrate (not yet implemented)."""
+COMMANDS: list = []

@@ -1,0 +1,58 @@
+"""Options shared by several commands, declared once."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout.")
+key_option = click.option("--key", default=None, metavar="DOTTED.PATH",
+                          help="Where the state_dict is inside the container (e.g. state_dict, model.ema).")
+unsafe_option = click.option("--unsafe", is_flag=True,
+                             help="Trust the file: unpickle it fully (runs code from the file!).")
+quiet_option = click.option("-q", "--quiet", is_flag=True, help="Print less; no progress bars.")
+
+
+def limit_options(f: F) -> F:
+    """--max-* options that raise the reader's safety limits (docs/reliability.md)."""
+    from ..unpickle import DEFAULT_LIMITS
+
+    opts = [
+        click.option("--max-header-bytes", type=int, default=DEFAULT_LIMITS.max_header_bytes, show_default=True,
+                     help="Largest safetensors header accepted."),
+        click.option("--max-pickle-bytes", type=int, default=DEFAULT_LIMITS.max_pickle_bytes, show_default=True,
+                     help="Largest pickle accepted."),
+        click.option("--max-tensors", type=int, default=DEFAULT_LIMITS.max_tensors, show_default=True,
+                     help="Most tensors accepted in one file."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def limits_from(kwargs: dict[str, Any]) -> Any:
+    from dataclasses import replace
+
+    from ..unpickle import DEFAULT_LIMITS
+
+    return replace(
+        DEFAULT_LIMITS,
+        max_header_bytes=kwargs.pop("max_header_bytes", DEFAULT_LIMITS.max_header_bytes),
+        max_pickle_bytes=kwargs.pop("max_pickle_bytes", DEFAULT_LIMITS.max_pickle_bytes),
+        max_tensors=kwargs.pop("max_tensors", DEFAULT_LIMITS.max_tensors),
+    )
+
+
+T = TypeVar("T")
+
+
+def progress(items: Iterable[T], *, label: str, length: int, quiet: bool) -> Iterator[T]:
+    """A progress bar on stderr, shown only on a terminal and when not quiet."""
+    if quiet or not sys.stderr.isatty():
+        yield from items
+        return
+    with click.progressbar(items, length=length, label=label, file=sys.stderr) as bar:
+        yield from bar

@@ -1,0 +1,2 @@
+"""ckpt scan (not yet implemented)."""
+COMMANDS: list = []

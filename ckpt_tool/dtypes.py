@@ -1,0 +1,81 @@
+"""The dtype vocabulary shared by every format, without importing torch.
+
+Names are torch's dtype names without the ``torch.`` prefix; each format maps
+its own codes (safetensors ``F16``, torch storage classes, NumPy type strings)
+onto them here and nowhere else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    itemsize: int
+    kind: str  # "float", "int", "uint", "bool", "complex"
+    safetensors: str | None
+    storage: str | None  # legacy torch storage class name (torch.FloatStorage)
+    numpy: str | None  # NumPy type string of the same bytes, when NumPy has one
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "float"
+
+
+_TABLE = [
+    DType("float64", 8, "float", "F64", "DoubleStorage", "<f8"),
+    DType("float32", 4, "float", "F32", "FloatStorage", "<f4"),
+    DType("float16", 2, "float", "F16", "HalfStorage", "<f2"),
+    DType("bfloat16", 2, "float", "BF16", "BFloat16Storage", None),
+    DType("float8_e4m3fn", 1, "float", "F8_E4M3", None, None),
+    DType("float8_e5m2", 1, "float", "F8_E5M2", None, None),
+    DType("float8_e4m3fnuz", 1, "float", "F8_E4M3FNUZ", None, None),
+    DType("float8_e5m2fnuz", 1, "float", "F8_E5M2FNUZ", None, None),
+    DType("int64", 8, "int", "I64", "LongStorage", "<i8"),
+    DType("int32", 4, "int", "I32", "IntStorage", "<i4"),
+    DType("int16", 2, "int", "I16", "ShortStorage", "<i2"),
+    DType("int8", 1, "int", "I8", "CharStorage", "|i1"),
+    DType("uint64", 8, "uint", "U64", None, "<u8"),
+    DType("uint32", 4, "uint", "U32", None, "<u4"),
+    DType("uint16", 2, "uint", "U16", None, "<u2"),
+    DType("uint8", 1, "uint", "U8", "ByteStorage", "|u1"),
+    DType("bool", 1, "bool", "BOOL", "BoolStorage", "|b1"),
+    DType("complex64", 8, "complex", "C64", "ComplexFloatStorage", "<c8"),
+    DType("complex128", 16, "complex", None, "ComplexDoubleStorage", "<c16"),
+]
+
+BY_NAME: dict[str, DType] = {d.name: d for d in _TABLE}
+BY_SAFETENSORS: dict[str, DType] = {d.safetensors: d for d in _TABLE if d.safetensors}
+BY_STORAGE: dict[str, DType] = {d.storage: d for d in _TABLE if d.storage}
+# NumPy type strings, with every byte order spelling NumPy writes in a pickle.
+BY_NUMPY: dict[str, DType] = {}
+for _d in _TABLE:
+    if _d.numpy:
+        code = _d.numpy[1:]
+        for order in ("<", "|", "=", ""):
+            BY_NUMPY[order + code] = _d
+BY_NUMPY.update({"b1": BY_NAME["bool"], "?": BY_NAME["bool"], "|b1": BY_NAME["bool"]})
+
+# Aliases torch accepts on the command line (--dtype fp16) and in policies.
+ALIASES = {
+    "fp16": "float16", "half": "float16", "f16": "float16",
+    "bf16": "bfloat16",
+    "fp32": "float32", "float": "float32", "f32": "float32",
+    "fp64": "float64", "double": "float64", "f64": "float64",
+    "long": "int64", "int": "int32", "short": "int16",
+}
+
+
+def lookup(name: str) -> DType:
+    """The DType for a torch name or a common alias; KeyError if unknown."""
+    key = name.lower().removeprefix("torch.")
+    return BY_NAME[ALIASES.get(key, key)]
+
+
+def is_known(name: str) -> bool:
+    try:
+        lookup(name)
+    except KeyError:
+        return False
+    return True

@@ -1,0 +1,79 @@
+"""Format readers, chosen by the bytes of the input (see detect.py).
+
+Each reader returns a ``Loaded`` (the container tree, references, warnings,
+byte sources); ``load`` locates the state_dict and returns a Checkpoint.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Callable
+
+from ..errors import InputError
+from ..model import Checkpoint, TensorMeta
+from ..unpickle import DEFAULT_LIMITS, Limits
+from . import detect as _detect
+from .base import Loaded, ReadOptions
+
+Reader = Callable[[str, ReadOptions], Loaded]
+
+# format name -> "module:function", imported on first use so each path
+# imports only what it needs (and none of them imports torch).
+_READERS: dict[str, str] = {
+    _detect.TORCH_ZIP: "torchzip:read_torch_zip",
+    _detect.SAFETENSORS: "safetensors:read_safetensors",
+    _detect.TORCH_LEGACY: "legacy:read_legacy",
+    _detect.PICKLE: "picklefile:read_pickle",
+    _detect.DCP: "dcp:read_dcp",
+}
+
+
+def reader_for(fmt: str) -> Reader:
+    module_name, func = _READERS[fmt].split(":")
+    module = importlib.import_module(f"{__name__}.{module_name}")
+    return getattr(module, func)
+
+
+def read_file(path: str, options: ReadOptions) -> Loaded:
+    """Read one file or folder (any format) into a Loaded, without locating."""
+    fmt = _detect.detect(path)
+    if options.unsafe and fmt in (_detect.TORCH_ZIP, _detect.TORCH_LEGACY, _detect.PICKLE):
+        from .unsafe import read_unsafe
+
+        loaded = read_unsafe(path, fmt, options)
+    elif fmt == _detect.SHARDED:
+        from .sharded import read_sharded
+
+        loaded = read_sharded(path, options, read_file, _shard_tensors)
+    else:
+        loaded = reader_for(fmt)(path, options)
+    warning = _detect.extension_warning(path, loaded.format)
+    if warning:
+        loaded.warnings.insert(0, warning)
+    return loaded
+
+
+def _shard_tensors(loaded: Loaded, path: str) -> list[TensorMeta]:
+    from ..locate import build
+
+    return list(build(loaded, path).tensors)
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    key: str | None = None,
+    unsafe: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Checkpoint:
+    """Read a checkpoint's metadata safely: no code runs and no tensor bytes are read."""
+    from ..locate import build
+
+    p = os.fspath(path)
+    if not os.path.lexists(p):
+        raise InputError("no such file or folder", p)
+    loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe))
+    return build(loaded, p, key)
+
+
+__all__ = ["load", "read_file", "Loaded", "ReadOptions"]

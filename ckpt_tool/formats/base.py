@@ -1,0 +1,33 @@
+"""What every format reader returns, before the state_dict is located."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import GlobalRef
+from ..source import DataSource
+from ..unpickle import DEFAULT_LIMITS, Limits
+
+
+@dataclass
+class Loaded:
+    """A reader's result: the container tree plus what the reader noticed.
+
+    ``root`` holds dicts, lists, LazyTensors, NumpyArrays, TensorMetas and
+    placeholders; locate.py finds the state_dict inside it.
+    """
+
+    format: str
+    root: Any
+    references: list[GlobalRef] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    sources: list[DataSource] = field(default_factory=list)
+    layout: str | None = None  # set when the format fixes it (torchscript, dcp, safetensors)
+    metadata: dict[str, Any] = field(default_factory=dict)  # format-level metadata
+    framework: str | None = None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    limits: Limits = DEFAULT_LIMITS
+    unsafe: bool = False

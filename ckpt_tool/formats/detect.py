@@ -1,0 +1,105 @@
+"""Format detection from bytes: magic numbers and layout, never the file name."""
+from __future__ import annotations
+
+import os
+import struct
+
+from ..errors import InputError, UnsupportedFormat
+from ..source import open_regular
+
+TORCH_ZIP = "torch-zip"
+TORCHSCRIPT = "torchscript"
+TORCH_LEGACY = "torch-legacy"
+PICKLE = "pickle"
+SAFETENSORS = "safetensors"
+SHARDED = "sharded"
+DCP = "dcp"
+
+# pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
+LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+# Opcodes a protocol 0/1 pickle can start with.
+_PICKLE_START = set(b"(}]ciNI\x80KJM)FSVXL")
+
+EXPECTED_BY_EXTENSION = {
+    ".safetensors": {SAFETENSORS},
+    ".pth": {TORCH_ZIP, TORCH_LEGACY, TORCHSCRIPT, PICKLE},
+    ".pt": {TORCH_ZIP, TORCH_LEGACY, TORCHSCRIPT, PICKLE},
+    ".bin": {TORCH_ZIP, TORCH_LEGACY, PICKLE},
+    ".ckpt": {TORCH_ZIP, TORCH_LEGACY, PICKLE},
+    ".tar": {TORCH_ZIP, TORCH_LEGACY},
+    ".pkl": {PICKLE, TORCH_ZIP, TORCH_LEGACY},
+    ".pickle": {PICKLE},
+    ".dill": {PICKLE},
+    ".json": {SHARDED},
+    ".jit": {TORCHSCRIPT},
+}
+
+
+def find_index(folder: str) -> str | None:
+    """The ``*.index.json`` of a sharded set in ``folder`` (safetensors preferred)."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        raise InputError(f"cannot list folder: {exc.strerror}", folder) from None
+    indexes = [n for n in names if n.endswith(".index.json")]
+    if not indexes:
+        return None
+    indexes.sort(key=lambda n: (not n.endswith(".safetensors.index.json"), n))
+    return os.path.join(folder, indexes[0])
+
+
+def detect(path: str) -> str:
+    """The format of ``path`` judged by its bytes (or, for folders, its members)."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, ".metadata")):
+            return DCP
+        if find_index(path):
+            return SHARDED
+        raise InputError(
+            "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata)", path
+        )
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, 64, 0)
+    finally:
+        os.close(fd)
+    if size == 0:
+        raise InputError("empty file (0 bytes)", path)
+    return detect_bytes(head, size, path)
+
+
+def detect_bytes(head: bytes, size: int, path: str) -> str:
+    if head.startswith(b"PK\x03\x04"):
+        return TORCH_ZIP  # the torch-zip reader tells TorchScript apart from its members
+    if head.startswith(LEGACY_MAGIC):
+        return TORCH_LEGACY
+    if len(head) >= 9:
+        (n,) = struct.unpack_from("<Q", head)
+        if 2 <= n <= size - 8 and head[8:9] == b"{":
+            return SAFETENSORS
+    if head[:1] == b"{" and path.endswith(".json"):
+        return SHARDED
+    if head[:1] == b"\x80" and len(head) > 1 and 0 <= head[1] <= 5:
+        return PICKLE
+    if head[:1] and head[0] in _PICKLE_START and not head[:1].isspace():
+        return PICKLE
+    if head.startswith(b"PK"):
+        raise InputError("corrupt zip archive: not a local file header at the start", path)
+    raise UnsupportedFormat(
+        "not a checkpoint ckpt can read (unrecognised bytes: not a torch zip, legacy torch, "
+        "pickle, safetensors, sharded index or DCP folder)",
+        path,
+    )
+
+
+def extension_warning(path: str, fmt: str) -> str | None:
+    """A warning when the file name suggests another format than the bytes."""
+    name = os.path.basename(path.rstrip("/"))
+    if os.path.isdir(path):
+        return None
+    ext = os.path.splitext(name)[1].lower()
+    expected = EXPECTED_BY_EXTENSION.get(ext)
+    if expected is not None and fmt not in expected:
+        return f"the extension {ext} suggests {'/'.join(sorted(expected))} but the bytes are {fmt}"
+    return None

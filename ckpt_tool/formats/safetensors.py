@@ -1,0 +1,119 @@
+"""safetensors: the JSON header alone, validated as strictly as the format demands."""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections import OrderedDict
+from typing import Any
+
+from .. import dtypes
+from ..errors import InputError, LimitExceeded
+from ..model import StorageRef, TensorMeta, contiguous_strides
+from ..source import FileSource, open_regular, pread_exact
+from .base import Loaded, ReadOptions
+from .detect import SAFETENSORS
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r} in header")
+        out[k] = v
+    return out
+
+
+def read_header(path: str, options: ReadOptions) -> tuple[dict[str, Any], int, int]:
+    """(parsed header, data start offset, data length)."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size < 8:
+            raise InputError("truncated safetensors file: shorter than its 8-byte header length", path)
+        (n,) = struct.unpack("<Q", pread_exact(fd, 8, 0, path))
+        if n > options.limits.max_header_bytes:
+            raise LimitExceeded(
+                f"safetensors header claims {n} bytes, over the limit of "
+                f"{options.limits.max_header_bytes} (raise it with --max-header-bytes)",
+                path,
+            )
+        if n > size - 8:
+            raise InputError(
+                f"truncated safetensors file: header claims {n} bytes but only {size - 8} follow", path
+            )
+        raw = pread_exact(fd, n, 8, path)
+    finally:
+        os.close(fd)
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"bad safetensors header: invalid JSON ({exc})", path) from None
+    if not isinstance(header, dict):
+        raise InputError("bad safetensors header: not a JSON object", path)
+    return header, 8 + n, size - 8 - n
+
+
+def read_safetensors(path: str, options: ReadOptions) -> Loaded:
+    header, start, data_len = read_header(path, options)
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not (
+        isinstance(meta, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())
+    ):
+        raise InputError("bad safetensors header: __metadata__ must map strings to strings", path)
+    if len(header) > options.limits.max_tensors:
+        raise LimitExceeded(f"safetensors header lists {len(header)} tensors, over the limit", path)
+    entries = []
+    for key, info in header.items():
+        if len(key) > options.limits.max_key_length:
+            raise LimitExceeded(f"a tensor key is {len(key)} characters long, over the limit", path)
+        if not isinstance(info, dict):
+            raise InputError(f"bad safetensors header: entry {key!r} is not an object", path)
+        dt = dtypes.BY_SAFETENSORS.get(info.get("dtype"))  # type: ignore[arg-type]
+        if dt is None:
+            raise InputError(f"bad safetensors header: tensor {key!r} has unknown dtype {info.get('dtype')!r}", path)
+        shape = info.get("shape")
+        offsets = info.get("data_offsets")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+            raise InputError(f"bad safetensors header: tensor {key!r} has an invalid shape", path)
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and o >= 0 for o in offsets)):
+            raise InputError(f"bad safetensors header: tensor {key!r} has invalid data_offsets", path)
+        begin, end = offsets
+        numel = 1
+        for d in shape:
+            numel *= d
+        if end < begin or end - begin != numel * dt.itemsize:
+            raise InputError(
+                f"bad safetensors header: tensor {key!r} is {dt.name}{shape} ({numel * dt.itemsize} bytes) "
+                f"but its offsets span {end - begin} bytes",
+                path,
+            )
+        if end > data_len:
+            raise InputError(
+                f"bad safetensors header: tensor {key!r} ends at byte {end}, past the {data_len} data bytes "
+                "(truncated file?)",
+                path,
+            )
+        entries.append((begin, end, key, dt, tuple(shape)))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    cursor = 0
+    for begin, end, key, _, _ in entries:
+        if begin < cursor:
+            raise InputError(f"bad safetensors header: tensor {key!r} overlaps the tensor before it", path)
+        if begin > cursor:
+            raise InputError(f"bad safetensors header: a gap of {begin - cursor} bytes before tensor {key!r}", path)
+        cursor = end
+    if cursor != data_len and entries:
+        raise InputError(f"bad safetensors header: {data_len - cursor} trailing bytes after the last tensor", path)
+    regions = {key: (start + begin, end - begin) for begin, end, key, _, _ in entries}
+    source = FileSource(path, regions.__getitem__)
+    root: OrderedDict[str, TensorMeta] = OrderedDict()
+    for begin, end, key, dt, shape in sorted(entries, key=lambda e: e[2]):  # sorted, as safetensors lists keys
+        root[key] = TensorMeta(
+            key, dt.name, shape, contiguous_strides(shape), 0, StorageRef(source, key, end - begin), "cpu"
+        )
+    loaded = Loaded(SAFETENSORS, root, sources=[source], layout="state_dict")
+    if meta:
+        loaded.metadata = {"__metadata__": dict(meta)}
+    return loaded
+

@@ -1,0 +1,79 @@
+"""Sharded sets: a ``*.index.json`` weight map over safetensors or .bin shards."""
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from typing import Any, Callable
+
+from ..errors import InputError
+from ..model import TensorMeta
+from .base import Loaded, ReadOptions
+from .detect import SHARDED, find_index
+
+
+def index_path(path: str) -> str:
+    if os.path.isdir(path):
+        found = find_index(path)
+        if found is None:
+            raise InputError("folder holds no *.index.json", path)
+        return found
+    return path
+
+
+def read_index(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(256 << 20)
+        index = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"bad shard index: {exc}", path) from None
+    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+        raise InputError("bad shard index: no \"weight_map\" object", path)
+    wm = index["weight_map"]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise InputError("bad shard index: weight_map must map tensor names to file names", path)
+    for shard in set(wm.values()):
+        if os.path.isabs(shard) or ".." in shard.replace("\\", "/").split("/"):
+            raise InputError(f"bad shard index: shard name {shard!r} points outside the folder", path)
+    return index
+
+
+def read_sharded(
+    path: str, options: ReadOptions, read_file: Callable[[str, ReadOptions], Loaded], locate: Callable[[Loaded, str], list[TensorMeta]]
+) -> Loaded:
+    ipath = index_path(path)
+    index = read_index(ipath)
+    folder = os.path.dirname(os.path.abspath(ipath))
+    weight_map: dict[str, str] = index["weight_map"]
+    shards = list(OrderedDict.fromkeys(weight_map.values()))
+    missing = [s for s in shards if not os.path.isfile(os.path.join(folder, s))]
+    if missing:
+        raise InputError(f"shard {missing[0]!r} named by the index is missing"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), ipath)
+    merged: OrderedDict[str, TensorMeta] = OrderedDict()
+    loaded = Loaded(SHARDED, merged, layout="state_dict")
+    loaded.metadata = {k: v for k, v in index.items() if k != "weight_map"}
+    per_shard: dict[str, dict[str, TensorMeta]] = {}
+    shard_formats = set()
+    for shard in shards:
+        spath = os.path.join(folder, shard)
+        part = read_file(spath, options)
+        shard_formats.add(part.format)
+        loaded.references.extend(part.references)
+        loaded.warnings.extend(f"{shard}: {w}" for w in part.warnings)
+        loaded.sources.extend(part.sources)
+        per_shard[shard] = {t.key: t for t in locate(part, spath)}
+    for key, shard in weight_map.items():
+        tensor = per_shard[shard].get(key)
+        if tensor is None:
+            raise InputError(f"tensor {key!r} is mapped to shard {shard!r} but that shard does not hold it", ipath)
+        merged[key] = tensor
+    unlisted = sorted(k for shard, ts in per_shard.items() for k in ts if weight_map.get(k) != shard)
+    if unlisted:
+        loaded.warnings.append(
+            f"{len(unlisted)} tensors in shards are not in the index weight_map (ignored): {', '.join(unlisted[:5])}"
+        )
+    loaded.metadata["shards"] = shards
+    loaded.metadata["shard_format"] = "/".join(sorted(shard_formats))
+    return loaded

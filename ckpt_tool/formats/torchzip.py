@@ -1,0 +1,178 @@
+"""torch.save zip archives and TorchScript archives, read lazily.
+
+Only ``data.pkl`` is read; storages become LazyStorages whose bytes are
+located in the archive when (and if) someone reads them.
+"""
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+
+from .. import dtypes, security
+from ..errors import InputError
+from ..source import FileSource
+from ..unpickle import LazyStorage, Placeholder, StorageType, restricted_loads
+from .base import Loaded, ReadOptions
+from .detect import TORCH_ZIP, TORCHSCRIPT
+from .ziparchive import ZipArchive
+
+_ODD_MEMBER = re.compile(r"(^/|\.\.|\\|^$)")
+
+
+def archive_prefix(archive: ZipArchive) -> str:
+    """The folder torch's reader uses: the first entry's top-level folder."""
+    names = archive.names()
+    if not names:
+        raise InputError("zip archive has no members", archive.path)
+    first = names[0]
+    return first.split("/", 1)[0] if "/" in first else ""
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
+
+
+def storage_loader(archive: ZipArchive, prefix: str, source: FileSource, path: str):
+    """A persistent_load that turns torch's storage ids into LazyStorages."""
+    cache: dict[str, LazyStorage] = {}
+
+    def persistent_load(pid: Any) -> LazyStorage:
+        if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
+            raise InputError(f"unexpected persistent id {str(pid)[:60]!r} in data.pkl", path)
+        _, storage_type, key, location, numel = pid[:5]
+        key = str(key)
+        found = cache.get(key)
+        if found is not None:
+            return found
+        if not isinstance(storage_type, StorageType):
+            raise InputError(f"storage {key!r} has an unknown storage type", path)
+        dt = storage_type.dtype or dtypes.BY_NAME["uint8"]
+        if not isinstance(numel, int) or numel < 0:
+            raise InputError(f"storage {key!r} has an invalid size", path)
+        member = _join(prefix, f"data/{key}")
+        if member not in archive.members:
+            raise InputError(f"storage {key!r} is named in data.pkl but archive member {member!r} is missing", path)
+        size = archive.members[member].size
+        nbytes = numel * dt.itemsize
+        if nbytes > size:
+            raise InputError(
+                f"storage {key!r} should hold {nbytes} bytes but archive member {member!r} has {size}", path
+            )
+        lazy = LazyStorage(member, dt, nbytes, str(location), source)
+        cache[key] = lazy
+        return lazy
+
+    return persistent_load
+
+
+def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
+    archive = ZipArchive(path)
+    try:
+        prefix = archive_prefix(archive)
+        pkl = _join(prefix, "data.pkl")
+        if pkl not in archive.members:
+            others = [n for n in archive.names() if n.endswith(".pkl")]
+            hint = f" (it holds {', '.join(others[:3])})" if others else ""
+            raise InputError(f"zip archive is not a torch checkpoint: no {pkl!r}{hint}", path)
+        is_script = _join(prefix, "constants.pkl") in archive.members or any(
+            n.startswith(_join(prefix, "code/")) for n in archive.names()
+        )
+        source = FileSource(path, archive.region, archive.close)
+        data = archive.read(pkl, options.limits.max_pickle_bytes)
+        result = restricted_loads(
+            data, where=pkl, path=path,
+            persistent_load=storage_loader(archive, prefix, source, path),
+            limits=options.limits,
+        )
+        warnings = _archive_warnings(archive, prefix)
+        loaded = Loaded(
+            TORCHSCRIPT if is_script else TORCH_ZIP, result.obj, list(result.references),
+            warnings, [source],
+        )
+        _scan_other_pickles(archive, pkl, loaded, options)
+        if is_script:
+            loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)
+            loaded.layout = "torchscript"
+        return loaded
+    finally:
+        archive.close()  # reopened on demand if tensor data is read later
+
+
+def _archive_warnings(archive: ZipArchive, prefix: str) -> list[str]:
+    warnings = []
+    odd = [n for n in archive.names() if _ODD_MEMBER.search(n) or (prefix and not n.startswith(prefix + "/"))]
+    if odd:
+        warnings.append(f"odd archive member names: {', '.join(repr(n) for n in odd[:5])}")
+    if archive.duplicates:
+        warnings.append(f"duplicate archive members: {', '.join(repr(n) for n in archive.duplicates[:5])}")
+    return warnings
+
+
+def _scan_other_pickles(archive: ZipArchive, main: str, loaded: Loaded, options: ReadOptions) -> None:
+    """Report dangerous globals in every other pickle member without using its result."""
+    from ..scan import scan_pickle_bytes
+
+    for name in archive.names():
+        if name == main or not name.endswith(".pkl") or name.endswith(".debug_pkl"):
+            continue
+        try:
+            data = archive.read(name, options.limits.max_pickle_bytes)
+        except InputError as exc:
+            loaded.warnings.append(f"could not read archive member {name!r}: {exc.message}")
+            continue
+        for ref in scan_pickle_bytes(data, where=name).globals:
+            if ref.severity != security.SAFE:
+                loaded.references.append(ref)
+
+
+# --------------------------------------------------------------- TorchScript
+
+_CLASS_RE = re.compile(r"^class (\w+)\(Module\):\n((?:  .*\n?)*)", re.M)
+_LIST_RE = re.compile(r"^  (__parameters__|__buffers__) = \[(.*?)\]", re.M)
+
+
+def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, dict[str, list[str]]]:
+    """Map ``__torch__.mod.Class`` to its parameter and buffer names, from code/ (never run)."""
+    classes: dict[str, dict[str, list[str]]] = {}
+    code_prefix = _join(prefix, "code/")
+    for name in archive.names():
+        if not name.startswith(code_prefix) or not name.endswith(".py"):
+            continue
+        module = name[len(code_prefix) : -3].replace("/", ".")
+        text = archive.read(name, 64 << 20).decode("utf-8", "replace")
+        for match in _CLASS_RE.finditer(text):
+            body = match.group(2)
+            lists = {"__parameters__": [], "__buffers__": []}
+            for lm in _LIST_RE.finditer(body):
+                lists[lm.group(1)] = re.findall(r'"([^"]*)"', lm.group(2))
+            classes[f"{module}.{match.group(1)}"] = lists
+    return classes
+
+
+def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: str) -> "OrderedDict[str, Any]":
+    classes = _script_classes(archive, prefix, path)
+    out: OrderedDict[str, Any] = OrderedDict()
+
+    def walk(obj: Any, at: str, depth: int) -> None:
+        if depth > 200 or not isinstance(obj, Placeholder):
+            return
+        attrs = obj.attributes
+        info = classes.get(obj.qualname)
+        if info is None:
+            raise InputError(
+                f"TorchScript archive is missing the code for {obj.qualname} (archive member under code/)",
+                path,
+            )
+        for name in info["__parameters__"] + info["__buffers__"]:
+            value = attrs.get(name)
+            if value is not None:
+                out[at + name] = value
+        for name, value in attrs.items():
+            if isinstance(value, Placeholder) and value._ckpt_module.startswith("__torch__"):
+                walk(value, f"{at}{name}.", depth + 1)
+
+    if not isinstance(root, Placeholder):
+        raise InputError("TorchScript archive's data.pkl does not hold a module", path)
+    walk(root, "", 0)
+    return out

@@ -1,0 +1,175 @@
+"""``ckpt inspect``: what is in a checkpoint, from metadata alone (stats on request)."""
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from . import rules
+from .formats import load
+from .model import Checkpoint, TensorMeta
+from .unpickle import DEFAULT_LIMITS, Limits
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    key: str
+    min: float | None
+    max: float | None
+    mean: float | None
+    std: float | None
+    nan: int
+    inf: int
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    checkpoint: Checkpoint
+    prefixes: tuple[str, ...]
+    dtype_counts: dict[str, int]
+    notes: dict[str, tuple[str, ...]]
+    stats: dict[str, TensorStats] | None = None
+    file_bytes: int = 0
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.checkpoint
+        tensors = []
+        for t in c.tensors:
+            row: dict[str, Any] = {
+                "key": t.key, "dtype": t.dtype, "shape": list(t.shape), "numel": t.numel,
+                "nbytes": t.nbytes, "stride": list(t.stride) if t.stride is not None else None,
+                "storage_offset": t.storage_offset, "device": t.device, "notes": list(self.notes.get(t.key, ())),
+            }
+            if self.stats is not None and t.key in self.stats:
+                s = self.stats[t.key]
+                row["stats"] = {"min": s.min, "max": s.max, "mean": s.mean, "std": s.std, "nan": s.nan, "inf": s.inf}
+            tensors.append(row)
+        return {
+            "path": c.path,
+            "format": c.format,
+            "layout": c.layout,
+            "framework": c.framework,
+            "state_dict_key": c.state_dict_key,
+            "candidates": [{"key": x.key, "tensors": x.tensors, "chosen": x.chosen} for x in c.candidates],
+            "tensors": tensors,
+            "tensor_count": len(c.tensors),
+            "total_numel": c.total_numel,
+            "total_nbytes": c.total_nbytes,
+            "file_bytes": self.file_bytes,
+            "dtypes": self.dtype_counts,
+            "metadata_keys": sorted(str(k) for k in c.metadata),
+            "metadata": _json_safe(dict(c.metadata)),
+            "prefixes": list(self.prefixes),
+            "references": [
+                {"module": r.module, "name": r.name, "severity": r.severity, "where": r.where}
+                for r in c.references
+            ],
+            "warnings": list(self.warnings),
+        }
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return str(obj)
+
+
+def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
+    """Per-tensor notes: non-contiguous, channels_last, shared storage, saved device."""
+    tensors = list(tensors)
+    by_storage: dict[Any, list[TensorMeta]] = {}
+    for t in tensors:
+        if t.storage_id is not None:
+            by_storage.setdefault(t.storage_id, []).append(t)
+    notes: dict[str, tuple[str, ...]] = {}
+    for t in tensors:
+        n: list[str] = []
+        if t.is_channels_last:
+            n.append("channels_last")
+        elif not t.is_contiguous:
+            n.append("non-contiguous")
+        group = by_storage.get(t.storage_id, []) if t.storage_id is not None else []
+        if len(group) > 1:
+            others = [g.key for g in group if g.key != t.key][:3]
+            if others:
+                n.append("shares storage with " + ", ".join(others))
+        if t.device not in ("cpu",):
+            n.append(f"saved on {t.device}")
+        if n:
+            notes[t.key] = tuple(n)
+    return notes
+
+
+def compute_stats(t: TensorMeta) -> TensorStats:
+    """min/max/mean/std and NaN/Inf counts, reading the tensor's bytes."""
+    from .tensordata import to_torch
+
+    x = to_torch(t)
+    torch = __import__("torch")
+    if x.numel() == 0 or x.dtype == torch.bool or x.is_complex():
+        return TensorStats(t.key, None, None, None, None, 0, 0)
+    xf = x.to(torch.float64)
+    nan = int(torch.isnan(xf).sum())
+    inf = int(torch.isinf(xf).sum())
+    finite = xf[torch.isfinite(xf)]
+    if finite.numel() == 0:
+        return TensorStats(t.key, None, None, None, None, nan, inf)
+    std = float(finite.std()) if finite.numel() > 1 else 0.0
+    return TensorStats(t.key, float(finite.min()), float(finite.max()), float(finite.mean()), std, nan, inf)
+
+
+def inspect(
+    path: str | os.PathLike[str],
+    *,
+    key: str | None = None,
+    unsafe: bool = False,
+    stats: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+    progress: Callable[[TensorMeta], None] | None = None,
+) -> InspectReport:
+    """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true."""
+    ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
+    per_tensor = None
+    if stats:
+        per_tensor = {}
+        for t in ckpt.tensors:
+            if t.storage is not None:
+                per_tensor[t.key] = compute_stats(t)
+            if progress is not None:
+                progress(t)
+    p = os.fspath(path)
+    size = _path_bytes(p)
+    return InspectReport(
+        checkpoint=ckpt,
+        prefixes=tuple(rules.detect_prefixes(ckpt.keys)),
+        dtype_counts=dict(Counter(t.dtype for t in ckpt.tensors).most_common()),
+        notes=layout_notes(ckpt.tensors),
+        stats=per_tensor,
+        file_bytes=size,
+        warnings=ckpt.warnings,
+    )
+
+
+def _path_bytes(path: str) -> int:
+    if os.path.isdir(path):
+        total = 0
+        for root, _, files in os.walk(path):
+            for f in files:
+                try:
+                    total += os.path.getsize(os.path.join(root, f))
+                except OSError:
+                    pass
+        return total
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

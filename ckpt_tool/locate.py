@@ -1,0 +1,373 @@
+"""Find the state_dict inside a container, and describe everything around it.
+
+Works on what the restricted unpickler built (dicts, LazyTensors, inert
+placeholders), so a pickled nn.Module yields the keys torch's
+``state_dict()`` would produce without its class being importable.
+"""
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from typing import Any, Iterator, Mapping
+
+from . import security
+from .errors import InputError, UsageError
+from .formats.base import Loaded
+from .model import Candidate, Checkpoint, GlobalRef, StorageRef, TensorMeta, contiguous_strides
+from .source import MemorySource
+from .unpickle import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
+
+# Where training code conventionally keeps the weights, in order of preference.
+WELL_KNOWN_KEYS = (
+    "state_dict", "model_state_dict", "model", "module", "net", "network", "model_state",
+    "weights", "params", "ema", "state_dict_ema", "model_ema", "ema_state_dict",
+)
+NOT_WEIGHTS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim", "scheduler",
+               "lr_scheduler", "lr_schedulers", "scaler", "grad_scaler", "callbacks", "loops")
+MAX_DEPTH = 64
+
+
+def is_tensor(obj: Any) -> bool:
+    if isinstance(obj, (LazyTensor, TensorMeta, NumpyArray)):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
+    """nn.Module.state_dict() on a placeholder: params, persistent buffers, submodules."""
+    if depth > MAX_DEPTH:
+        raise InputError("module nesting is too deep to read")
+    attrs = module.attributes
+    params = attrs.get("_parameters") or {}
+    buffers = attrs.get("_buffers") or {}
+    non_persistent = attrs.get("_non_persistent_buffers_set") or set()
+    if isinstance(params, Mapping):
+        for name, value in params.items():
+            if value is not None:
+                out[prefix + str(name)] = value
+    if isinstance(buffers, Mapping):
+        for name, value in buffers.items():
+            if value is not None and name not in non_persistent:
+                out[prefix + str(name)] = value
+    modules = attrs.get("_modules") or {}
+    if isinstance(modules, Mapping):
+        for name, child in modules.items():
+            if is_module_placeholder(child):
+                _module_tensors(child, f"{prefix}{name}.", out, depth + 1)
+    for name, value in attrs.items():
+        if is_tensor(value) and not name.startswith("_"):
+            # plain tensor attributes never reach a state_dict; remembered for warnings
+            out.setdefault("\0plain:" + prefix + name, value)
+
+
+def real_module_tensors(module: Any) -> "OrderedDict[str, Any]":
+    return OrderedDict(module.state_dict())
+
+
+def tensors_of(obj: Any) -> "OrderedDict[str, Any] | None":
+    """The state_dict an object stands for, or None if it is not tensor-holding."""
+    if is_module_placeholder(obj):
+        out: OrderedDict[str, Any] = OrderedDict()
+        _module_tensors(obj, "", out)
+        return OrderedDict((k, v) for k, v in out.items() if not k.startswith("\0"))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.nn.Module):
+        return real_module_tensors(obj)
+    if isinstance(obj, Mapping):
+        found = OrderedDict((str(k), v) for k, v in obj.items() if is_tensor(v))
+        return found if found else None
+    return None
+
+
+def _is_flat_state_dict(obj: Any) -> bool:
+    if not isinstance(obj, Mapping) or not obj:
+        return False
+    tensors = 0
+    for k, v in obj.items():
+        if is_tensor(v):
+            tensors += 1
+        elif not str(k).endswith("_extra_state"):
+            return False
+    return tensors > 0
+
+
+def _children(obj: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            yield str(k), v
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield str(i), v
+    elif isinstance(obj, Placeholder) and not is_module_placeholder(obj):
+        for k, v in obj.attributes.items():
+            yield str(k), v
+
+
+def find_candidates(root: Any) -> list[tuple[str, int]]:
+    """Every mapping or module in the container that holds tensors, with counts."""
+    found: list[tuple[str, int]] = []
+    seen: set[int] = set()
+
+    def walk(obj: Any, path: str, depth: int) -> None:
+        if depth > MAX_DEPTH or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        held = tensors_of(obj)
+        if held:
+            found.append((path, len(held)))
+            if is_module_placeholder(obj):
+                return
+        for key, child in _children(obj):
+            if not is_tensor(child):
+                walk(child, f"{path}.{key}" if path else key, depth + 1)
+
+    walk(root, "", 0)
+    return found
+
+
+def resolve_key(root: Any, dotted: str, path: str) -> Any:
+    """Follow ``a.b.0`` through mappings, sequences and placeholder attributes."""
+    obj = root
+    if dotted in ("", "."):
+        return obj
+    if isinstance(obj, Mapping) and dotted in obj:
+        return obj[dotted]
+    parts = dotted.split(".")
+    i = 0
+    while i < len(parts):
+        # keys may themselves contain dots: try the longest match first
+        for j in range(len(parts), i, -1):
+            part = ".".join(parts[i:j])
+            nxt = _child(obj, part)
+            if nxt is not _MISSING:
+                obj = nxt
+                i = j
+                break
+        else:
+            raise UsageError(f"--key {dotted!r}: no entry {parts[i]!r} at this level", path)
+    return obj
+
+
+_MISSING = object()
+
+
+def _child(obj: Any, part: str) -> Any:
+    if isinstance(obj, Mapping):
+        if part in obj:
+            return obj[part]
+        for k in obj:
+            if str(k) == part:
+                return obj[k]
+        return _MISSING
+    if isinstance(obj, (list, tuple)) and part.isdigit() and int(part) < len(obj):
+        return obj[int(part)]
+    if isinstance(obj, Placeholder) and part in obj.attributes:
+        return obj.attributes[part]
+    return _MISSING
+
+
+def choose(root: Any, key: str | None, path: str) -> tuple[str | None, Any, list[Candidate]]:
+    """(chosen dotted key, the object there, all candidates)."""
+    candidates = find_candidates(root)
+    if key is not None:
+        chosen_obj = resolve_key(root, key, path)
+        if tensors_of(chosen_obj) is None and not is_tensor(chosen_obj):
+            raise UsageError(f"--key {key!r} holds no tensors", path)
+        chosen = key
+    elif is_module_placeholder(root) or _is_flat_state_dict(root) or _is_real_module(root):
+        chosen, chosen_obj = "", root
+    else:
+        chosen, chosen_obj = None, None
+        if isinstance(root, Mapping):
+            for wk in WELL_KNOWN_KEYS:
+                if wk in root and tensors_of(root[wk]):
+                    chosen, chosen_obj = wk, root[wk]
+                    break
+        if chosen is None:
+            usable = [c for c in candidates if c[0].split(".")[0] not in NOT_WEIGHTS] or candidates
+            if usable:
+                best = max(usable, key=lambda c: (c[1], -c[0].count(".")))
+                chosen = best[0]
+                chosen_obj = resolve_key(root, chosen, path)
+    cands = [Candidate(p, n, p == chosen) for p, n in candidates]
+    if chosen is not None and not any(c.chosen for c in cands):
+        held = tensors_of(chosen_obj)
+        cands.insert(0, Candidate(chosen, len(held) if held else 0, True))
+    return chosen, chosen_obj, cands
+
+
+def _is_real_module(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+# ------------------------------------------------------------------ conversion
+
+
+def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
+    if isinstance(obj, TensorMeta):
+        return obj if obj.key == key else TensorMeta(key, obj.dtype, obj.shape, obj.stride,
+                                                      obj.storage_offset, obj.storage, obj.device)
+    if isinstance(obj, LazyTensor):
+        st = obj.storage
+        ref = StorageRef(st.source, st.key, st.nbytes) if st is not None and st.source is not None else None
+        return TensorMeta(key, obj.dtype.name, obj.shape, obj.stride, obj.storage_offset, ref, obj.device)
+    if isinstance(obj, NumpyArray):
+        if obj.dtype is None:
+            raise InputError(f"NumPy array {key!r} has an unsupported dtype {obj.type_string!r}")
+        shape = obj.shape
+        stride = contiguous_strides(shape)
+        if obj.fortran and len(shape) > 1:
+            stride = tuple(reversed(contiguous_strides(tuple(reversed(shape)))))
+        nbytes = len(obj.data)
+        ref = StorageRef(memory, memory.add(obj.data), nbytes)
+        return TensorMeta(key, obj.dtype.name, shape, stride, 0, ref, "cpu")
+    from .torchsource import torch_tensor_meta  # only reached for --unsafe loads
+
+    return torch_tensor_meta(key, obj, memory)
+
+
+def summarize(obj: Any, depth: int = 0) -> Any:
+    """A JSON-safe rendering of metadata: values kept, tensors and objects described."""
+    if depth > 12:
+        return "..."
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (LazyTensor, NumpyArray)):
+        dt = obj.dtype.name if obj.dtype else "?"
+        return f"<tensor {dt} {list(obj.shape)}>"
+    if isinstance(obj, TensorMeta):
+        return f"<tensor {obj.dtype} {list(obj.shape)}>"
+    if isinstance(obj, bytes):
+        return f"<{len(obj)} bytes>"
+    if isinstance(obj, Mapping):
+        return {str(k): summarize(v, depth + 1) for k, v in list(obj.items())[:2000]}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = list(obj)[:2000]
+        return [summarize(v, depth + 1) for v in items]
+    if isinstance(obj, Placeholder):
+        out: dict[str, Any] = {"__class__": obj.qualname}
+        if obj.attributes:
+            out.update({str(k): summarize(v, depth + 1) for k, v in obj.attributes.items()})
+        elif obj.args:
+            out["__args__"] = summarize(list(obj.args), depth + 1)
+        return out
+    if is_tensor(obj):
+        return f"<tensor {str(obj.dtype).replace('torch.', '')} {list(obj.shape)}>"
+    return f"<{type(obj).__name__}>"
+
+
+def detect_framework(root: Any) -> str | None:
+    if not isinstance(root, Mapping):
+        return None
+    keys = {str(k) for k in root}
+    if "pytorch-lightning_version" in keys or "lightning_version" in keys:
+        return "lightning"
+    if "ds_version" in keys or "ds_config" in keys or "buffer_names" in keys:
+        return "deepspeed"
+    if "arch" in keys and "state_dict" in keys:
+        return "timm"
+    if keys & {"optimizer", "optimizer_state_dict", "epoch", "step", "global_step", "scheduler"}:
+        return "training-dict"
+    return None
+
+
+def reference_warnings(refs: list[GlobalRef]) -> list[str]:
+    warnings = []
+    dangerous = sorted({r.qualname for r in refs if r.severity == security.DANGEROUS})
+    if dangerous:
+        warnings.append(
+            "dangerous reference(s) in the pickle, NOT executed: " + ", ".join(dangerous)
+            + " (run `ckpt scan` for details)"
+        )
+    suspicious = sorted({r.qualname for r in refs if r.severity == security.SUSPICIOUS})
+    if suspicious:
+        shown = ", ".join(suspicious[:8]) + (f" and {len(suspicious) - 8} more" if len(suspicious) > 8 else "")
+        warnings.append(
+            f"{len(suspicious)} unknown pickled class(es) read as inert placeholders (not imported): {shown}"
+        )
+    return warnings
+
+
+def build(loaded: Loaded, path: str, key: str | None = None) -> Checkpoint:
+    """Turn a reader's result into a Checkpoint with its state_dict located."""
+    root = loaded.root
+    chosen, obj, candidates = choose(root, key, path)
+    memory = MemorySource(path)
+    tensors: list[TensorMeta] = []
+    warnings = list(loaded.warnings)
+    if chosen is None:
+        warnings.append("no tensors found in this file")
+        held: Mapping[str, Any] = {}
+    elif is_tensor(obj):
+        held = {chosen.rsplit(".", 1)[-1]: obj}
+    else:
+        held = tensors_of(obj) or {}
+        if is_module_placeholder(obj):
+            plain: dict[str, Any] = {}
+            _module_tensors(obj, "", plain)
+            extra = sorted(k[len("\0plain:"):] for k in plain if k.startswith("\0plain:"))
+            if extra:
+                warnings.append(
+                    "tensors held as plain module attributes never reach a state_dict: " + ", ".join(extra[:8])
+                )
+    for k, v in held.items():
+        tensors.append(to_meta(k, v, memory))
+    layout = loaded.layout or _layout(root, chosen)
+    metadata = dict(loaded.metadata)
+    if chosen:
+        metadata.update(_metadata_without(root, chosen))
+    elif chosen == "" and isinstance(root, Placeholder):
+        metadata["__class__"] = root.qualname
+    warnings.extend(reference_warnings(loaded.references))
+    warnings.extend(layout_warnings(tensors))
+    sources = tuple(loaded.sources) + ((memory,) if memory.buffers else ())
+    return Checkpoint(
+        path=path, format=loaded.format, tensors=tuple(tensors), layout=layout,
+        state_dict_key=chosen, metadata=metadata, framework=loaded.framework or detect_framework(root),
+        candidates=tuple(candidates), references=tuple(loaded.references), warnings=tuple(warnings),
+        root=root, sources=sources,
+    )
+
+
+def _layout(root: Any, chosen: str | None) -> str:
+    if chosen == "":
+        return "module" if (is_module_placeholder(root) or _is_real_module(root)) else "state_dict"
+    if chosen is None:
+        return "empty"
+    return "container"
+
+
+def _metadata_without(root: Any, chosen: str) -> dict[str, Any]:
+    if not isinstance(root, Mapping):
+        return {}
+    top = chosen.split(".")[0]
+    out = {}
+    for k, v in root.items():
+        if str(k) == chosen:
+            continue
+        if str(k) == top and "." in chosen:
+            out[str(k)] = "<holds the state_dict>"
+            continue
+        out[str(k)] = summarize(v)
+    return out
+
+
+def layout_warnings(tensors: list[TensorMeta]) -> list[str]:
+    warnings = []
+    devices = sorted({t.device for t in tensors if t.device not in ("cpu", "meta")})
+    if devices:
+        warnings.append(f"tensors were saved on {', '.join(devices)}; ckpt reads them on the CPU")
+    if any(t.device == "meta" for t in tensors):
+        warnings.append("some tensors were saved on the meta device and hold no data")
+    groups: dict[Any, list[str]] = {}
+    for t in tensors:
+        sid = t.storage_id
+        if sid is not None:
+            groups.setdefault(sid, []).append(t.key)
+    shared = [keys for keys in groups.values() if len(keys) > 1]
+    if shared:
+        sample = "; ".join(" = ".join(ks[:3]) for ks in shared[:3])
+        warnings.append(f"{sum(len(s) for s in shared)} tensors share storage ({sample})")
+    return warnings

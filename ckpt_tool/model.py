@@ -1,0 +1,183 @@
+"""The shared vocabulary: frozen metadata records passed between layers.
+
+Nothing here imports torch. A TensorMeta says everything about a tensor that
+can be known without reading its bytes; a StorageRef says where the bytes are
+for the few paths (stats, value diff, migrate) that need them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from . import dtypes
+
+if TYPE_CHECKING:
+    from .source import DataSource
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides: list[int] = []
+    acc = 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def _same_layout(shape: tuple[int, ...], stride: tuple[int, ...], want: tuple[int, ...]) -> bool:
+    # Strides of size-1 (and size-0 tensors) dimensions do not matter, as in torch.
+    if any(d == 0 for d in shape):
+        return True
+    return all(d == 1 or s == w for d, s, w in zip(shape, stride, want))
+
+
+@dataclass(frozen=True)
+class StorageRef:
+    """Where a tensor's storage bytes are; resolved only when data is read."""
+
+    source: DataSource = field(compare=False, repr=False)
+    key: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A tensor described by metadata alone (no bytes are held)."""
+
+    key: str
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...] | None = None
+    storage_offset: int = 0  # in elements
+    storage: StorageRef | None = field(default=None, compare=False)
+    device: str = "cpu"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return dtypes.lookup(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    @property
+    def is_floating(self) -> bool:
+        return dtypes.lookup(self.dtype).is_floating
+
+    @property
+    def is_contiguous(self) -> bool:
+        if self.stride is None:
+            return True
+        return _same_layout(self.shape, self.stride, contiguous_strides(self.shape))
+
+    @property
+    def is_channels_last(self) -> bool:
+        if self.stride is None or len(self.shape) != 4 or self.is_contiguous:
+            return False
+        n, c, h, w = self.shape
+        return _same_layout(self.shape, self.stride, (h * w * c, 1, w * c, c))
+
+    @property
+    def storage_id(self) -> tuple[int, str] | None:
+        """Identity of the underlying storage, to find tensors that share memory."""
+        if self.storage is None:
+            return None
+        return (id(self.storage.source), self.storage.key)
+
+    @property
+    def byte_span(self) -> tuple[int, int]:
+        """Bytes [start, end) of the storage this view can touch."""
+        if self.numel == 0:
+            start = self.storage_offset * self.itemsize
+            return (start, start)
+        stride = self.stride or contiguous_strides(self.shape)
+        last = sum((d - 1) * s for d, s in zip(self.shape, stride))
+        return (self.storage_offset * self.itemsize, (self.storage_offset + last + 1) * self.itemsize)
+
+
+@dataclass(frozen=True)
+class GlobalRef:
+    """A global (module.name) that a pickle in the input refers to."""
+
+    module: str
+    name: str
+    severity: str  # "safe", "suspicious", "dangerous"
+    where: str = ""
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A place in a container that holds tensors, and whether it was chosen."""
+
+    key: str  # dotted path; "" is the top level
+    tensors: int
+    chosen: bool
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: the state_dict as metadata, plus everything around it.
+
+    ``root`` is the container as the restricted unpickler built it (dicts,
+    LazyTensors, inert placeholders); migrate uses it to keep metadata.
+    """
+
+    path: str
+    format: str
+    tensors: tuple[TensorMeta, ...]
+    layout: str = "state_dict"
+    state_dict_key: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    framework: str | None = None
+    candidates: tuple[Candidate, ...] = ()
+    references: tuple[GlobalRef, ...] = ()
+    warnings: tuple[str, ...] = ()
+    root: Any = field(default=None, compare=False, repr=False)
+    sources: tuple[DataSource, ...] = field(default=(), compare=False, repr=False)
+
+    def __iter__(self) -> Iterator[TensorMeta]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    @property
+    def by_key(self) -> dict[str, TensorMeta]:
+        return {t.key: t for t in self.tensors}
+
+    @property
+    def keys(self) -> list[str]:
+        return [t.key for t in self.tensors]
+
+    @property
+    def total_numel(self) -> int:
+        return sum(t.numel for t in self.tensors)
+
+    @property
+    def total_nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def dangerous(self) -> tuple[GlobalRef, ...]:
+        return tuple(r for r in self.references if r.severity == "dangerous")
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""Renderers: text for people (tabulate), JSON for machines. No logic lives here."""

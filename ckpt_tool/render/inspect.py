@@ -1,0 +1,90 @@
+"""Text rendering of an InspectReport."""
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from ..inspect import InspectReport
+from .common import human_bytes, human_count, shape_str
+
+
+def summary_lines(report: InspectReport) -> list[str]:
+    c = report.checkpoint
+    lines = [f"path:       {c.path}"]
+    fmt = c.format + (f" ({c.metadata.get('shard_format')} shards: {len(c.metadata.get('shards', []))})"
+                      if c.format == "sharded" else "")
+    lines.append(f"format:     {fmt}" + ("  (TorchScript archive)" if c.format == "torchscript" else ""))
+    layout = c.layout
+    if c.framework:
+        layout += f", {c.framework}"
+    lines.append(f"layout:     {layout}")
+    if c.state_dict_key is not None:
+        where = repr(c.state_dict_key) if c.state_dict_key else "top level"
+        lines.append(f"state_dict: {where}")
+    others = [x for x in c.candidates if not x.chosen]
+    if others:
+        lines.append("            other tensor groups: " + ", ".join(f"{x.key or '<top>'} ({x.tensors})" for x in others[:6]))
+    lines.append(
+        f"tensors:    {len(c.tensors)}   parameters: {human_count(c.total_numel)} ({c.total_numel:,})"
+        f"   size: {human_bytes(c.total_nbytes)}"
+    )
+    if report.dtype_counts:
+        lines.append("dtypes:     " + ", ".join(f"{k} x{v}" for k, v in report.dtype_counts.items()))
+    if report.prefixes:
+        lines.append("prefixes:   " + ", ".join(report.prefixes))
+    if c.metadata:
+        keys = sorted(str(k) for k in c.metadata)
+        lines.append("metadata:   " + ", ".join(keys[:12]) + (" ..." if len(keys) > 12 else ""))
+    return lines
+
+
+def render_table(report: InspectReport) -> str:
+    rows = []
+    stats = report.stats
+    for t in report.checkpoint.tensors:
+        row = [t.key, t.dtype, shape_str(t.shape), f"{t.numel:,}", human_bytes(t.nbytes)]
+        if stats is not None:
+            s = stats.get(t.key)
+            if s is None or s.min is None:
+                row += ["", "", "", "", s.nan if s else "", s.inf if s else ""]
+            else:
+                row += [f"{s.min:.4g}", f"{s.max:.4g}", f"{s.mean:.4g}", f"{s.std:.4g}", s.nan, s.inf]
+        row.append("; ".join(report.notes.get(t.key, ())))
+        rows.append(row)
+    headers = ["key", "dtype", "shape", "numel", "bytes"]
+    if stats is not None:
+        headers += ["min", "max", "mean", "std", "nan", "inf"]
+    headers.append("notes")
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def render_tree(report: InspectReport) -> str:
+    """Module paths with parameter counts, indented by depth."""
+    totals: dict[tuple[str, ...], int] = {}
+    counts: dict[tuple[str, ...], int] = {}
+    for t in report.checkpoint.tensors:
+        parts = tuple(t.key.split("."))
+        for i in range(1, len(parts)):
+            totals[parts[:i]] = totals.get(parts[:i], 0) + t.numel
+            counts[parts[:i]] = counts.get(parts[:i], 0) + 1
+    rows = []
+    seen: set[tuple[str, ...]] = set()
+    for t in report.checkpoint.tensors:
+        parts = tuple(t.key.split("."))
+        for i in range(1, len(parts)):
+            node = parts[:i]
+            if node in seen:
+                continue
+            seen.add(node)
+            rows.append(f"{'  ' * (i - 1)}{node[-1]}  {human_count(totals[node])} params, {counts[node]} tensors")
+        rows.append(f"{'  ' * (len(parts) - 1)}{parts[-1]}  {t.dtype} {shape_str(t.shape)}")
+    return "\n".join(rows)
+
+
+def render(report: InspectReport, *, tree: bool = False) -> str:
+    out = summary_lines(report)
+    if report.warnings:
+        out.append("warnings:")
+        out.extend(f"  - {w}" for w in report.warnings)
+    out.append("")
+    out.append(render_tree(report) if tree else render_table(report))
+    return "\n".join(out)

@@ -1,0 +1,127 @@
+"""Byte sources behind StorageRefs: where tensor data is read from, on demand.
+
+Readers register storages here (a file region or bytes already in memory)
+instead of reading them, so metadata paths never touch tensor bytes.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from abc import ABC, abstractmethod
+from typing import Callable
+
+from .errors import InputError
+
+
+def open_regular(path: str) -> int:
+    """Open a regular file read-only; refuse FIFOs and devices that would hang."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a directory", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("not a regular file (a FIFO, socket or device would hang the reader)", path)
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"cannot open: {exc.strerror}", path) from None
+
+
+def pread_exact(fd: int, length: int, offset: int, path: str) -> bytes:
+    """Read exactly ``length`` bytes at ``offset`` or fail with a truncation error."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        chunk = os.pread(fd, length - got, offset + got)
+        if not chunk:
+            raise InputError(
+                f"truncated: needed {length} bytes at offset {offset}, the file ends first", path
+            )
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+class DataSource(ABC):
+    """Something that can hand out the bytes of a storage by key."""
+
+    path: str
+
+    @abstractmethod
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes starting ``offset`` bytes into storage ``key``."""
+
+    def close(self) -> None:
+        """Release file handles; reading again reopens them."""
+
+
+class FileSource(DataSource):
+    """Storages that are regions of one file, located lazily by a resolver.
+
+    The resolver maps a storage key to (absolute offset, length); formats whose
+    offsets cost I/O to find (zip local headers) pay only when data is read.
+    """
+
+    def __init__(
+        self, path: str, resolve: Callable[[str], tuple[int, int]], on_close: Callable[[], None] | None = None
+    ) -> None:
+        self.path = path
+        self._resolve = resolve
+        self._on_close = on_close
+        self._fd: int | None = None
+        self._cache: dict[str, tuple[int, int]] = {}
+
+    def region(self, key: str) -> tuple[int, int]:
+        found = self._cache.get(key)
+        if found is None:
+            found = self._resolve(key)
+            self._cache[key] = found
+        return found
+
+    def fd(self) -> int:
+        if self._fd is None:
+            self._fd = open_regular(self.path)
+        return self._fd
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        start, size = self.region(key)
+        if offset < 0 or length < 0 or offset + length > size:
+            raise InputError(
+                f"storage {key!r} holds {size} bytes but a tensor needs bytes "
+                f"{offset}..{offset + length}",
+                self.path,
+            )
+        return pread_exact(self.fd(), length, start + offset, self.path)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._on_close is not None:
+            self._on_close()
+
+
+class MemorySource(DataSource):
+    """Storages already in memory (NumPy arrays inside a pickle, --unsafe loads)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.buffers: dict[str, bytes] = {}
+
+    def add(self, data: bytes) -> str:
+        key = str(len(self.buffers))
+        self.buffers[key] = data
+        return key
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        data = self.buffers[key]
+        if offset + length > len(data):
+            raise InputError(f"storage {key!r} is shorter than its tensor", self.path)
+        return bytes(data[offset : offset + length])

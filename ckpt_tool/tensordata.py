@@ -1,0 +1,59 @@
+"""Reading tensor bytes: the only paths that touch data (stats, values, migrate, gate).
+
+Contiguous tensors are one pread of their byte range; strided views are
+gathered with torch, imported only here and only then.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+from .model import TensorMeta
+
+if TYPE_CHECKING:
+    import torch
+
+
+def tensor_bytes(t: TensorMeta) -> bytes:
+    """The tensor's elements in C order, as raw little-endian bytes."""
+    if t.storage is None:
+        raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+    if t.numel == 0:
+        return b""
+    itemsize = t.itemsize
+    if t.is_contiguous:
+        return t.storage.source.read(t.storage.key, t.storage_offset * itemsize, t.nbytes)
+    return bytes(_gather(t).contiguous().view(_torch().uint8).numpy())
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(_torch(), name)
+
+
+def _gather(t: TensorMeta) -> torch.Tensor:
+    """A strided view materialised from the bytes it spans."""
+    torch = _torch()
+    start, end = t.byte_span
+    assert t.storage is not None
+    raw = bytearray(t.storage.source.read(t.storage.key, start, end - start))
+    flat = torch.frombuffer(raw, dtype=torch.uint8).view(torch_dtype(t.dtype))
+    stride = t.stride or ()
+    return torch.as_strided(flat, t.shape, stride, 0)
+
+
+def to_torch(t: TensorMeta) -> torch.Tensor:
+    """A CPU torch tensor holding the data (a fresh copy, safe to modify)."""
+    torch = _torch()
+    dtype = torch_dtype(t.dtype)
+    if t.numel == 0:
+        return torch.empty(t.shape, dtype=dtype)
+    if t.is_contiguous:
+        raw = bytearray(tensor_bytes(t))
+        return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(t.shape)
+    return _gather(t).clone()

@@ -1,0 +1,470 @@
+"""The restricted unpickler: the only place pickled bytes are turned into objects.
+
+Nothing named in a pickle is ever imported or called. A short allowlist of
+globals is served by ckpt's own inert re-implementations (tensor rebuilds
+produce LazyTensors that describe storages without reading them; containers
+are plain Python containers). Every other global becomes a Placeholder class
+that records what the pickle tried to do with it, so a whole-model pickle, an
+argparse.Namespace or an os.system payload is read as data and reported.
+"""
+from __future__ import annotations
+
+import builtins
+import codecs
+import io
+import pickle
+from collections import Counter, OrderedDict, defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import dtypes, security
+from .errors import InputError, LimitExceeded
+from .model import GlobalRef
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class LazyStorage:
+    """A storage named by a pickle's persistent id; its bytes stay on disk."""
+
+    key: str
+    dtype: dtypes.DType
+    nbytes: int
+    location: str = "cpu"
+    source: Any = None  # the DataSource that can read it, set by the format reader
+
+
+@dataclass
+class LazyTensor:
+    """What ``torch._utils._rebuild_tensor_v2`` would build, as metadata."""
+
+    storage: LazyStorage | None
+    storage_offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: dtypes.DType
+    requires_grad: bool = False
+    is_parameter: bool = False
+    subclass: str | None = None
+
+    @property
+    def device(self) -> str:
+        if self.storage is None:
+            return "meta"
+        return self.storage.location
+
+
+@dataclass
+class NumpyArray:
+    """A NumPy array from a pickle: dtype, shape and its bytes (inline in the pickle)."""
+
+    dtype: dtypes.DType | None = None
+    shape: tuple[int, ...] = ()
+    fortran: bool = False
+    data: bytes = b""
+    type_string: str = ""
+
+
+@dataclass
+class DTypeRef:
+    """``torch.float32`` and friends, named by the pickle."""
+
+    name: str
+
+
+@dataclass
+class StorageType:
+    """``torch.FloatStorage`` and friends: a dtype for persistent ids."""
+
+    name: str
+    dtype: dtypes.DType | None
+
+
+class Placeholder:
+    """An inert stand-in for an instance of a class ckpt refused to import.
+
+    It records constructor arguments, state and items, and does nothing else.
+    """
+
+    _ckpt_module = ""
+    _ckpt_name = ""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Placeholder:
+        obj = object.__new__(cls)
+        d = obj.__dict__
+        d["_ckpt_args"] = args
+        d["_ckpt_kwargs"] = kwargs
+        d["_ckpt_state"] = None
+        d["_ckpt_items"] = []
+        d["_ckpt_setitems"] = {}
+        return obj
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        self.__dict__["_ckpt_state"] = state
+
+    def append(self, item: Any) -> None:
+        self.__dict__["_ckpt_items"].append(item)
+
+    def extend(self, items: Any) -> None:
+        self.__dict__["_ckpt_items"].extend(items)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.__dict__["_ckpt_setitems"][key] = value
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Placeholder:
+        return _placeholder_class("<call>", f"{self.qualname}(...)")(*args, **kwargs)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(f"placeholder for {self.qualname} cannot be pickled as the real object")
+
+    @property
+    def qualname(self) -> str:
+        return f"{self._ckpt_module}.{self._ckpt_name}"
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        return self.__dict__["_ckpt_args"]
+
+    @property
+    def state(self) -> Any:
+        return self.__dict__["_ckpt_state"]
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The object's ``__dict__`` as pickled (state dict, or dict part of (dict, slots))."""
+        state = self.state
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], (dict, type(None))):
+            merged = dict(state[0] or {})
+            if isinstance(state[1], dict):
+                merged.update(state[1])
+            return merged
+        if isinstance(state, dict):
+            return state
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<placeholder {self.qualname}>"
+
+
+_PLACEHOLDER_CLASSES: dict[tuple[str, str], type[Placeholder]] = {}
+
+
+def _placeholder_class(module: str, name: str) -> type[Placeholder]:
+    key = (module, name)
+    cls = _PLACEHOLDER_CLASSES.get(key)
+    if cls is None:
+        cls = type(
+            name if name.isidentifier() else "Placeholder",
+            (Placeholder,),
+            {"_ckpt_module": module, "_ckpt_name": name, "__module__": "ckpt_tool.placeholders"},
+        )
+        _PLACEHOLDER_CLASSES[key] = cls
+    return cls
+
+
+def is_module_placeholder(obj: Any) -> bool:
+    """True for a placeholder whose state looks like an nn.Module's ``__dict__``."""
+    if not isinstance(obj, Placeholder):
+        return False
+    attrs = obj.attributes
+    return "_parameters" in attrs and "_modules" in attrs
+
+
+# ------------------------------------------------------------- safe re-implementations
+
+
+def _storage_dtype(storage: Any) -> dtypes.DType:
+    if isinstance(storage, LazyStorage):
+        return storage.dtype
+    raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
+
+
+def _rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any) -> LazyTensor:
+    return LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride), _storage_dtype(storage))
+
+
+def _rebuild_tensor_v2(
+    storage: Any, storage_offset: int, size: Any, stride: Any, requires_grad: Any = False,
+    backward_hooks: Any = None, metadata: Any = None,
+) -> LazyTensor:
+    t = _rebuild_tensor(storage, storage_offset, size, stride)
+    t.requires_grad = bool(requires_grad)
+    return t
+
+
+def _rebuild_tensor_v3(
+    storage: Any, storage_offset: int, size: Any, stride: Any, requires_grad: Any,
+    backward_hooks: Any, dtype: Any, metadata: Any = None,
+) -> LazyTensor:
+    if not isinstance(dtype, DTypeRef) or dtype.name not in dtypes.BY_NAME:
+        raise pickle.UnpicklingError(f"unsupported tensor dtype {getattr(dtype, 'name', dtype)!r}")
+    if not isinstance(storage, LazyStorage):
+        raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
+    storage.dtype = dtypes.BY_NAME[dtype.name]
+    return LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride),
+                      storage.dtype, bool(requires_grad))
+
+
+def _rebuild_parameter(data: Any, requires_grad: Any = True, backward_hooks: Any = None,
+                       state: Any = None) -> Any:
+    if isinstance(data, LazyTensor):
+        data.is_parameter = True
+        data.requires_grad = bool(requires_grad)
+    return data
+
+
+def _rebuild_meta(dtype: Any, size: Any, stride: Any, requires_grad: Any = False) -> LazyTensor:
+    name = getattr(dtype, "name", "float32")
+    return LazyTensor(None, 0, tuple(size), tuple(stride), dtypes.BY_NAME.get(name, dtypes.BY_NAME["float32"]))
+
+
+def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
+    if func not in _REBUILDERS:
+        raise pickle.UnpicklingError("tensor subclass rebuilt by an unknown function")
+    result = func(*args)
+    if isinstance(result, LazyTensor) and isinstance(new_type, type) and issubclass(new_type, Placeholder):
+        result.subclass = f"{new_type._ckpt_module}.{new_type._ckpt_name}"
+    return result
+
+
+def _codecs_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    if not isinstance(obj, str) or codecs.lookup(encoding).name not in ("latin-1", "iso8859-1", "utf-8"):
+        raise pickle.UnpicklingError("_codecs.encode used for something other than bytes")
+    return obj.encode(encoding, errors)
+
+
+def _reconstructor(cls: Any, base: Any, state: Any) -> Any:
+    if isinstance(cls, type) and issubclass(cls, Placeholder):
+        return cls()
+    if cls in (OrderedDict, dict, list, set):
+        return cls() if state is None else cls(state)
+    raise pickle.UnpicklingError("copyreg._reconstructor of a class ckpt does not rebuild")
+
+
+def _newobj(cls: Any, *args: Any) -> Any:
+    if isinstance(cls, type) and (issubclass(cls, Placeholder) or cls in _SAFE_TYPES):
+        return cls.__new__(cls, *args)
+    raise pickle.UnpicklingError("copyreg.__newobj__ of a class ckpt does not rebuild")
+
+
+def _torch_size(dims: Any = ()) -> tuple[int, ...]:
+    return tuple(int(d) for d in dims)
+
+
+def _torch_device(spec: Any, index: Any = None) -> str:
+    spec = str(spec)
+    return f"{spec}:{index}" if index is not None and ":" not in spec else spec
+
+
+def _get_layout(name: Any) -> str:
+    return str(name)
+
+
+class _NumpyDType:
+    """``numpy.dtype('f4', False, True)`` + BUILD state, without NumPy."""
+
+    def __init__(self, code: Any = "", align: Any = False, copy: Any = True) -> None:
+        self.code = str(code)
+        self.order = "|"
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) > 1 and isinstance(state[1], str):
+            self.order = state[1]
+
+    def resolve(self) -> dtypes.DType | None:
+        order = "<" if self.order in ("<", "=", "|") else self.order
+        if order == ">":
+            return None  # big-endian arrays are listed as unsupported rather than misread
+        return dtypes.BY_NUMPY.get(self.code) or dtypes.BY_NUMPY.get("<" + self.code.lstrip("<|="))
+
+
+class _NumpyArrayBuilder(NumpyArray):
+    def __setstate__(self, state: Any) -> None:
+        # (version, shape, dtype, is_fortran, rawdata)
+        if not (isinstance(state, tuple) and len(state) == 5):
+            raise pickle.UnpicklingError("unexpected NumPy array state")
+        _, shape, dt, fortran, raw = state
+        self.shape = tuple(int(d) for d in shape)
+        self.fortran = bool(fortran)
+        if isinstance(dt, _NumpyDType):
+            self.type_string = self.order_code(dt)
+            self.dtype = dt.resolve()
+        if isinstance(raw, (bytes, bytearray)):
+            self.data = bytes(raw)
+        elif isinstance(raw, list):
+            raise pickle.UnpicklingError("NumPy object arrays are not supported")
+
+    @staticmethod
+    def order_code(dt: _NumpyDType) -> str:
+        return dt.order + dt.code
+
+
+def _np_reconstruct(cls: Any, shape: Any, typecode: Any) -> NumpyArray:
+    return _NumpyArrayBuilder()
+
+
+def _np_scalar(dt: Any, data: Any = None) -> Any:
+    import struct
+
+    resolved = dt.resolve() if isinstance(dt, _NumpyDType) else None
+    if resolved is None or not isinstance(data, (bytes, bytearray)):
+        return _placeholder_class("numpy", "scalar")(dt, data)
+    fmt = {"float64": "<d", "float32": "<f", "float16": "<e", "int64": "<q", "int32": "<i",
+           "int16": "<h", "int8": "<b", "uint8": "<B", "uint16": "<H", "uint32": "<I",
+           "uint64": "<Q", "bool": "<?"}.get(resolved.name)
+    if fmt is None or struct.calcsize(fmt) != len(data):
+        return _placeholder_class("numpy", "scalar")(dt, data)
+    return struct.unpack(fmt, bytes(data))[0]
+
+
+_REBUILDERS: set[Callable[..., Any]] = {
+    _rebuild_tensor, _rebuild_tensor_v2, _rebuild_tensor_v3, _rebuild_parameter, _rebuild_meta,
+}
+_SAFE_TYPES = (OrderedDict, dict, list, set, frozenset, tuple, defaultdict, Counter, deque, bytearray)
+
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("collections", "OrderedDict"): OrderedDict,
+    ("collections", "defaultdict"): defaultdict,
+    ("collections", "Counter"): Counter,
+    ("collections", "deque"): deque,
+    ("_codecs", "encode"): _codecs_encode,
+    ("copyreg", "_reconstructor"): _reconstructor,
+    ("copy_reg", "_reconstructor"): _reconstructor,
+    ("copyreg", "__newobj__"): _newobj,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_meta_tensor_no_storage"): _rebuild_meta,
+    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+    ("torch", "Size"): _torch_size,
+    ("torch", "device"): _torch_device,
+    ("torch.serialization", "_get_layout"): _get_layout,
+    ("numpy.core.multiarray", "_reconstruct"): _np_reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _np_reconstruct,
+    ("numpy.core.multiarray", "scalar"): _np_scalar,
+    ("numpy._core.multiarray", "scalar"): _np_scalar,
+    ("numpy", "dtype"): _NumpyDType,
+    ("numpy", "ndarray"): _NumpyArrayBuilder,
+}
+for _name in ("list", "dict", "set", "frozenset", "tuple", "bytearray", "bytes", "complex",
+              "slice", "range", "int", "float", "str", "bool"):
+    _ALLOWED[("builtins", _name)] = getattr(builtins, _name)
+    _ALLOWED[("__builtin__", _name)] = _ALLOWED[("builtins", _name)]
+
+
+def _torch_global(name: str) -> Any:
+    if name in dtypes.BY_NAME:
+        return DTypeRef(name)
+    if name in dtypes.BY_STORAGE:
+        return StorageType(name, dtypes.BY_STORAGE[name])
+    if name == "UntypedStorage":
+        return StorageType(name, None)
+    return None
+
+
+# --------------------------------------------------------------------- unpickler
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Ceilings that keep a hostile file from exhausting memory (docs/reliability.md)."""
+
+    max_pickle_bytes: int = 1 << 30
+    max_tensors: int = 10_000_000
+    max_key_length: int = 65_536
+    max_header_bytes: int = 100_000_000
+    max_member_bytes: int = 1 << 31  # decompressed size of a deflated zip member
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass
+class UnpickleResult:
+    obj: Any
+    references: list[GlobalRef] = field(default_factory=list)
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """pickle.Unpickler whose find_class never imports and whose persistent ids stay lazy."""
+
+    def __init__(
+        self,
+        file: io.BufferedIOBase,
+        *,
+        where: str,
+        persistent_load: Callable[[Any], Any] | None = None,
+    ) -> None:
+        super().__init__(file)
+        self.where = where
+        self.references: list[GlobalRef] = []
+        self._seen: set[tuple[str, str]] = set()
+        self._persistent = persistent_load
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
+        module, name = str(module), str(name)
+        key = (module, name)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.references.append(GlobalRef(module, name, security.severity(module, name), self.where))
+        if key in _ALLOWED:
+            return _ALLOWED[key]
+        if module == "torch":
+            found = _torch_global(name)
+            if found is not None:
+                return found
+        if key in (("torch.storage", "UntypedStorage"), ("torch", "UntypedStorage")):
+            return StorageType("UntypedStorage", None)
+        return _placeholder_class(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:
+        if self._persistent is None:
+            raise pickle.UnpicklingError("persistent id in a pickle that has no storages")
+        return self._persistent(pid)
+
+
+def restricted_loads(
+    data: bytes,
+    *,
+    where: str,
+    path: str,
+    persistent_load: Callable[[Any], Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> UnpickleResult:
+    """Unpickle ``data`` without importing or calling anything it names."""
+    if len(data) > limits.max_pickle_bytes:
+        raise LimitExceeded(
+            f"{where} is {len(data)} bytes, over the pickle limit of {limits.max_pickle_bytes} "
+            "(raise it with --max-pickle-bytes)",
+            path,
+        )
+    unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load)
+    try:
+        obj = unpickler.load()
+    except InputError:
+        raise
+    except RecursionError:
+        raise InputError(f"{where} is nested too deeply to read", path) from None
+    except MemoryError:
+        raise LimitExceeded(f"{where} asks for more memory than is available", path) from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
+            AttributeError, UnicodeDecodeError, OverflowError, struct_error()) as exc:
+        # Any of these means the bytes are not a well-formed pickle of the
+        # shapes we rebuild; the message names the file, never a traceback.
+        detail = str(exc) or exc.__class__.__name__
+        if isinstance(exc, EOFError) or "truncated" in detail:
+            detail = "the pickle is truncated"
+        raise InputError(f"{where} is not a readable pickle: {detail}", path) from exc
+    return UnpickleResult(obj, unpickler.references)
+
+
+def struct_error() -> type[Exception]:
+    import struct
+
+    return struct.error

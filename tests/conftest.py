@@ -1,0 +1,66 @@
+"""Shared fixtures: real checkpoints written by real torch, and a CLI runner."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture
+def run_cli():
+    """Run ``ckpt ARGS`` in-process through main(); returns (exit code, stdout, stderr)."""
+    from ckpt_tool.cli import main
+
+    def run(*args: str) -> "CliResult":
+        runner = CliRunner()
+        result = runner.invoke(_Main(main), list(args), catch_exceptions=False)
+        return CliResult(result.exit_code, result.stdout, result.stderr)
+
+    return run
+
+
+class _Main:
+    """Adapter so CliRunner can drive ``main(argv) -> int`` (our error mapping included)."""
+
+    def __init__(self, main):
+        self.main_func = main
+        self.name = "ckpt"
+
+    def main(self, args=None, prog_name=None, standalone_mode=True, **extra):
+        code = self.main_func(args)
+        sys.exit(code)
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code = code
+        self.out = out
+        self.err = err
+
+    def __repr__(self) -> str:
+        return f"CliResult(code={self.code}, out={self.out[:400]!r}, err={self.err[:400]!r})"
+
+
+def run_subprocess(*args: str, cwd: str | None = None, timeout: float = 120, env: dict | None = None):
+    """Run ``python -m ckpt_tool ARGS`` in a fresh interpreter."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_tool", *args], capture_output=True, text=True, cwd=cwd,
+        timeout=timeout, env=full_env,
+    )

@@ -1,0 +1,184 @@
+"""ckpt inspect on real files, checked against what torch itself loads."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from ckpt_tool import inspect, load
+
+from conftest import run_subprocess
+
+
+def torch_view(sd):
+    return {k: (str(v.dtype).replace("torch.", ""), tuple(v.shape)) for k, v in sd.items()}
+
+
+def ckpt_view(ckpt):
+    return {t.key: (t.dtype, t.shape) for t in ckpt.tensors}
+
+
+def test_plain_state_dict_matches_torch(fixtures_dir):
+    path = fixtures_dir / "tiny_mlp.pth"
+    assert ckpt_view(load(path)) == torch_view(torch.load(path, weights_only=True))
+
+
+def test_safetensors_matches_safetensors(fixtures_dir):
+    path = fixtures_dir / "tiny_mlp.safetensors"
+    ckpt = load(path)
+    assert ckpt_view(ckpt) == torch_view(load_file(path))
+    assert ckpt.metadata["__metadata__"]["format"] == "pt"
+
+
+def test_dataparallel_keys_and_prefix(fixtures_dir):
+    path = fixtures_dir / "tiny_mlp_dp.pth"
+    report = inspect(path)
+    assert ckpt_view(report.checkpoint) == torch_view(torch.load(path, weights_only=True))
+    assert report.prefixes == ("module.",)
+
+
+def test_training_checkpoint_picks_model_and_keeps_metadata(fixtures_dir):
+    path = fixtures_dir / "training.pth"
+    ckpt = load(path)
+    real = torch.load(path, weights_only=False)
+    assert ckpt.state_dict_key == "model"
+    assert ckpt_view(ckpt) == torch_view(real["model"])
+    assert {"optimizer", "epoch", "args"} <= set(ckpt.metadata)
+    assert ckpt.metadata["epoch"] == 3
+    assert ckpt.metadata["args"]["__class__"] == "argparse.Namespace"
+    assert ckpt.metadata["args"]["lr"] == 0.1
+    assert ckpt.framework == "training-dict"
+    assert any("argparse.Namespace" in w for w in ckpt.warnings)
+
+
+@pytest.mark.parametrize("where", ["sharded", "sharded/model.safetensors.index.json"])
+def test_sharded_safetensors_via_index_and_folder(fixtures_dir, where):
+    ckpt = load(fixtures_dir / where)
+    expected = torch.load(fixtures_dir / "tiny_mlp.pth", weights_only=True)
+    assert ckpt.format == "sharded"
+    assert ckpt_view(ckpt) == torch_view(expected)
+
+
+def test_sharded_bin(fixtures_dir):
+    ckpt = load(fixtures_dir / "sharded_bin")
+    expected = torch.load(fixtures_dir / "tiny_mlp.pth", weights_only=True)
+    assert ckpt.metadata["shard_format"] == "torch-zip"
+    assert ckpt_view(ckpt) == torch_view(expected)
+
+
+def test_missing_shard_is_named(tmp_path, fixtures_dir, run_cli):
+    import shutil
+
+    shutil.copytree(fixtures_dir / "sharded", tmp_path / "s")
+    os.remove(tmp_path / "s" / "model-00002-of-00002.safetensors")
+    r = run_cli("inspect", str(tmp_path / "s"))
+    assert r.code == 2
+    assert "model-00002-of-00002.safetensors" in r.err and "missing" in r.err
+    assert len(r.err.strip().splitlines()) == 1
+
+
+def test_whole_model_pickle_class_not_importable(fixtures_dir):
+    # whole_model.pth names __main__.WholeModel, which no test process can import
+    path = fixtures_dir / "whole_model.pth"
+    ckpt = load(path)
+    assert ckpt.layout == "module"
+    assert [t.key for t in ckpt.tensors] == [
+        "steps", "body.0.weight", "body.0.bias", "body.1.weight", "body.1.bias",
+        "body.1.running_mean", "body.1.running_var", "body.1.num_batches_tracked",
+    ]
+    assert "tmp" not in ckpt.keys  # non-persistent buffer, as state_dict() leaves it out
+
+
+def test_whole_model_matches_torch_state_dict(tmp_path):
+    from models import TinyMLP
+
+    model = TinyMLP()
+    torch.save(model, tmp_path / "m.pth")
+    ckpt = load(tmp_path / "m.pth")
+    assert ckpt_view(ckpt) == torch_view(model.state_dict())
+    assert list(ckpt.keys) == list(model.state_dict())
+
+
+def test_os_system_payload_is_reported_never_run(tmp_path, run_cli):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"w": torch.zeros(2), "evil": Evil()}, tmp_path / "evil.pth")
+    r = run_cli("inspect", str(tmp_path / "evil.pth"))
+    assert r.code == 0
+    assert not marker.exists()
+    assert "posix.system" in r.out or "os.system" in r.out
+    assert "NOT executed" in r.out
+
+
+def test_json_document_has_contract_keys(fixtures_dir, run_cli):
+    r = run_cli("inspect", str(fixtures_dir / "training.pth"), "--json")
+    assert r.code == 0
+    doc = json.loads(r.out)
+    for key in ("format", "path", "state_dict_key", "tensors", "total_numel", "total_nbytes",
+                "metadata_keys", "prefixes", "warnings"):
+        assert key in doc
+    first = doc["tensors"][0]
+    assert set(first) >= {"key", "dtype", "shape", "numel", "nbytes"}
+    assert doc["total_numel"] == sum(t["numel"] for t in doc["tensors"])
+
+
+def test_layout_notes(tmp_path):
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    conv = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    torch.save({"t": base.t(), "a": base, "a_view": base[1], "conv": conv}, tmp_path / "x.pth")
+    report = inspect(tmp_path / "x.pth")
+    assert "non-contiguous" in report.notes["t"]
+    assert "channels_last" in report.notes["conv"]
+    assert any("shares storage with" in n for n in report.notes["a_view"])
+
+
+def test_stats_reads_values(tmp_path):
+    torch.save({"x": torch.tensor([1.0, float("nan"), 3.0, float("inf")]),
+                "t": torch.arange(6.0).reshape(2, 3).t()}, tmp_path / "s.pth")
+    report = inspect(tmp_path / "s.pth", stats=True)
+    s = report.stats["x"]
+    assert (s.min, s.max, s.nan, s.inf) == (1.0, 3.0, 1, 1)
+    assert report.stats["t"].max == 5.0
+
+
+def test_tree_groups_by_module(fixtures_dir, run_cli):
+    r = run_cli("inspect", str(fixtures_dir / "tiny_mlp.pth"), "--tree")
+    assert r.code == 0
+    assert "encoder  144 params, 2 tensors" in r.out
+
+
+def test_extension_mismatch_warns(tmp_path, fixtures_dir):
+    import shutil
+
+    shutil.copy(fixtures_dir / "tiny_mlp.pth", tmp_path / "weights.safetensors")
+    ckpt = load(tmp_path / "weights.safetensors")
+    assert ckpt.format == "torch-zip"
+    assert any("extension .safetensors" in w for w in ckpt.warnings)
+
+
+@pytest.mark.parametrize("name", ["tiny_mlp.pth", "tiny_mlp.safetensors", "sharded"])
+def test_inspect_does_not_import_torch(fixtures_dir, name):
+    code = (
+        "import sys; from ckpt_tool.cli import main; rc = main(['inspect', sys.argv[1], '--json']);"
+        "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)"
+    )
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(fixtures_dir.parent))
+    r = subprocess.run([sys.executable, "-c", code, str(fixtures_dir / name)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tensors"]
+
+
+def test_python_m_entry_point(fixtures_dir):
+    r = run_subprocess("inspect", str(fixtures_dir / "tiny_mlp.pth"))
+    assert r.returncode == 0
+    assert "encoder.weight" in r.stdout

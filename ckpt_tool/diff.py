@@ -1,0 +1,426 @@
+"""``ckpt diff``: what happens when A's weights are loaded where B is expected.
+
+Key, shape and dtype differences follow ``load_state_dict`` and come from
+metadata alone; when both sides are checkpoints nothing here imports torch.
+``values=True`` streams tensor pairs one at a time (compare_values) and is
+the only path that reads tensor bytes. A ``--target`` is a module built on
+the meta device (target.py), which of course imports torch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
+
+from .errors import UsageError
+from .infer import Suggestion, shapes_compatible, suggest
+from .model import Checkpoint, TensorMeta
+from .unpickle import DEFAULT_LIMITS, Limits
+
+# Metadata a reader adds about the file's layout, not about its contents: not diffed.
+LAYOUT_METADATA = {"sharded": ("shards", "shard_format", "metadata")}
+_MAX_METADATA_ITEMS = 2000
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One key whose shape (or dtype) differs: ``a`` is what A holds, ``b`` what B expects."""
+
+    key: str
+    a: Any  # shape list or dtype string
+    b: Any
+
+
+@dataclass(frozen=True)
+class ValueDiff:
+    """How far A's values are from B's for one key, judged like torch.allclose(equal_nan=True)."""
+
+    key: str
+    max_abs: float
+    max_rel: float
+    nan_a: int
+    nan_b: int
+    inf_a: int
+    inf_b: int
+    passed: bool
+    mismatched: int = 0  # elements outside atol + rtol * |b|
+    numel: int = 0
+    compared_as: str = ""  # the dtype both sides were compared in
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "max_abs": _json_float(self.max_abs), "max_rel": _json_float(self.max_rel),
+            "passed": self.passed, "mismatched": self.mismatched, "numel": self.numel,
+            "nan_a": self.nan_a, "nan_b": self.nan_b, "inf_a": self.inf_a, "inf_b": self.inf_b,
+            "compared_as": self.compared_as,
+        }
+
+
+def _json_float(x: float) -> float | str:
+    """JSON has no NaN/Infinity: those become the strings "nan", "inf" (as in inspect)."""
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return x
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """Everything ``ckpt diff`` found; ``equal`` decides the exit code."""
+
+    a: str
+    b: str
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    shape_mismatch: tuple[Mismatch, ...]
+    dtype_mismatch: tuple[Mismatch, ...]
+    value_mismatch: tuple[ValueDiff, ...]
+    values: tuple[ValueDiff, ...]
+    metadata_diff: dict[str, Any]
+    suggestion: Suggestion | None
+    warnings: tuple[str, ...]
+    b_kind: str = "checkpoint"  # or "target"
+    a_format: str = ""
+    b_format: str = ""
+    a_count: int = 0
+    b_count: int = 0
+    compared_values: bool = False
+    atol: float = 1e-8
+    rtol: float = 1e-5
+    fail_on_metadata: bool = False
+    key: str | None = None
+    key_b: str | None = None
+    target_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    plain_tensor_attributes: tuple[str, ...] = ()
+
+    @property
+    def metadata_differs(self) -> bool:
+        return any(self.metadata_diff.get(k) for k in ("changed", "only_a", "only_b"))
+
+    @property
+    def equal(self) -> bool:
+        """No difference that affects loading: keys, shapes, dtypes and (when compared) values.
+
+        Metadata differences (epoch, optimizer, ...) count only with
+        ``fail_on_metadata``: they never change what load_state_dict does.
+        """
+        differs = self.missing or self.unexpected or self.shape_mismatch or self.dtype_mismatch or self.value_mismatch
+        return not differs and not (self.fail_on_metadata and self.metadata_differs)
+
+    def migrate_command(self, output: str | None = None) -> str | None:
+        """The ``ckpt migrate`` command that applies the suggestion to A, or None."""
+        if self.suggestion is None:
+            return None
+        target = kwargs = None
+        if self.b_kind == "target":
+            import json
+
+            target = self.b
+            kwargs = json.dumps(dict(self.target_kwargs)) if self.target_kwargs else None
+        return self.suggestion.command(self.a, output, key=self.key, target=target, target_kwargs=kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        suggestion = None
+        if self.suggestion is not None:
+            suggestion = self.suggestion.to_json()
+            suggestion["command"] = self.migrate_command()
+        return {
+            "equal": self.equal,
+            "a": self.a,
+            "b": self.b,
+            "b_kind": self.b_kind,
+            "a_format": self.a_format,
+            "b_format": self.b_format,
+            "a_tensors": self.a_count,
+            "b_tensors": self.b_count,
+            "missing": list(self.missing),
+            "unexpected": list(self.unexpected),
+            "shape_mismatch": [{"key": m.key, "a": m.a, "b": m.b} for m in self.shape_mismatch],
+            "dtype_mismatch": [{"key": m.key, "a": m.a, "b": m.b} for m in self.dtype_mismatch],
+            "value_mismatch": [v.to_json() for v in self.value_mismatch],
+            "values_compared": self.compared_values,
+            "values": [v.to_json() for v in self.values] if self.compared_values else None,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "metadata_diff": self.metadata_diff,
+            "suggestion": suggestion,
+            "plain_tensor_attributes": list(self.plain_tensor_attributes),
+            "warnings": list(self.warnings),
+        }
+
+
+def compare_tensors(
+    a: Sequence[TensorMeta], b: Sequence[TensorMeta], *, lazy: Iterable[str] = ()
+) -> tuple[list[str], list[str], list[Mismatch], list[Mismatch]]:
+    """(missing, unexpected, shape_mismatch, dtype_mismatch) for A loaded where B is expected.
+
+    As ``load_state_dict(strict=False)``: missing keys in B's order,
+    unexpected keys in A's order, and the size mismatches it raises for
+    (a one-element 1-d tensor loads into a 0-d one; lazy parameters take
+    any shape). dtypes are compared too, although load_state_dict casts.
+    """
+    a_map = {t.key: t for t in a}
+    b_keys = {t.key for t in b}
+    lazy = set(lazy)
+    missing = [t.key for t in b if t.key not in a_map]
+    unexpected = [t.key for t in a if t.key not in b_keys]
+    shape_mismatch: list[Mismatch] = []
+    dtype_mismatch: list[Mismatch] = []
+    for tb in b:
+        ta = a_map.get(tb.key)
+        if ta is None:
+            continue
+        if tb.key not in lazy and not shapes_compatible(ta.shape, tb.shape):
+            shape_mismatch.append(Mismatch(tb.key, list(ta.shape), list(tb.shape)))
+        if ta.dtype != tb.dtype and tb.key not in lazy:
+            dtype_mismatch.append(Mismatch(tb.key, ta.dtype, tb.dtype))
+    return missing, unexpected, shape_mismatch, dtype_mismatch
+
+
+# ------------------------------------------------------------------ metadata
+
+
+def metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Differences in non-tensor entries, found with deepdiff, as JSON-safe lists.
+
+    ``changed``: paths whose value differs (``a``, ``b``); ``only_a`` /
+    ``only_b``: paths present on one side only. Paths are dotted
+    (``optimizer.param_groups.0.lr``); list order matters.
+    """
+    from deepdiff import DeepDiff
+
+    tree = DeepDiff(dict(a), dict(b), view="tree", verbose_level=2, threshold_to_diff_deeper=0,
+                    ignore_private_variables=False)
+    changed: list[dict[str, Any]] = []
+    only_a: list[dict[str, Any]] = []
+    only_b: list[dict[str, Any]] = []
+    for kind, levels in tree.items():
+        for level in levels:
+            path = _dotted(level.path(output_format="list"))
+            if kind in ("values_changed", "type_changes"):
+                changed.append({"path": path, "a": _safe(level.t1), "b": _safe(level.t2)})
+            elif kind in ("dictionary_item_removed", "iterable_item_removed", "attribute_removed",
+                          "set_item_removed"):
+                only_a.append({"path": path, "value": _safe(level.t1)})
+            elif kind in ("dictionary_item_added", "iterable_item_added", "attribute_added", "set_item_added"):
+                only_b.append({"path": path, "value": _safe(level.t2)})
+            else:  # repetition changes and the like: show both sides
+                changed.append({"path": path, "a": _safe(level.t1), "b": _safe(level.t2)})
+    for items in (changed, only_a, only_b):
+        items.sort(key=lambda x: x["path"])
+        del items[_MAX_METADATA_ITEMS:]
+    return {"changed": changed, "only_a": only_a, "only_b": only_b}
+
+
+def _dotted(parts: Sequence[Any]) -> str:
+    return ".".join(str(p) for p in parts) or "<root>"
+
+
+def _safe(obj: Any) -> Any:
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return str(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): _safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_safe(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return str(obj)
+
+
+def content_metadata(ckpt: Checkpoint) -> dict[str, Any]:
+    """The checkpoint's metadata without what only describes the file layout (shard lists)."""
+    skip = LAYOUT_METADATA.get(ckpt.format, ())
+    return {str(k): v for k, v in ckpt.metadata.items() if k not in skip}
+
+
+# ------------------------------------------------------------------ values
+
+# Elements per step of the value comparison: bounds the temporaries (~10 x 8 MiB) at any tensor size.
+_CHUNK = 1 << 20
+
+
+def compare_values(
+    pairs: Sequence[tuple[TensorMeta, TensorMeta]], *, atol: float, rtol: float,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[ValueDiff], list[str]]:
+    """(one ValueDiff per pair, keys skipped because a side holds no data).
+
+    One pair is in memory at a time (read with tensordata.to_torch), and the
+    arithmetic runs in chunks, so peak memory stays near the two largest
+    tensors of one key.
+    """
+    out: list[ValueDiff] = []
+    skipped: list[str] = []
+    for ta, tb in pairs:
+        if ta.storage is None or tb.storage is None:
+            skipped.append(ta.key)
+        else:
+            out.append(compare_pair(ta, tb, atol=atol, rtol=rtol))
+        if progress is not None:
+            progress(ta.key)
+    return out, skipped
+
+
+def _compare_dtype(a: str, b: str) -> str:
+    """bf16 vs fp32 compares in fp32; anything with fp64 or an integer in fp64; complex in complex128."""
+    from . import dtypes
+
+    kinds = {dtypes.lookup(a).kind, dtypes.lookup(b).kind}
+    if "complex" in kinds:
+        return "complex128"
+    if "float64" in (a, b) or not kinds & {"float"}:
+        return "float64"
+    if kinds - {"float"}:  # a float against an integer: fp64 holds both exactly (up to 2**53)
+        return "float64"
+    return "float32"
+
+
+def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> ValueDiff:
+    """Max |a-b|, max |a-b|/|b|, NaN/Inf counts and allclose(a, b, rtol, atol, equal_nan=True).
+
+    NaNs in the same place are equal (a checkpoint equals itself); a NaN
+    against a number, or an Inf against anything but the same Inf, is an
+    infinite difference and fails. Relative difference is against B (the
+    expected side), as in torch.allclose: 0 where both are 0, inf where only B is.
+    """
+    import torch
+
+    from .tensordata import to_torch
+
+    cd = _compare_dtype(ta.dtype, tb.dtype)
+    dt = getattr(torch, cd)
+    x = to_torch(ta).reshape(-1)
+    y = to_torch(tb).reshape(-1)
+    exact_ints = not (x.is_floating_point() or x.is_complex() or y.is_floating_point() or y.is_complex())
+    max_abs = max_rel = 0.0
+    nan_a = nan_b = inf_a = inf_b = bad_count = 0
+    for start in range(0, x.numel(), _CHUNK):
+        xs, ys = x[start:start + _CHUNK], y[start:start + _CHUNK]
+        xa, yb = xs.to(dt), ys.to(dt)
+        xnan, ynan = torch.isnan(xa), torch.isnan(yb)
+        nan_a += int(xnan.sum())
+        nan_b += int(ynan.sum())
+        inf_a += int(torch.isinf(xa).sum())
+        inf_b += int(torch.isinf(yb).sum())
+        same = (xs == ys) if exact_ints else ((xa == yb) | (xnan & ynan))
+        diff = (xa - yb).abs()
+        if diff.is_complex():
+            diff = diff.real
+        diff = diff.to(torch.float64)
+        diff = torch.where(same, torch.zeros((), dtype=diff.dtype), diff)
+        diff = torch.where(torch.isnan(diff), torch.full((), math.inf, dtype=diff.dtype), diff)
+        if exact_ints:  # int64 beyond 2**53: unequal even where fp64 cannot tell
+            diff = torch.where(~same & (diff == 0), torch.ones((), dtype=diff.dtype), diff)
+        ref = yb.abs()
+        if ref.is_complex():
+            ref = ref.real
+        ref = ref.to(torch.float64)
+        finite = torch.isfinite(xa) & torch.isfinite(yb)
+        bad = (diff > atol + rtol * ref) | (~same & ~finite)
+        bad_count += int(bad.sum())
+        if diff.numel():
+            max_abs = max(max_abs, float(diff.max()))
+            rel = torch.where(diff == 0, torch.zeros((), dtype=diff.dtype), diff / ref)
+            max_rel = max(max_rel, float(rel.max()))
+    return ValueDiff(ta.key, max_abs, max_rel, nan_a, nan_b, inf_a, inf_b, bad_count == 0,
+                     bad_count, int(x.numel()), cd)
+
+
+# ------------------------------------------------------------------ the command
+
+
+def diff(
+    a: str,
+    b: str | None = None,
+    *,
+    target: str | None = None,
+    target_kwargs: dict[str, Any] | None = None,
+    key: str | None = None,
+    key_b: str | None = None,
+    unsafe: bool = False,
+    values: bool = False,
+    atol: float = 1e-8,
+    rtol: float = 1e-5,
+    progress: Callable[[str], None] | None = None,
+    fail_on_metadata: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+    on_start: Callable[[int], None] | None = None,
+) -> DiffReport:
+    """Compare checkpoint ``a`` with checkpoint ``b`` or with a ``target`` module spec.
+
+    ``key`` selects A's state_dict (and B's, unless ``key_b`` is given).
+    ``values`` compares the data of every common key of equal shape,
+    reading one tensor pair at a time; ``on_start`` gets the number of
+    pairs before the first is read, ``progress`` each key after it is done.
+    """
+    import os
+
+    from .formats import load
+
+    if (b is None) == (target is None):
+        raise UsageError("give either a second checkpoint B or --target SPEC (exactly one)")
+    if values and target is not None:
+        raise UsageError("--values compares two checkpoints; a --target module built on the meta device holds no values")
+    if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
+        raise UsageError("--atol and --rtol must be non-negative numbers")
+    a = os.fspath(a)
+    ckpt_a = load(a, key=key, unsafe=unsafe, limits=limits)
+    warnings = [f"A: {w}" for w in ckpt_a.warnings]
+    lazy: tuple[str, ...] = ()
+    plain: tuple[str, ...] = ()
+    ckpt_b: Checkpoint | None = None
+    if target is not None:
+        from .target import build_target
+
+        built = build_target(target, target_kwargs)
+        b_label, b_tensors, b_format = target, list(built.tensors), f"module ({built.device})"
+        lazy, plain = built.lazy, built.plain_tensor_attributes
+        warnings += [f"target: {w}" for w in built.warnings]
+        target_prefixes = _attribute_prefixes(built.module)
+    else:
+        b_label = os.fspath(cast(str, b))  # not None: checked above
+        ckpt_b = load(b_label, key=key_b if key_b is not None else key, unsafe=unsafe, limits=limits)
+        b_tensors, b_format = list(ckpt_b.tensors), ckpt_b.format
+        warnings += [f"B: {w}" for w in ckpt_b.warnings]
+        target_prefixes = []
+    try:
+        missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt_a.tensors, b_tensors, lazy=lazy)
+        suggestion = None
+        if missing or unexpected or shape_mm:
+            suggestion = suggest(ckpt_a.tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
+        meta = {"changed": [], "only_a": [], "only_b": []}
+        if ckpt_b is not None:
+            meta = metadata_diff(content_metadata(ckpt_a), content_metadata(ckpt_b))
+        value_diffs: list[ValueDiff] = []
+        if values and ckpt_b is not None:
+            bad_shape = {m.key for m in shape_mm}
+            b_map = ckpt_b.by_key
+            pairs = [(t, b_map[t.key]) for t in ckpt_a.tensors if t.key in b_map and t.key not in bad_shape]
+            if on_start is not None:
+                on_start(len(pairs))
+            value_diffs, skipped = compare_values(pairs, atol=atol, rtol=rtol, progress=progress)
+            if skipped:
+                warnings.append(f"{len(skipped)} tensor(s) hold no data and were not compared: "
+                                + ", ".join(skipped[:5]))
+    finally:
+        ckpt_a.close()
+        if ckpt_b is not None:
+            ckpt_b.close()
+    return DiffReport(
+        a=a, b=b_label, missing=tuple(missing), unexpected=tuple(unexpected),
+        shape_mismatch=tuple(shape_mm), dtype_mismatch=tuple(dtype_mm),
+        value_mismatch=tuple(v for v in value_diffs if not v.passed), values=tuple(value_diffs),
+        metadata_diff=meta, suggestion=suggestion, warnings=tuple(warnings),
+        b_kind="target" if target is not None else "checkpoint", a_format=ckpt_a.format, b_format=b_format,
+        a_count=len(ckpt_a.tensors), b_count=len(b_tensors), compared_values=bool(values),
+        atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, key=key, key_b=key_b,
+        target_kwargs=dict(target_kwargs or {}), plain_tensor_attributes=plain,
+    )
+
+
+def _attribute_prefixes(module: Any) -> list[str]:
+    """``name.`` for each direct child of the target that holds all of its state (a wrapper's ``model.``)."""
+    children = [name for name, _ in module.named_children()]
+    if len(children) == 1 and not list(module.named_parameters(recurse=False)):
+        return [children[0] + "."]
+    return []

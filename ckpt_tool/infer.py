@@ -1,0 +1,337 @@
+"""Infer the key rewrite that makes one key set load into another.
+
+Candidate rules (wrapper prefixes, prefixes found by matching key suffixes,
+shape-preserving renames of one path component) are each applied to the
+source keys and scored against the target's keys and shapes; the best rule
+that removes differences wins. Pure metadata: no torch, no tensor bytes.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import RuleConflict
+from .model import TensorMeta
+from .rules import KNOWN_PREFIXES, RuleSet, detect_prefixes, make_plan
+
+# Wrapper prefixes tried on both sides, most specific first.
+WRAPPER_PREFIXES = KNOWN_PREFIXES
+# A key suffix shared by more prefixes than this is ambiguous (``weight``) and not used for matching.
+_MAX_PREFIXES_PER_SUFFIX = 3
+_MAX_SAMPLED_KEYS = 5000
+_MAX_DATA_CANDIDATES = 12
+_MAX_RENAME_PAIRS = 200_000
+_MAX_RENAMES = 8
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A rewrite of the source's keys and what it achieves against the target."""
+
+    rules: RuleSet
+    reconciled: int  # keys that match after the rewrite and did not before
+    remaining_missing: int
+    remaining_unexpected: int
+    remaining_shape_mismatch: int = 0
+    renamed: int = 0  # source keys whose name the rewrite changes
+
+    @property
+    def complete(self) -> bool:
+        """True when the rewrite leaves no key difference at all."""
+        return not (self.remaining_missing or self.remaining_unexpected or self.remaining_shape_mismatch)
+
+    def command(self, source: str, output: str | None = None, *, key: str | None = None,
+                target: str | None = None, target_kwargs: str | None = None) -> str:
+        """The exact ``ckpt migrate`` command that applies the rewrite (shell-quoted)."""
+        args = ["ckpt", "migrate", source, "-o", output or default_output(source)]
+        if key is not None:
+            args += ["--key", key]
+        args += self.rules.cli_args()
+        if target is not None:
+            args += ["--target", target]
+            if target_kwargs:
+                args += ["--target-kwargs", target_kwargs]
+        return " ".join(shlex.quote(a) for a in args)
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.rules
+        return {
+            "rules": {
+                "strip_prefix": list(r.strip_prefix),
+                "add_prefix": r.add_prefix,
+                "rename": [{"pattern": p, "replacement": s} for p, s in r.rename],
+            },
+            "options": r.cli_args(),
+            "reconciled": self.reconciled,
+            "renamed": self.renamed,
+            "remaining_missing": self.remaining_missing,
+            "remaining_unexpected": self.remaining_unexpected,
+            "remaining_shape_mismatch": self.remaining_shape_mismatch,
+            "complete": self.complete,
+        }
+
+
+def default_output(source: str) -> str:
+    """``model.pth`` -> ``model.fixed.pth``; a folder (sharded, DCP) -> ``folder.fixed``."""
+    path = source.rstrip("/\\") or source
+    if os.path.isdir(path):
+        return path + ".fixed"
+    stem, ext = os.path.splitext(path)
+    if ext == ".json" and stem.endswith(".index"):  # model.safetensors.index.json: a sharded set
+        return os.path.dirname(path) + ".fixed" if os.path.dirname(path) else "fixed"
+    return f"{stem}.fixed{ext}" if ext else f"{path}.fixed"
+
+
+# ------------------------------------------------------------------ scoring
+
+
+@dataclass(frozen=True)
+class _Score:
+    missing: int
+    unexpected: int
+    shape_bad: int
+    matched: frozenset[str]  # source keys that land on a target key of a compatible shape
+    renamed: int
+
+    @property
+    def differences(self) -> int:
+        return self.missing + self.unexpected + self.shape_bad
+
+
+def shapes_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """load_state_dict's rule: equal shapes, or a one-element 1-d tensor into a 0-d one."""
+    return a == b or (b == () and len(a) == 1 and a[0] == 1)
+
+
+class _Scorer:
+    def __init__(self, source: Sequence[TensorMeta], target: Sequence[TensorMeta], lazy: Iterable[str]) -> None:
+        self.source = list(source)
+        self.target = {t.key: t.shape for t in target}
+        self.lazy = set(lazy)
+        self.cache: dict[RuleSet, _Score | None] = {}
+
+    def score(self, rules: RuleSet) -> _Score | None:
+        if rules in self.cache:
+            return self.cache[rules]
+        try:
+            plan = make_plan(self.source, rules)
+        except RuleConflict:  # two keys would merge: never a valid suggestion
+            self.cache[rules] = None
+            return None
+        matched: set[str] = set()
+        used: set[str] = set()
+        unexpected = shape_bad = renamed = 0
+        for entry, t in zip(plan.entries, self.source):
+            out = entry.output
+            if out is None:
+                continue
+            if out != t.key:
+                renamed += 1
+            shape = self.target.get(out)
+            if shape is None:
+                unexpected += 1
+                continue
+            used.add(out)
+            if out in self.lazy or shapes_compatible(t.shape, shape):
+                matched.add(t.key)
+            else:
+                shape_bad += 1
+        result = _Score(len(self.target) - len(used), unexpected, shape_bad, frozenset(matched), renamed)
+        self.cache[rules] = result
+        return result
+
+    def residual(self, rules: RuleSet) -> tuple[list[tuple[str, TensorMeta]], dict[str, tuple[int, ...]]]:
+        """(source keys after ``rules`` that match nothing, target keys nothing lands on)."""
+        plan = make_plan(self.source, rules)
+        unmatched = []
+        used = set()
+        for entry, t in zip(plan.entries, self.source):
+            if entry.output is None:
+                continue
+            if entry.output in self.target:
+                used.add(entry.output)
+            else:
+                unmatched.append((entry.output, t))
+        missing = {k: s for k, s in self.target.items() if k not in used}
+        return unmatched, missing
+
+
+def _rank(score: _Score, rules: RuleSet) -> tuple[int, int, int, int]:
+    """Fewer differences first; then fewer rules; then fewer keys touched."""
+    n_rules = len(rules.strip_prefix) + (1 if rules.add_prefix else 0) + len(rules.rename)
+    return (score.differences, n_rules, score.renamed, len(rules.describe()))
+
+
+# ------------------------------------------------------------------ candidates
+
+
+def _prefixes_of(key: str) -> Iterable[tuple[str, str]]:
+    """Every (dotted prefix, rest) split of a key; the prefix ends with a dot or is empty."""
+    parts = key.split(".")
+    for i in range(len(parts)):
+        yield (".".join(parts[:i]) + "." if i else ""), ".".join(parts[i:])
+
+
+def _sample(keys: Sequence[str]) -> Sequence[str]:
+    if len(keys) <= _MAX_SAMPLED_KEYS:
+        return keys
+    step = len(keys) / _MAX_SAMPLED_KEYS
+    return [keys[int(i * step)] for i in range(_MAX_SAMPLED_KEYS)]
+
+
+def prefix_pairs(source_keys: Sequence[str], target_keys: Sequence[str]) -> list[tuple[str, str]]:
+    """(source prefix, target prefix) pairs that turn source keys into target keys, most supported first.
+
+    Found from the data: a source key ``pa + s`` and a target key ``pb + s``
+    share the suffix ``s``; suffixes that many prefixes share are ignored.
+    """
+    index: dict[str, set[str]] = {}
+    for key in _sample(target_keys):
+        for prefix, rest in _prefixes_of(key):
+            index.setdefault(rest, set()).add(prefix)
+    counts: Counter[tuple[str, str]] = Counter()
+    for key in _sample(source_keys):
+        seen: set[tuple[str, str]] = set()
+        for prefix, rest in _prefixes_of(key):
+            heads = index.get(rest)
+            if not heads or len(heads) > _MAX_PREFIXES_PER_SUFFIX:
+                continue
+            for head in heads:
+                if head != prefix and (prefix, head) not in seen:
+                    seen.add((prefix, head))
+                    counts[(prefix, head)] += 1
+    return [pair for pair, _ in counts.most_common(_MAX_DATA_CANDIDATES)]
+
+
+def _prefix_candidates(source_keys: Sequence[str], target_keys: Sequence[str],
+                       target_prefixes: Sequence[str]) -> list[RuleSet]:
+    strips = [p for p in WRAPPER_PREFIXES if any(k.startswith(p) for k in source_keys)]
+    strips += [p for p in detect_prefixes(source_keys) if p not in strips]
+    adds = [p for p in WRAPPER_PREFIXES if any(k.startswith(p) for k in target_keys)]
+    adds += [p for p in list(target_prefixes) + detect_prefixes(target_keys) if p and p not in adds]
+    out: list[RuleSet] = [RuleSet(strip_prefix=(p,)) for p in strips]
+    out += [RuleSet(add_prefix=p) for p in adds]
+    out += [RuleSet(strip_prefix=(s,), add_prefix=a) for s in strips for a in adds if s != a]
+    for pa, pb in prefix_pairs(source_keys, target_keys):
+        if pa and pb:
+            out.append(RuleSet(strip_prefix=(pa,), add_prefix=pb))
+            out.append(RuleSet(rename=((re.escape(pa) + "(.*)", _escape_repl(pb) + r"\1"),)))
+        elif pa:
+            out.append(RuleSet(strip_prefix=(pa,)))
+        else:
+            out.append(RuleSet(add_prefix=pb))
+    unique: list[RuleSet] = []
+    for r in out:
+        if r not in unique:
+            unique.append(r)
+    return unique
+
+
+def _escape_repl(text: str) -> str:
+    return text.replace("\\", "\\\\")
+
+
+def _component_rule(prefix: Sequence[str], old: str, new: str, tail: bool) -> tuple[str, str]:
+    """A whole-key regex that renames one path component after ``prefix`` (layer indices generalised)."""
+    pattern: list[str] = []
+    repl: list[str] = []
+    group = 0
+    for part in prefix:
+        if part.isdigit():
+            group += 1
+            pattern.append(r"(\d+)")
+            repl.append(f"\\{group}")
+        else:
+            pattern.append(re.escape(part))
+            repl.append(_escape_repl(part))
+    pattern.append(re.escape(old))
+    repl.append(_escape_repl(new))
+    pat, rep = r"\.".join(pattern), ".".join(repl)
+    if tail:
+        group += 1
+        pat += r"\.(.*)"
+        rep += f".\\{group}"
+    return pat, rep
+
+
+def _rename_candidates(unmatched: Sequence[tuple[str, TensorMeta]],
+                       missing: Mapping[str, tuple[int, ...]]) -> list[tuple[str, str]]:
+    """Renames of one path component (or of a leading path) seen between unmatched and missing keys."""
+    buckets: dict[tuple[int, tuple[int, ...]], list[list[str]]] = {}
+    for key, shape in missing.items():
+        parts = key.split(".")
+        buckets.setdefault((len(parts), shape), []).append(parts)
+    counts: Counter[tuple[str, str]] = Counter()
+    pairs = 0
+    for key, t in unmatched:
+        parts = key.split(".")
+        for other in buckets.get((len(parts), t.shape), ()):
+            pairs += 1
+            if pairs > _MAX_RENAME_PAIRS:
+                break
+            diff = [i for i, (x, y) in enumerate(zip(parts, other)) if x != y]
+            if len(diff) != 1:
+                continue
+            i = diff[0]
+            if parts[i].isdigit() and other[i].isdigit():
+                continue  # a shifted layer index is not a rename
+            counts[_component_rule(parts[:i], parts[i], other[i], i < len(parts) - 1)] += 1
+    # a module moved under (or out of) a parent: encoder.* -> backbone.encoder.*
+    moved = prefix_pairs([k for k, _ in unmatched], list(missing))
+    for pa, pb in moved:
+        for key, _ in unmatched:
+            if key.startswith(pa):
+                head = key[len(pa):].split(".", 1)[0]
+                rule = (re.escape(pa + head) + r"\.(.*)", _escape_repl(pb + head) + r".\1")
+                counts[rule] += 1
+    return [rule for rule, _ in counts.most_common(24)]
+
+
+# ------------------------------------------------------------------ the search
+
+
+def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
+            target_prefixes: Sequence[str] = (), lazy: Iterable[str] = ()) -> Suggestion | None:
+    """The best key rewrite of ``source`` towards ``target``, or None when nothing helps.
+
+    Prefix rewrites are tried first; then, on what is still unmatched,
+    shape-preserving renames are added one at a time while each removes
+    differences and no other rename would do equally well (unique).
+    """
+    scorer = _Scorer(source, target, lazy)
+    source_keys = [t.key for t in source]
+    target_keys = [t.key for t in target]
+    base = scorer.score(RuleSet())
+    if base is None or base.differences == 0:
+        return None
+    best_rules, best = RuleSet(), base
+    for rules in _prefix_candidates(source_keys, target_keys, target_prefixes):
+        score = scorer.score(rules)
+        if score is not None and _rank(score, rules) < _rank(best, best_rules) and score.differences < base.differences:
+            best_rules, best = rules, score
+    for _ in range(_MAX_RENAMES):
+        if best.differences == 0:
+            break
+        unmatched, missing = scorer.residual(best_rules)
+        if not unmatched or not missing:
+            break
+        ranked = []
+        for rule in _rename_candidates(unmatched, missing):
+            rules = best_rules.then(RuleSet(rename=(rule,)))
+            score = scorer.score(rules)
+            if score is not None and score.differences < best.differences and score.shape_bad <= best.shape_bad:
+                ranked.append((score.differences, rule, rules, score))
+        if not ranked:
+            break
+        ranked.sort(key=lambda x: (x[0], len(x[1][0])))
+        if len(ranked) > 1 and ranked[1][0] == ranked[0][0] and ranked[1][3].matched != ranked[0][3].matched:
+            break  # two different renames fit equally well: not unique, so no guess
+        _, _, best_rules, best = ranked[0]
+    if best_rules.is_empty:
+        return None
+    reconciled = len(best.matched - base.matched)
+    return Suggestion(best_rules, reconciled, best.missing, best.unexpected, best.shape_bad, best.renamed)

@@ -1,0 +1,156 @@
+"""Text rendering of a DiffReport: folded keys, torch's own wording, and the fix."""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from tabulate import tabulate
+
+from ..diff import DiffReport, ValueDiff
+from .common import fold_labeled, shape_str
+
+# Folded lines shown per section; --json always lists every key.
+MAX_LINES = 40
+
+
+def _section(title: str, rows: list[str], total: int) -> list[str]:
+    out = [f"{title}: {total}"]
+    shown = rows[:MAX_LINES]
+    out.extend(f"  {r}" for r in shown)
+    if len(rows) > len(shown):
+        out.append(f"  ... {len(rows) - len(shown)} more lines (--json lists every key)")
+    return out
+
+
+def _folded(items: Sequence[tuple[str, Any]], fmt: Any) -> list[str]:
+    rows = []
+    for text, label, count in fold_labeled(items):
+        suffix = f"  ({count} keys)" if count > 1 else ""
+        shown = fmt(label)
+        rows.append(f"{text}  {shown}{suffix}" if shown else f"{text}{suffix}")
+    return rows
+
+
+def _fmt_float(x: float) -> str:
+    return f"{x:.3g}" if x == x and x not in (float("inf"), float("-inf")) else str(x)
+
+
+def _value_table(diffs: Sequence[ValueDiff]) -> str:
+    rows = [[v.key, _fmt_float(v.max_abs), _fmt_float(v.max_rel), f"{v.mismatched:,}/{v.numel:,}",
+             f"{v.nan_a}/{v.nan_b}", f"{v.inf_a}/{v.inf_b}", v.compared_as, "ok" if v.passed else "FAIL"]
+            for v in diffs]
+    return tabulate(rows, headers=["key", "max_abs", "max_rel", "outside tol", "nan a/b", "inf a/b", "as", ""],
+                    tablefmt="simple", disable_numparse=True)
+
+
+def _torch_message(report: DiffReport) -> list[str]:
+    """What load_state_dict(strict=True) would raise, in its own words (the text people search for)."""
+    parts = []
+    if report.missing:
+        shown = ", ".join(f'"{k}"' for k in report.missing[:6]) + (", ..." if len(report.missing) > 6 else "")
+        parts.append(f"Missing key(s) in state_dict: {shown}.")
+    if report.unexpected:
+        shown = ", ".join(f'"{k}"' for k in report.unexpected[:6]) + (", ..." if len(report.unexpected) > 6 else "")
+        parts.append(f"Unexpected key(s) in state_dict: {shown}.")
+    for m in report.shape_mismatch[:3]:
+        parts.append(f"size mismatch for {m.key}: copying a param with shape torch.Size({m.a}) from checkpoint, "
+                     f"the shape in current model is torch.Size({m.b}).")
+    if len(report.shape_mismatch) > 3:
+        parts.append(f"... and {len(report.shape_mismatch) - 3} more size mismatches.")
+    return parts
+
+
+def _metadata_lines(meta: dict[str, Any]) -> list[str]:
+    rows = []
+    for item in meta.get("changed", []):
+        rows.append(f"changed    {item['path']}: {_short(item['a'])} -> {_short(item['b'])}")
+    for item in meta.get("only_a", []):
+        rows.append(f"only in A  {item['path']}: {_short(item['value'])}")
+    for item in meta.get("only_b", []):
+        rows.append(f"only in B  {item['path']}: {_short(item['value'])}")
+    return rows
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render(report: DiffReport) -> str:
+    r = report
+    b_what = f"{r.b_format}, {r.b_count} tensors"
+    out = [f"A: {r.a}  ({r.a_format}, {r.a_count} tensors)", f"B: {r.b}  ({b_what})", ""]
+    if r.missing:
+        out += _section("missing keys (in B, not in A)", _folded([(k, None) for k in r.missing], lambda _: ""),
+                        len(r.missing))
+    if r.unexpected:
+        out += _section("unexpected keys (in A, not in B)", _folded([(k, None) for k in r.unexpected], lambda _: ""),
+                        len(r.unexpected))
+    if r.shape_mismatch:
+        items = [(m.key, (tuple(m.a), tuple(m.b))) for m in r.shape_mismatch]
+        out += _section("shape mismatch (A -> B)",
+                        _folded(items, lambda s: f"{shape_str(s[0])} -> {shape_str(s[1])}"), len(r.shape_mismatch))
+    if r.dtype_mismatch:
+        items = [(m.key, (m.a, m.b)) for m in r.dtype_mismatch]
+        rows = _folded(items, lambda s: f"{s[0]} -> {s[1]}")
+        out += _section("dtype mismatch (A -> B)", rows, len(r.dtype_mismatch))
+        if r.b_kind == "target":
+            out.append("  (load_state_dict casts these while copying; nothing fails)")
+        else:
+            out.append(f"  (to convert A: ckpt migrate ... --dtype {r.dtype_mismatch[0].b})")
+    if r.compared_values:
+        failed = len(r.value_mismatch)
+        out.append(f"values (atol={r.atol:g}, rtol={r.rtol:g}): {len(r.values)} compared, {failed} outside tolerance")
+        shown = list(r.value_mismatch) if failed else []
+        nonzero = [v for v in r.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
+        table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
+        if table:
+            out.extend("  " + line for line in _value_table(table[:MAX_LINES]).splitlines())
+            if len(table) > MAX_LINES or len(nonzero) + len(shown) > len(table):
+                out.append("  ... (--json lists every tensor)")
+    meta_rows = _metadata_lines(r.metadata_diff)
+    if meta_rows:
+        title = "metadata differences" + ("" if r.fail_on_metadata else " (not counted; --fail-on-metadata counts them)")
+        out += _section(title, meta_rows, len(meta_rows))
+    if r.missing or r.unexpected or r.shape_mismatch:
+        out.append("")
+        out.append("load_state_dict(strict=True) would raise:")
+        out.extend(f"  {p}" for p in _torch_message(r))
+    if r.suggestion is not None:
+        s = r.suggestion
+        out.append("")
+        what = s.rules.describe()
+        remain = []
+        if s.remaining_missing:
+            remain.append(f"{s.remaining_missing} missing")
+        if s.remaining_unexpected:
+            remain.append(f"{s.remaining_unexpected} unexpected")
+        if s.remaining_shape_mismatch:
+            remain.append(f"{s.remaining_shape_mismatch} shape mismatch(es)")
+        left = ("; still left: " + ", ".join(remain)) if remain else "; no key differences remain"
+        out.append(f"fix: {what}  reconciles {s.reconciled} key(s){left}")
+        out.append(f"  {r.migrate_command()}")
+    if r.warnings:
+        out.append("")
+        out.append("warnings:")
+        out.extend(f"  - {w}" for w in r.warnings)
+    out.append("")
+    out.append(verdict(r))
+    return "\n".join(out)
+
+
+def verdict(r: DiffReport) -> str:
+    """The one-line result (all that ``-q`` prints)."""
+    if r.equal:
+        if r.b_kind == "target":
+            return "result: A loads into the target with strict=True (no differences)"
+        return "result: no differences" + (" in values either" if r.compared_values else "")
+    counts = []
+    for name, n in (("missing", len(r.missing)), ("unexpected", len(r.unexpected)),
+                    ("shape mismatch", len(r.shape_mismatch)), ("dtype mismatch", len(r.dtype_mismatch)),
+                    ("value mismatch", len(r.value_mismatch))):
+        if n:
+            counts.append(f"{n} {name}")
+    if r.fail_on_metadata and r.metadata_differs:
+        counts.append("metadata differs")
+    return "result: differences: " + ", ".join(counts)

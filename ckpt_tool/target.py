@@ -1,0 +1,317 @@
+"""Build the module a checkpoint is meant to load into, from ``module:Name`` or ``file.py:Name``.
+
+The module is built on the meta device where it can be, so describing the
+state_dict of a 70B-parameter target costs no memory; its state_dict becomes
+TensorMeta records (no storage), the same vocabulary a checkpoint has.
+Importing this module does not import torch; building a target does.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .errors import TargetError, UsageError
+from .model import TensorMeta
+
+
+@dataclass(frozen=True)
+class Target:
+    """A built target module and its state_dict as metadata."""
+
+    spec: str
+    module: Any  # the torch.nn.Module
+    device: str  # "meta" or "cpu": where it was built
+    tensors: tuple[TensorMeta, ...]  # its state_dict as metadata (storage=None)
+    plain_tensor_attributes: tuple[str, ...]  # tensors held as plain attributes (never reach a state_dict)
+    warnings: tuple[str, ...]
+    lazy: tuple[str, ...] = ()  # uninitialized (lazy) parameters: any shape loads into them
+    extra_state: tuple[str, ...] = ()  # non-tensor state_dict entries (get_extra_state), not compared
+
+    @property
+    def keys(self) -> list[str]:
+        return [t.key for t in self.tensors]
+
+    @property
+    def by_key(self) -> dict[str, TensorMeta]:
+        return {t.key: t for t in self.tensors}
+
+
+def parse_target_kwargs(text: str | None) -> dict[str, Any]:
+    """``--target-kwargs`` as a dict: a JSON object, or ``@file.json`` holding one."""
+    if text is None or not text.strip():
+        return {}
+    source = "--target-kwargs"
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise UsageError(f"--target-kwargs: cannot read {path!r}: {exc.strerror}") from None
+        source = f"--target-kwargs {path}"
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{source} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{source} must be a JSON object like '{{\"hidden\": 16}}', not {_json_kind(value)}")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """``(module or file, dotted Name)``; the last ``:`` separates them (Windows drives keep theirs)."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name or (len(where) == 1 and where.isalpha()):
+        raise TargetError(f"target {spec!r}: expected 'package.module:Name' or 'path/to/file.py:Name'")
+    return where, name
+
+
+def _is_file_spec(where: str) -> bool:
+    return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def _user_code() -> Iterator[None]:
+    """Anything user code prints goes to stderr, so ``--json`` stays one document on stdout."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def import_spec_module(where: str, spec: str) -> Any:
+    """Import the module part of a spec: a .py file by path, or a dotted module name."""
+    if _is_file_spec(where):
+        path = os.path.abspath(where)
+        if not os.path.isfile(path):
+            raise TargetError(f"target {spec!r}: no such file {where!r}")
+        name = "_ckpt_target_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+        folder = os.path.dirname(path)
+        if folder not in sys.path:
+            # like `python file.py`: the file's own folder is importable (sibling modules)
+            sys.path.insert(0, folder)
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise TargetError(f"target {spec!r}: cannot load {where!r} as a Python file")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        try:
+            with _user_code():
+                module_spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001 - arbitrary user code; any failure is a bad target
+            sys.modules.pop(name, None)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None
+        return module
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        # like `python -m`: packages in the current folder are importable
+        sys.path.append(cwd)
+    try:
+        with _user_code():
+            return importlib.import_module(where)
+    except ModuleNotFoundError as exc:
+        if exc.name and (where == exc.name or where.startswith(exc.name + ".")):
+            raise TargetError(
+                f"target {spec!r}: no module named {exc.name!r} (is it installed, or are you in the folder "
+                "that holds it? a file works too: path/to/file.py:Name)"
+            ) from None
+        raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None
+    except BaseException as exc:  # noqa: BLE001 - arbitrary user code; any failure is a bad target
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None
+
+
+def _resolve(module: Any, name: str, spec: str, where: str) -> Any:
+    obj = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            hint = _available(module)
+            raise TargetError(
+                f"target {spec!r}: {where!r} has no {name!r}" + (f" (it defines: {hint})" if hint else "")
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def _available(module: Any) -> str:
+    """Module classes and functions defined in ``module``, as a hint for a misspelt Name."""
+    import torch
+
+    names = []
+    for attr, value in vars(module).items():
+        if attr.startswith("_") or getattr(value, "__module__", None) != module.__name__:
+            continue
+        if (isinstance(value, type) and issubclass(value, torch.nn.Module)) or inspect.isfunction(value):
+            names.append(attr)
+    return ", ".join(sorted(names)[:12])
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__name__}"
+    return f"a {type(obj).__name__}"
+
+
+def build_target(spec: str, kwargs: dict[str, Any] | None = None, *, meta: bool = True) -> Target:
+    """Import and construct a target module; on the meta device unless ``meta`` is False.
+
+    When construction on the meta device raises, the module is built on the
+    CPU instead and a warning says so.
+    """
+    import torch
+
+    kwargs = dict(kwargs or {})
+    where, name = split_spec(spec)
+    obj = _resolve(import_spec_module(where, spec), name, spec, where)
+    warnings: list[str] = []
+    if isinstance(obj, torch.nn.Module):
+        if kwargs:
+            raise TargetError(f"target {spec!r} is a module instance; --target-kwargs cannot be applied to it")
+        module, device = obj, _device_of(obj)
+    elif isinstance(obj, type) and not issubclass(obj, torch.nn.Module):
+        raise TargetError(
+            f"target {spec!r} is {_describe(obj)}, not an nn.Module class, a factory function or a module instance"
+        )
+    elif callable(obj):
+        _check_kwargs(obj, kwargs, spec)
+        module, device = _construct(obj, kwargs, spec, meta, warnings)
+    else:
+        raise TargetError(
+            f"target {spec!r} is {_describe(obj)}, not an nn.Module class, a factory function or a module instance"
+        )
+    tensors, lazy, extra = state_dict_meta(module)
+    plain = plain_tensor_attributes(module)
+    if plain:
+        shown = ", ".join(plain[:8]) + (f" and {len(plain) - 8} more" if len(plain) > 8 else "")
+        warnings.append(
+            f"target holds {len(plain)} tensor(s) as plain attributes, not parameters or buffers, so they never "
+            f"reach a state_dict and are never saved or loaded: {shown} (register them with "
+            "nn.Parameter or register_buffer)"
+        )
+    if extra:
+        warnings.append(f"target state_dict has non-tensor entries that are not compared: {', '.join(extra[:8])}")
+    if lazy:
+        warnings.append(f"target has {len(lazy)} uninitialized lazy parameter(s); their shapes are not checked")
+    return Target(spec, module, device, tuple(tensors), tuple(plain), tuple(warnings), tuple(lazy), tuple(extra))
+
+
+def _check_kwargs(factory: Any, kwargs: dict[str, Any], spec: str) -> None:
+    """Bad keyword arguments are reported before anything is built (and before any CPU fallback)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins and some C extensions have no signature: call and see
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        raise TargetError(f"target {spec!r} does not accept these --target-kwargs: {exc}") from None
+
+
+def _construct(factory: Any, kwargs: dict[str, Any], spec: str, meta: bool, warnings: list[str]) -> tuple[Any, str]:
+    import torch
+
+    if meta:
+        try:
+            with _user_code(), torch.device("meta"):
+                module = factory(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - user code that cannot run on meta: fall back to the CPU
+            warnings.append(
+                f"target could not be built on the meta device ({_first_line(exc)}); built on the CPU instead, "
+                "which allocates its full size"
+            )
+        else:
+            return _check_module(module, spec), "meta"
+    try:
+        with _user_code():
+            module = factory(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - arbitrary user code; any failure is a bad target
+        raise TargetError(f"target {spec!r}: constructing it raised {_first_line(exc)}") from None
+    return _check_module(module, spec), "cpu"
+
+
+def _check_module(module: Any, spec: str) -> Any:
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise TargetError(f"target {spec!r} returned {_describe(module)}, not an nn.Module")
+    return module
+
+
+def _device_of(module: Any) -> str:
+    for t in list(module.parameters()) + list(module.buffers()):
+        return str(t.device.type)
+    return "cpu"
+
+
+def tensor_meta(key: str, t: Any) -> TensorMeta:
+    """A torch tensor's metadata, without its storage."""
+    dtype = str(t.dtype).removeprefix("torch.")
+    return TensorMeta(key, dtype, tuple(int(d) for d in t.shape), tuple(int(s) for s in t.stride()), 0,
+                      None, str(t.device.type))
+
+
+def state_dict_meta(module: Any) -> tuple[list[TensorMeta], list[str], list[str]]:
+    """(tensors, lazy parameter keys, non-tensor entries) of ``module.state_dict()``."""
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    tensors: list[TensorMeta] = []
+    lazy: list[str] = []
+    extra: list[str] = []
+    for key, value in module.state_dict(keep_vars=True).items():
+        if not isinstance(value, torch.Tensor):
+            extra.append(key)
+        elif is_lazy(value):
+            lazy.append(key)
+            tensors.append(TensorMeta(key, str(value.dtype).removeprefix("torch."), (), None, 0, None, "meta"))
+        else:
+            tensors.append(tensor_meta(key, value))
+    return tensors, lazy, extra
+
+
+_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
+
+
+def plain_tensor_attributes(module: Any) -> list[str]:
+    """Tensors held in plain attributes (or lists/dicts of them) of any submodule."""
+    import torch
+
+    found: list[str] = []
+    for prefix, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            if attr in _MODULE_INTERNALS:
+                continue
+            name = f"{prefix}.{attr}" if prefix else attr
+            if isinstance(value, torch.Tensor):
+                found.append(name)
+            elif isinstance(value, (list, tuple)):
+                found.extend(f"{name}[{i}]" for i, v in enumerate(value) if isinstance(v, torch.Tensor))
+            elif isinstance(value, dict):
+                found.extend(f"{name}[{k!r}]" for k, v in value.items() if isinstance(v, torch.Tensor))
+    return found

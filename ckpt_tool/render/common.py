@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Iterable
 
 
@@ -35,44 +34,65 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, indent=2, sort_keys=False, default=str, allow_nan=False)
 
 
-_INDEX = re.compile(r"(?<=\.)(\d+)(?=\.)|(?<=^)(\d+)(?=\.)")
-
-
 def fold_keys(keys: Iterable[str]) -> list[str]:
     """Fold repeated layer indices: layers.0.w ... layers.31.w -> layers.{0..31}.w.
 
     Keys that differ only in numeric path components are grouped; each group
     is shown once with its indices as a range (or a list when not contiguous).
+    Every line stands for exactly the keys it names (a cross product of its
+    index sets), so nothing is implied that is not there.
     """
-    groups: dict[tuple[str, ...], list[tuple[int, ...]]] = {}
-    order: list[tuple[str, ...]] = []
-    for key in keys:
-        parts = key.split(".")
-        pattern = tuple("{}" if p.isdigit() else p for p in parts)
-        nums = tuple(int(p) for p in parts if p.isdigit())
-        if pattern not in groups:
-            groups[pattern] = []
-            order.append(pattern)
-        groups[pattern].append(nums)
     out = []
-    for pattern in order:
-        members = groups[pattern]
-        if len(members) == 1 or "{}" not in pattern:
-            for nums in members:
-                it = iter(nums)
-                out.append(".".join(str(next(it)) if p == "{}" else p for p in pattern))
-            continue
-        slots = [sorted({m[i] for m in members}) for i in range(len(members[0]))]
-        rendered = []
-        slot_iter = iter(slots)
-        for p in pattern:
-            if p != "{}":
-                rendered.append(p)
-                continue
-            values = next(slot_iter)
-            rendered.append(_range_text(values))
-        out.append(".".join(rendered) + f"  ({len(members)} keys)")
+    for text, _, count in fold_labeled((k, "") for k in keys):
+        out.append(text if count == 1 else f"{text}  ({count} keys)")
     return out
+
+
+def fold_labeled(items: Iterable[tuple[str, Any]]) -> list[tuple[str, Any, int]]:
+    """Fold keys that share a label (a shape, a dtype pair): ``[(folded key, label, key count)]``.
+
+    Keys fold only with keys of the same label and the same non-numeric path;
+    output follows the first appearance of each group.
+    """
+    groups: dict[tuple[tuple[str, ...], Any], list[tuple[int, ...]]] = {}
+    for key, label in items:
+        parts = key.split(".")
+        pattern = tuple("{}" if _is_index(p) else p for p in parts)
+        nums = tuple(int(p) for p in parts if _is_index(p))
+        groups.setdefault((pattern, label), []).append(nums)
+    out: list[tuple[str, Any, int]] = []
+    for (pattern, label), members in groups.items():
+        for sets in _fold_members(members):
+            it = iter(sets)
+            text = ".".join(_range_text(sorted(next(it))) if p == "{}" else p for p in pattern)
+            count = 1
+            for s in sets:
+                count *= len(s)
+            out.append((text, label, count))
+    return out
+
+
+def _is_index(part: str) -> bool:
+    return part.isdigit() and (part == "0" or not part.startswith("0"))
+
+
+def _fold_members(members: list[tuple[int, ...]]) -> list[tuple[frozenset[int], ...]]:
+    """Merge index tuples into cross products, folding the last index first (layers.{0..31}.experts.{0..7})."""
+    entries: list[tuple[frozenset[int], ...]] = []
+    seen = set()
+    for m in members:
+        if m not in seen:
+            seen.add(m)
+            entries.append(tuple(frozenset((n,)) for n in m))
+    if not entries or not entries[0]:
+        return entries
+    for slot in reversed(range(len(entries[0]))):
+        merged: dict[tuple[frozenset[int], ...], set[int]] = {}
+        for e in entries:
+            rest = e[:slot] + e[slot + 1:]
+            merged.setdefault(rest, set()).update(e[slot])
+        entries = [rest[:slot] + (frozenset(vals),) + rest[slot:] for rest, vals in merged.items()]
+    return entries
 
 
 def _range_text(values: list[int]) -> str:

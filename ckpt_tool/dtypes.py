@@ -69,6 +69,9 @@ ALIASES = {
 
 def lookup(name: str) -> DType:
     """The DType for a torch name or a common alias; KeyError if unknown."""
+    found = BY_NAME.get(name)
+    if found is not None:
+        return found
     key = name.lower().removeprefix("torch.")
     return BY_NAME[ALIASES.get(key, key)]
 

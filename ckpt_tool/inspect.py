@@ -40,7 +40,7 @@ class InspectReport:
         for t in c.tensors:
             row: dict[str, Any] = {
                 "key": t.key, "dtype": t.dtype, "shape": list(t.shape), "numel": t.numel,
-                "nbytes": t.nbytes, "stride": list(t.stride) if t.stride is not None else None,
+                "nbytes": t.nbytes, "stride": list(t.strides),
                 "storage_offset": t.storage_offset, "device": t.device, "notes": list(self.notes.get(t.key, ())),
             }
             if self.stats is not None and t.key in self.stats:
@@ -86,23 +86,22 @@ def _json_safe(obj: Any) -> Any:
 def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
     """Per-tensor notes: non-contiguous, channels_last, shared storage, saved device."""
     tensors = list(tensors)
-    by_storage: dict[Any, list[TensorMeta]] = {}
+    by_storage: dict[Any, list[str]] = {}
     for t in tensors:
-        if t.storage_id is not None:
-            by_storage.setdefault(t.storage_id, []).append(t)
+        sid = t.storage_id
+        if sid is not None:
+            by_storage.setdefault(sid, []).append(t.key)
     notes: dict[str, tuple[str, ...]] = {}
     for t in tensors:
         n: list[str] = []
-        if t.is_channels_last:
-            n.append("channels_last")
-        elif not t.is_contiguous:
-            n.append("non-contiguous")
-        group = by_storage.get(t.storage_id, []) if t.storage_id is not None else []
-        if len(group) > 1:
-            others = [g.key for g in group if g.key != t.key][:3]
+        if t.stride is not None and not t.is_contiguous:
+            n.append("channels_last" if t.is_channels_last else "non-contiguous")
+        group = by_storage.get(t.storage_id) if t.storage_id is not None else None
+        if group is not None and len(group) > 1:
+            others = [k for k in group if k != t.key][:3]
             if others:
                 n.append("shares storage with " + ", ".join(others))
-        if t.device not in ("cpu",):
+        if t.device != "cpu":
             n.append(f"saved on {t.device}")
         if n:
             notes[t.key] = tuple(n)

@@ -27,8 +27,11 @@ NOT_WEIGHTS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim",
 MAX_DEPTH = 64
 
 
+_TENSOR_TYPES = (LazyTensor, TensorMeta, NumpyArray)
+
+
 def is_tensor(obj: Any) -> bool:
-    if isinstance(obj, (LazyTensor, TensorMeta, NumpyArray)):
+    if isinstance(obj, _TENSOR_TYPES):
         return True
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.Tensor)
@@ -85,7 +88,7 @@ def _is_flat_state_dict(obj: Any) -> bool:
         return False
     tensors = 0
     for k, v in obj.items():
-        if is_tensor(v):
+        if type(v) in _TENSOR_TYPES or is_tensor(v):
             tensors += 1
         elif not str(k).endswith("_extra_state"):
             return False
@@ -169,6 +172,9 @@ def _child(obj: Any, part: str) -> Any:
 
 def choose(root: Any, key: str | None, path: str) -> tuple[str | None, Any, list[Candidate]]:
     """(chosen dotted key, the object there, all candidates)."""
+    if key is None and _is_flat_state_dict(root):
+        # the common case needs no walk: the top level is the state_dict
+        return "", root, [Candidate("", len(root), True)]
     candidates = find_candidates(root)
     if key is not None:
         chosen_obj = resolve_key(root, key, path)
@@ -205,14 +211,29 @@ def _is_real_module(obj: Any) -> bool:
 # ------------------------------------------------------------------ conversion
 
 
+_INT_ONLY = {int}
+
+
+def _valid_dims(values: Any) -> bool:
+    """A tuple of non-negative ints (C-speed checks: this runs once per tensor)."""
+    return type(values) is tuple and (not values or (set(map(type, values)) == _INT_ONLY and min(values) >= 0))
+
+
 def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
+    if type(obj) is LazyTensor:
+        st = obj.storage
+        if not (_valid_dims(obj.shape) and _valid_dims(obj.stride) and type(obj.storage_offset) is int
+                and obj.storage_offset >= 0 and len(obj.stride) == len(obj.shape)):
+            raise InputError(f"tensor {key!r} has an invalid shape, stride or offset")
+        if st is None:
+            return TensorMeta(key, obj.dtype.name, obj.shape, obj.stride, obj.storage_offset, None, "meta")
+        meta = TensorMeta(key, obj.dtype.name, obj.shape, obj.stride, obj.storage_offset, st.ref, st.location)
+        if meta.byte_span[1] > st.nbytes and meta.numel:
+            raise InputError(f"tensor {key!r} reaches past the end of its storage ({st.nbytes} bytes)")
+        return meta
     if isinstance(obj, TensorMeta):
         return obj if obj.key == key else TensorMeta(key, obj.dtype, obj.shape, obj.stride,
                                                       obj.storage_offset, obj.storage, obj.device)
-    if isinstance(obj, LazyTensor):
-        st = obj.storage
-        ref = StorageRef(st.source, st.key, st.nbytes) if st is not None and st.source is not None else None
-        return TensorMeta(key, obj.dtype.name, obj.shape, obj.stride, obj.storage_offset, ref, obj.device)
     if isinstance(obj, NumpyArray):
         if obj.dtype is None:
             raise InputError(f"NumPy array {key!r} has an unsupported dtype {obj.type_string!r}")

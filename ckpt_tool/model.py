@@ -7,6 +7,8 @@ for the few paths (stats, value diff, migrate) that need them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
+from math import prod
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from . import dtypes
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     from .source import DataSource
 
 
+@lru_cache(maxsize=4096)
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides: list[int] = []
     acc = 1
@@ -52,12 +55,18 @@ class TensorMeta:
     storage: StorageRef | None = field(default=None, compare=False)
     device: str = "cpu"
 
+    def __init__(
+        self, key: str, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...] | None = None,
+        storage_offset: int = 0, storage: StorageRef | None = None, device: str = "cpu",
+    ) -> None:
+        # Hand-written: a frozen dataclass's generated __init__ costs 2x more,
+        # and readers build one TensorMeta per tensor (200,000 in some files).
+        self.__dict__.update(key=key, dtype=dtype, shape=shape, stride=stride,
+                             storage_offset=storage_offset, storage=storage, device=device)
+
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return prod(self.shape)
 
     @property
     def itemsize(self) -> int:
@@ -65,7 +74,7 @@ class TensorMeta:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * self.itemsize
+        return self.numel * dtypes.lookup(self.dtype).itemsize
 
     @property
     def is_floating(self) -> bool:
@@ -75,7 +84,13 @@ class TensorMeta:
     def is_contiguous(self) -> bool:
         if self.stride is None:
             return True
-        return _same_layout(self.shape, self.stride, contiguous_strides(self.shape))
+        want = contiguous_strides(self.shape)
+        return self.stride == want or _same_layout(self.shape, self.stride, want)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """The stride, with ``None`` (contiguous by construction) spelled out."""
+        return self.stride if self.stride is not None else contiguous_strides(self.shape)
 
     @property
     def is_channels_last(self) -> bool:
@@ -94,12 +109,15 @@ class TensorMeta:
     @property
     def byte_span(self) -> tuple[int, int]:
         """Bytes [start, end) of the storage this view can touch."""
-        if self.numel == 0:
-            start = self.storage_offset * self.itemsize
+        itemsize = self.itemsize
+        start = self.storage_offset * itemsize
+        numel = self.numel
+        if numel == 0:
             return (start, start)
-        stride = self.stride or contiguous_strides(self.shape)
-        last = sum((d - 1) * s for d, s in zip(self.shape, stride))
-        return (self.storage_offset * self.itemsize, (self.storage_offset + last + 1) * self.itemsize)
+        if self.stride is None or self.stride == contiguous_strides(self.shape):
+            return (start, start + numel * itemsize)
+        last = sum((d - 1) * s for d, s in zip(self.shape, self.stride))
+        return (start, start + (last + 1) * itemsize)
 
 
 @dataclass(frozen=True)

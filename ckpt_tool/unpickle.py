@@ -13,46 +13,72 @@ import builtins
 import codecs
 import io
 import pickle
+import threading
 from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import dtypes, security
 from .errors import InputError, LimitExceeded
-from .model import GlobalRef
+from .model import GlobalRef, StorageRef
 
 # --------------------------------------------------------------------------- data
 
 
-@dataclass
 class LazyStorage:
-    """A storage named by a pickle's persistent id; its bytes stay on disk."""
+    """A storage named by a pickle's persistent id; its bytes stay on disk.
 
-    key: str
-    dtype: dtypes.DType
-    nbytes: int
-    location: str = "cpu"
-    source: Any = None  # the DataSource that can read it, set by the format reader
+    Plain __slots__ classes (not dataclasses): the unpickler makes one per
+    tensor, and a 200,000-tensor file must read in about a second.
+    """
+
+    __slots__ = ("key", "dtype", "nbytes", "location", "source", "_ref")
+
+    def __init__(self, key: str, dtype: dtypes.DType, nbytes: int, location: str = "cpu", source: Any = None) -> None:
+        self.key = key
+        self.dtype = dtype
+        self.nbytes = nbytes
+        self.location = location
+        self.source = source  # the DataSource that can read it, set by the format reader
+        self._ref: StorageRef | None = None
+
+    @property
+    def ref(self) -> StorageRef | None:
+        """One StorageRef per storage, shared by every tensor viewing it."""
+        if self._ref is None and self.source is not None:
+            self._ref = StorageRef(self.source, self.key, self.nbytes)
+        return self._ref
+
+    def __repr__(self) -> str:
+        return f"LazyStorage({self.key!r}, {self.dtype.name}, {self.nbytes} bytes, {self.location})"
 
 
-@dataclass
 class LazyTensor:
     """What ``torch._utils._rebuild_tensor_v2`` would build, as metadata."""
 
-    storage: LazyStorage | None
-    storage_offset: int
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    dtype: dtypes.DType
-    requires_grad: bool = False
-    is_parameter: bool = False
-    subclass: str | None = None
+    __slots__ = ("storage", "storage_offset", "shape", "stride", "dtype", "requires_grad", "is_parameter", "subclass")
+
+    def __init__(
+        self, storage: LazyStorage | None, storage_offset: int, shape: tuple[int, ...], stride: tuple[int, ...],
+        dtype: dtypes.DType, requires_grad: bool = False, is_parameter: bool = False, subclass: str | None = None,
+    ) -> None:
+        self.storage = storage
+        self.storage_offset = storage_offset
+        self.shape = shape
+        self.stride = stride
+        self.dtype = dtype
+        self.requires_grad = requires_grad
+        self.is_parameter = is_parameter
+        self.subclass = subclass
 
     @property
     def device(self) -> str:
         if self.storage is None:
             return "meta"
         return self.storage.location
+
+    def __repr__(self) -> str:
+        return f"LazyTensor({self.dtype.name}, {list(self.shape)})"
 
 
 @dataclass
@@ -184,7 +210,13 @@ def _storage_dtype(storage: Any) -> dtypes.DType:
 
 
 def _rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any) -> LazyTensor:
-    return LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride), _storage_dtype(storage))
+    if type(storage) is not LazyStorage:
+        raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
+    if type(size) is not tuple:
+        size = tuple(size)
+    if type(stride) is not tuple:
+        stride = tuple(stride)
+    return LazyTensor(storage, storage_offset, size, stride, storage.dtype)
 
 
 def _rebuild_tensor_v2(
@@ -192,7 +224,8 @@ def _rebuild_tensor_v2(
     backward_hooks: Any = None, metadata: Any = None,
 ) -> LazyTensor:
     t = _rebuild_tensor(storage, storage_offset, size, stride)
-    t.requires_grad = bool(requires_grad)
+    if requires_grad:
+        t.requires_grad = True
     return t
 
 
@@ -321,6 +354,34 @@ def _np_scalar(dt: Any, data: Any = None) -> Any:
     return struct.unpack(fmt, bytes(data))[0]
 
 
+def _np_frombuffer(buf: Any, dt: Any, shape: Any, order: Any = "C") -> NumpyArray:
+    """``numpy._core.numeric._frombuffer``: how NumPy pickles arrays with protocol 5."""
+    if not isinstance(buf, (bytes, bytearray)):
+        raise pickle.UnpicklingError("NumPy array data is not in the pickle (out-of-band buffer)")
+    arr = _NumpyArrayBuilder()
+    arr.shape = tuple(int(d) for d in shape)
+    arr.fortran = order == "F"
+    if isinstance(dt, _NumpyDType):
+        arr.type_string = arr.order_code(dt)
+        arr.dtype = dt.resolve()
+    arr.data = bytes(buf)
+    return arr
+
+
+def _dill_create_type(typeobj: Any, name: Any, bases: Any = (), namespace: Any = None) -> type[Placeholder]:
+    """dill's by-value class (often a ``__main__`` model class): a placeholder *class*, never built.
+
+    It must be a class: the pickle instantiates it with NEWOBJ, which needs a type.
+    """
+    module = namespace.get("__module__") if isinstance(namespace, dict) else None
+    return _placeholder_class(str(module or "__main__"), str(name))
+
+
+def _dill_create_namedtuple(name: Any, fieldnames: Any = (), modulename: Any = "__main__",
+                            defaults: Any = None) -> type[Placeholder]:
+    return _placeholder_class(str(modulename), str(name))
+
+
 _REBUILDERS: set[Callable[..., Any]] = {
     _rebuild_tensor, _rebuild_tensor_v2, _rebuild_tensor_v3, _rebuild_parameter, _rebuild_meta,
 }
@@ -351,6 +412,12 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("numpy._core.multiarray", "scalar"): _np_scalar,
     ("numpy", "dtype"): _NumpyDType,
     ("numpy", "ndarray"): _NumpyArrayBuilder,
+    ("numpy.core.numeric", "_frombuffer"): _np_frombuffer,
+    ("numpy._core.numeric", "_frombuffer"): _np_frombuffer,
+    ("dill._dill", "_create_type"): _dill_create_type,
+    ("dill.dill", "_create_type"): _dill_create_type,
+    ("dill._dill", "_create_namedtuple"): _dill_create_namedtuple,
+    ("dill.dill", "_create_namedtuple"): _dill_create_namedtuple,
 }
 for _name in ("list", "dict", "set", "frozenset", "tuple", "bytearray", "bytes", "complex",
               "slice", "range", "int", "float", "str", "bool"):
@@ -400,12 +467,17 @@ class RestrictedUnpickler(pickle.Unpickler):
         *,
         where: str,
         persistent_load: Callable[[Any], Any] | None = None,
+        path: str = "",
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         super().__init__(file)
         self.where = where
+        self.path = path
+        self.limits = limits
         self.references: list[GlobalRef] = []
         self._seen: set[tuple[str, str]] = set()
         self._persistent = persistent_load
+        self._nested = 0
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
         module, name = str(module), str(name)
@@ -415,6 +487,8 @@ class RestrictedUnpickler(pickle.Unpickler):
             self.references.append(GlobalRef(module, name, security.severity(module, name), self.where))
         if key in _ALLOWED:
             return _ALLOWED[key]
+        if key == ("torch.storage", "_load_from_bytes"):
+            return self._load_from_bytes
         if module == "torch":
             found = _torch_global(name)
             if found is not None:
@@ -427,6 +501,39 @@ class RestrictedUnpickler(pickle.Unpickler):
         if self._persistent is None:
             raise pickle.UnpicklingError("persistent id in a pickle that has no storages")
         return self._persistent(pid)
+
+    def _load_from_bytes(self, data: Any) -> Any:
+        """``torch.storage._load_from_bytes(b)``: what ``pickle.dump(tensor)`` writes.
+
+        ``b`` is a whole torch.save blob; it is parsed by ckpt's own restricted
+        readers (never torch.load) and the globals it names are reported too.
+        """
+        if not isinstance(data, (bytes, bytearray)):
+            raise pickle.UnpicklingError("torch.storage._load_from_bytes called with something other than bytes")
+        depth = getattr(_NESTING, "depth", 0)
+        if depth >= MAX_NESTED_BLOBS:
+            raise pickle.UnpicklingError("torch.save bytes are nested inside each other too deeply")
+        from .formats.blob import read_torch_blob  # formats import this module: import late
+
+        self._nested += 1
+        _NESTING.depth = depth + 1
+        try:
+            obj, refs = read_torch_blob(
+                bytes(data), path=self.path, where=f"{self.where} > torch.save bytes #{self._nested}",
+                limits=self.limits,
+            )
+        finally:
+            _NESTING.depth = depth
+        for ref in refs:
+            if (ref.module, ref.name) not in self._seen:
+                self._seen.add((ref.module, ref.name))
+                self.references.append(ref)
+        return obj
+
+
+# torch.save bytes inside a pickle inside torch.save bytes ...: a real file nests once.
+MAX_NESTED_BLOBS = 8
+_NESTING = threading.local()
 
 
 def restricted_loads(
@@ -444,7 +551,30 @@ def restricted_loads(
             "(raise it with --max-pickle-bytes)",
             path,
         )
-    unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load)
+    unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load,
+                                    path=path, limits=limits)
+    return _run(unpickler, where, path)
+
+
+def restricted_load_stream(
+    stream: Any,
+    *,
+    where: str,
+    path: str,
+    persistent_load: Callable[[Any], Any] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> UnpickleResult:
+    """Unpickle one pickle from a binary stream, leaving it just past the STOP opcode.
+
+    Formats that put several pickles and raw bytes one after another (legacy
+    torch files) read each pickle this way; the caller bounds the stream.
+    """
+    unpickler = RestrictedUnpickler(stream, where=where, persistent_load=persistent_load,
+                                    path=path, limits=limits)
+    return _run(unpickler, where, path)
+
+
+def _run(unpickler: RestrictedUnpickler, where: str, path: str) -> UnpickleResult:
     try:
         obj = unpickler.load()
     except InputError:

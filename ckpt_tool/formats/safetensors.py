@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..model import StorageRef, TensorMeta, contiguous_strides
+from ..model import StorageRef, TensorMeta
 from ..source import FileSource, open_regular, pread_exact
 from .base import Loaded, ReadOptions
 from .detect import SAFETENSORS
@@ -46,7 +46,12 @@ def read_header(path: str, options: ReadOptions) -> tuple[dict[str, Any], int, i
     finally:
         os.close(fd)
     try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        text = raw.decode("utf-8")
+        header = json.loads(text)
+        if isinstance(header, dict) and text.count('"data_offsets"') > len(header):
+            # The format forbids duplicate keys (safetensors 0.8 keeps the last one
+            # silently); the slow hook-based parse runs only when counts hint at one.
+            json.loads(text, object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"bad safetensors header: invalid JSON ({exc})", path) from None
     if not isinstance(header, dict):
@@ -64,27 +69,26 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     if len(header) > options.limits.max_tensors:
         raise LimitExceeded(f"safetensors header lists {len(header)} tensors, over the limit", path)
     entries = []
+    by_code = dtypes.BY_SAFETENSORS
     for key, info in header.items():
-        if len(key) > options.limits.max_key_length:
-            raise LimitExceeded(f"a tensor key is {len(key)} characters long, over the limit", path)
-        if not isinstance(info, dict):
-            raise InputError(f"bad safetensors header: entry {key!r} is not an object", path)
-        dt = dtypes.BY_SAFETENSORS.get(info.get("dtype"))  # type: ignore[arg-type]
-        if dt is None:
-            raise InputError(f"bad safetensors header: tensor {key!r} has unknown dtype {info.get('dtype')!r}", path)
-        shape = info.get("shape")
-        offsets = info.get("data_offsets")
-        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
-            raise InputError(f"bad safetensors header: tensor {key!r} has an invalid shape", path)
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and o >= 0 for o in offsets)):
-            raise InputError(f"bad safetensors header: tensor {key!r} has invalid data_offsets", path)
-        begin, end = offsets
+        try:
+            dt = by_code[info["dtype"]]
+            shape = tuple(info["shape"])
+            begin, end = info["data_offsets"]
+        except (TypeError, KeyError, ValueError):
+            raise InputError(
+                f"bad safetensors header: entry {key!r} needs a known dtype, a shape and two data_offsets", path
+            ) from None
         numel = 1
         for d in shape:
+            if type(d) is not int or d < 0:
+                raise InputError(f"bad safetensors header: tensor {key!r} has an invalid shape", path)
             numel *= d
-        if end < begin or end - begin != numel * dt.itemsize:
+        if type(begin) is not int or type(end) is not int or begin < 0 or end < begin:
+            raise InputError(f"bad safetensors header: tensor {key!r} has invalid data_offsets", path)
+        if end - begin != numel * dt.itemsize:
             raise InputError(
-                f"bad safetensors header: tensor {key!r} is {dt.name}{shape} ({numel * dt.itemsize} bytes) "
+                f"bad safetensors header: tensor {key!r} is {dt.name}{list(shape)} ({numel * dt.itemsize} bytes) "
                 f"but its offsets span {end - begin} bytes",
                 path,
             )
@@ -94,7 +98,9 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
                 "(truncated file?)",
                 path,
             )
-        entries.append((begin, end, key, dt, tuple(shape)))
+        if len(key) > options.limits.max_key_length:
+            raise LimitExceeded(f"a tensor key is {len(key)} characters long, over the limit", path)
+        entries.append((begin, end, key, dt, shape))
     entries.sort(key=lambda e: (e[0], e[1]))
     cursor = 0
     for begin, end, key, _, _ in entries:
@@ -105,13 +111,13 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
         cursor = end
     if cursor != data_len and entries:
         raise InputError(f"bad safetensors header: {data_len - cursor} trailing bytes after the last tensor", path)
-    regions = {key: (start + begin, end - begin) for begin, end, key, _, _ in entries}
+    regions = {e[2]: (start + e[0], e[1] - e[0]) for e in entries}
     source = FileSource(path, regions.__getitem__)
     root: OrderedDict[str, TensorMeta] = OrderedDict()
-    for begin, end, key, dt, shape in sorted(entries, key=lambda e: e[2]):  # sorted, as safetensors lists keys
-        root[key] = TensorMeta(
-            key, dt.name, shape, contiguous_strides(shape), 0, StorageRef(source, key, end - begin), "cpu"
-        )
+    entries.sort(key=lambda e: e[2])  # safetensors lists keys sorted
+    for begin, end, key, dt, shape in entries:
+        # stride None: safetensors tensors are always contiguous
+        root[key] = TensorMeta(key, dt.name, shape, None, 0, StorageRef(source, key, end - begin), "cpu")
     loaded = Loaded(SAFETENSORS, root, sources=[source], layout="state_dict")
     if meta:
         loaded.metadata = {"__metadata__": dict(meta)}

@@ -17,6 +17,7 @@ from .base import Loaded, ReadOptions
 from .detect import TORCH_ZIP, TORCHSCRIPT
 from .ziparchive import ZipArchive
 
+_UINT8 = dtypes.BY_NAME["uint8"]
 _ODD_MEMBER = re.compile(r"(^/|\.\.|\\|^$)")
 
 
@@ -37,27 +38,30 @@ def storage_loader(archive: ZipArchive, prefix: str, source: FileSource, path: s
     """A persistent_load that turns torch's storage ids into LazyStorages."""
     cache: dict[str, LazyStorage] = {}
 
+    members = archive.members
+    data_prefix = _join(prefix, "data/")
+
     def persistent_load(pid: Any) -> LazyStorage:
-        if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
+        if type(pid) is not tuple or len(pid) < 5 or pid[0] != "storage":
             raise InputError(f"unexpected persistent id {str(pid)[:60]!r} in data.pkl", path)
-        _, storage_type, key, location, numel = pid[:5]
-        key = str(key)
+        key = pid[2]
         found = cache.get(key)
         if found is not None:
             return found
+        storage_type, location, numel = pid[1], pid[3], pid[4]
         if not isinstance(storage_type, StorageType):
             raise InputError(f"storage {key!r} has an unknown storage type", path)
-        dt = storage_type.dtype or dtypes.BY_NAME["uint8"]
-        if not isinstance(numel, int) or numel < 0:
+        dt = storage_type.dtype or _UINT8
+        if type(numel) is not int or numel < 0:
             raise InputError(f"storage {key!r} has an invalid size", path)
-        member = _join(prefix, f"data/{key}")
-        if member not in archive.members:
+        member = data_prefix + str(key)
+        info = members.get(member)
+        if info is None:
             raise InputError(f"storage {key!r} is named in data.pkl but archive member {member!r} is missing", path)
-        size = archive.members[member].size
         nbytes = numel * dt.itemsize
-        if nbytes > size:
+        if nbytes > info.size:
             raise InputError(
-                f"storage {key!r} should hold {nbytes} bytes but archive member {member!r} has {size}", path
+                f"storage {key!r} should hold {nbytes} bytes but archive member {member!r} has {info.size}", path
             )
         lazy = LazyStorage(member, dt, nbytes, str(location), source)
         cache[key] = lazy

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
 from ..source import open_regular, pread_exact
@@ -24,8 +24,9 @@ _CENTRAL_FMT = struct.Struct("<4s6H3L5H2L")  # 46 bytes
 _LOCAL_FMT = struct.Struct("<4s5H3L2H")  # 30 bytes
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):
+    """One central-directory entry (a NamedTuple: archives can hold 200,000 of them)."""
+
     name: str
     header_offset: int
     compressed_size: int

@@ -48,6 +48,8 @@ SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("numpy._core.multiarray", "scalar"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
     ]
 )
 SAFE_BUILTINS = frozenset(

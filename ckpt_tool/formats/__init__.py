@@ -25,6 +25,7 @@ _READERS: dict[str, str] = {
     _detect.TORCH_LEGACY: "legacy:read_legacy",
     _detect.PICKLE: "picklefile:read_pickle",
     _detect.DCP: "dcp:read_dcp",
+    _detect.TORCH_TAR: "legacy:read_legacy_tar",
 }
 
 
@@ -37,7 +38,7 @@ def reader_for(fmt: str) -> Reader:
 def read_file(path: str, options: ReadOptions) -> Loaded:
     """Read one file or folder (any format) into a Loaded, without locating."""
     fmt = _detect.detect(path)
-    if options.unsafe and fmt in (_detect.TORCH_ZIP, _detect.TORCH_LEGACY, _detect.PICKLE):
+    if options.unsafe and fmt in (_detect.TORCH_ZIP, _detect.TORCH_LEGACY, _detect.PICKLE, _detect.TORCH_TAR):
         from .unsafe import read_unsafe
 
         loaded = read_unsafe(path, fmt, options)

@@ -14,22 +14,28 @@ PICKLE = "pickle"
 SAFETENSORS = "safetensors"
 SHARDED = "sharded"
 DCP = "dcp"
+DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
+TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints: recognised, read only with --unsafe
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+# The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):
+# LONG1 opcode + bytes for protocols >= 2 (after a FRAME for 4+), text for 0 and 1.
+_LEGACY_LONG1 = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+_LEGACY_TEXT = b"L119547037146038801333356"
 # Opcodes a protocol 0/1 pickle can start with.
 _PICKLE_START = set(b"(}]ciNI\x80KJM)FSVXL")
 
 EXPECTED_BY_EXTENSION = {
     ".safetensors": {SAFETENSORS},
-    ".pth": {TORCH_ZIP, TORCH_LEGACY, TORCHSCRIPT, PICKLE},
-    ".pt": {TORCH_ZIP, TORCH_LEGACY, TORCHSCRIPT, PICKLE},
+    ".pth": {TORCH_ZIP, TORCH_LEGACY, TORCHSCRIPT, PICKLE, DILL, TORCH_TAR},
+    ".pt": {TORCH_ZIP, TORCH_LEGACY, TORCHSCRIPT, PICKLE, DILL, TORCH_TAR},
     ".bin": {TORCH_ZIP, TORCH_LEGACY, PICKLE},
     ".ckpt": {TORCH_ZIP, TORCH_LEGACY, PICKLE},
-    ".tar": {TORCH_ZIP, TORCH_LEGACY},
-    ".pkl": {PICKLE, TORCH_ZIP, TORCH_LEGACY},
-    ".pickle": {PICKLE},
-    ".dill": {PICKLE},
+    ".tar": {TORCH_ZIP, TORCH_LEGACY, TORCH_TAR},
+    ".pkl": {PICKLE, DILL, TORCH_ZIP, TORCH_LEGACY},
+    ".pickle": {PICKLE, DILL},
+    ".dill": {PICKLE, DILL},
     ".json": {SHARDED},
     ".jit": {TORCHSCRIPT},
 }
@@ -55,6 +61,11 @@ def detect(path: str) -> str:
             return DCP
         if find_index(path):
             return SHARDED
+        if _has_distcp(path):
+            raise InputError(
+                "torch.distributed.checkpoint folder without its .metadata file (the save did not "
+                "finish, or .metadata was not copied); ckpt needs .metadata to read the shards", path,
+            )
         raise InputError(
             "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata)", path
         )
@@ -62,17 +73,32 @@ def detect(path: str) -> str:
     try:
         size = os.fstat(fd).st_size
         head = os.pread(fd, 64, 0)
+        tar_magic = os.pread(fd, 5, 257) if size >= 512 else b""
     finally:
         os.close(fd)
     if size == 0:
         raise InputError("empty file (0 bytes)", path)
-    return detect_bytes(head, size, path)
+    if tar_magic == b"ustar":
+        return TORCH_TAR
+    fmt = detect_bytes(head, size, path)
+    if fmt == PICKLE and os.path.basename(path) == ".metadata":
+        return DCP  # the metadata file of a torch.distributed.checkpoint folder, given directly
+    return fmt
+
+
+def _has_distcp(folder: str) -> bool:
+    try:
+        return any(name.endswith(".distcp") for name in os.listdir(folder))
+    except OSError:
+        return False
 
 
 def detect_bytes(head: bytes, size: int, path: str) -> str:
     if head.startswith(b"PK\x03\x04"):
         return TORCH_ZIP  # the torch-zip reader tells TorchScript apart from its members
-    if head.startswith(LEGACY_MAGIC):
+    if head.startswith(LEGACY_MAGIC) or head.startswith(_LEGACY_TEXT):
+        return TORCH_LEGACY
+    if head[:1] == b"\x80" and _LEGACY_LONG1 in head[:24]:
         return TORCH_LEGACY
     if len(head) >= 9:
         (n,) = struct.unpack_from("<Q", head)

@@ -1,0 +1,45 @@
+"""Plain pickle and dill files, read with the restricted unpickler.
+
+What people pickle: dicts (or nested dicts/lists) of torch tensors or NumPy
+arrays, and whole nn.Modules (dill handles lambdas and ``__main__`` classes
+by value). A pickle holds its data inline, so the whole file is read; nothing
+in it is imported or called: dill's functions, code objects and by-value
+classes become inert placeholders, and torch tensors (``_load_from_bytes``)
+are parsed by ckpt's own torch.save readers.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+from ..errors import LimitExceeded
+from ..source import open_regular, pread_exact
+from ..unpickle import restricted_load_stream
+from .base import Loaded, ReadOptions
+from .detect import DILL, PICKLE
+
+DILL_MODULES = ("dill._dill", "dill.dill", "dill")
+
+
+def read_pickle(path: str, options: ReadOptions) -> Loaded:
+    """A pickle or dill file as a container tree (format "dill" when dill's globals appear)."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > options.limits.max_pickle_bytes:
+            raise LimitExceeded(
+                f"pickle file is {size} bytes, over the pickle limit of {options.limits.max_pickle_bytes} "
+                "(raise it with --max-pickle-bytes)",
+                path,
+            )
+        data = pread_exact(fd, size, 0, path)
+    finally:
+        os.close(fd)
+    stream = io.BytesIO(data)
+    result = restricted_load_stream(stream, where="pickle", path=path, limits=options.limits)
+    warnings: list[str] = []
+    rest = size - stream.tell()
+    if rest > 0:
+        warnings.append(f"{rest} bytes after the end of the pickle were not read (a second pickle?)")
+    is_dill = any(ref.module in DILL_MODULES for ref in result.references)
+    return Loaded(DILL if is_dill else PICKLE, result.obj, list(result.references), warnings, [])

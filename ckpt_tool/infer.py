@@ -96,6 +96,7 @@ class _Score:
     shape_bad: int
     matched: frozenset[str]  # source keys that land on a target key of a compatible shape
     renamed: int
+    landed: frozenset[str] = frozenset()  # target keys that some source key lands on
 
     @property
     def differences(self) -> int:
@@ -140,7 +141,8 @@ class _Scorer:
                 matched.add(t.key)
             else:
                 shape_bad += 1
-        result = _Score(len(self.target) - len(used), unexpected, shape_bad, frozenset(matched), renamed)
+        result = _Score(len(self.target) - len(used), unexpected, shape_bad, frozenset(matched), renamed,
+                        frozenset(used))
         self.cache[rules] = result
         return result
 
@@ -161,8 +163,8 @@ class _Scorer:
 
 
 def _rank(score: _Score, rules: RuleSet) -> tuple[int, int, int, int]:
-    """Fewer differences first; then fewer rules; then fewer keys touched."""
-    n_rules = len(rules.strip_prefix) + (1 if rules.add_prefix else 0) + len(rules.rename)
+    """Fewer differences first; then simpler rules (a regex counts as more than a prefix); then fewer keys touched."""
+    n_rules = len(rules.strip_prefix) + (1 if rules.add_prefix else 0) + 3 * len(rules.rename)
     return (score.differences, n_rules, score.renamed, len(rules.describe()))
 
 
@@ -294,6 +296,12 @@ def _rename_candidates(unmatched: Sequence[tuple[str, TensorMeta]],
 # ------------------------------------------------------------------ the search
 
 
+def _ambiguous(ranked: Sequence[_Score]) -> bool:
+    """Two rewrites remove as many differences but send keys to different places: no guess."""
+    top = [s for s in ranked if s.differences == ranked[0].differences]
+    return any(s.landed != top[0].landed for s in top[1:])
+
+
 def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
             target_prefixes: Sequence[str] = (), lazy: Iterable[str] = ()) -> Suggestion | None:
     """The best key rewrite of ``source`` towards ``target``, or None when nothing helps.
@@ -309,10 +317,14 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
     if base is None or base.differences == 0:
         return None
     best_rules, best = RuleSet(), base
+    improving = []
     for rules in _prefix_candidates(source_keys, target_keys, target_prefixes):
         score = scorer.score(rules)
-        if score is not None and _rank(score, rules) < _rank(best, best_rules) and score.differences < base.differences:
-            best_rules, best = rules, score
+        if score is not None and score.differences < base.differences:
+            improving.append((_rank(score, rules), rules, score))
+    improving.sort(key=lambda x: x[0])
+    if improving and not _ambiguous([x[2] for x in improving]):
+        _, best_rules, best = improving[0]
     for _ in range(_MAX_RENAMES):
         if best.differences == 0:
             break
@@ -328,8 +340,8 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
         if not ranked:
             break
         ranked.sort(key=lambda x: (x[0], len(x[1][0])))
-        if len(ranked) > 1 and ranked[1][0] == ranked[0][0] and ranked[1][3].matched != ranked[0][3].matched:
-            break  # two different renames fit equally well: not unique, so no guess
+        if _ambiguous([x[3] for x in ranked]):
+            break
         _, _, best_rules, best = ranked[0]
     if best_rules.is_empty:
         return None

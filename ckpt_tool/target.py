@@ -230,6 +230,8 @@ def _check_kwargs(factory: Any, kwargs: dict[str, Any], spec: str) -> None:
     try:
         signature.bind(**kwargs)
     except TypeError as exc:
+        if not kwargs:
+            raise TargetError(f"target {spec!r} needs arguments ({exc}): pass them with --target-kwargs JSON") from None
         raise TargetError(f"target {spec!r} does not accept these --target-kwargs: {exc}") from None
 
 

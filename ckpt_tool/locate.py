@@ -21,7 +21,10 @@ from .unpickle import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
 WELL_KNOWN_KEYS = (
     "state_dict", "model_state_dict", "model", "module", "net", "network", "model_state",
     "weights", "params", "ema", "state_dict_ema", "model_ema", "ema_state_dict",
+    "ema_model", "model_ema_state_dict", "ema_state", "averaged_model", "swa_model", "swa_state_dict",
 )
+# EMA / weight-averaged copies (timm, torch.optim.swa_utils, ...) come after the regular weights:
+# they are chosen only when alone, and otherwise listed as candidates (select one with --key).
 NOT_WEIGHTS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim", "scheduler",
                "lr_scheduler", "lr_schedulers", "scaler", "grad_scaler", "callbacks", "loops")
 MAX_DEPTH = 64
@@ -32,7 +35,8 @@ _TENSOR_TYPES = (LazyTensor, TensorMeta, NumpyArray)
 
 def is_tensor(obj: Any) -> bool:
     if isinstance(obj, _TENSOR_TYPES):
-        return True
+        # NumPy arrays of strings/objects/big-endian data are metadata, not tensors
+        return not isinstance(obj, NumpyArray) or obj.dtype is not None
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.Tensor)
 
@@ -191,16 +195,33 @@ def choose(root: Any, key: str | None, path: str) -> tuple[str | None, Any, list
                     chosen, chosen_obj = wk, root[wk]
                     break
         if chosen is None:
-            usable = [c for c in candidates if c[0].split(".")[0] not in NOT_WEIGHTS] or candidates
+            usable = [c for c in candidates if not _in_optimizer_state(root, c[0])] or candidates
             if usable:
                 best = max(usable, key=lambda c: (c[1], -c[0].count(".")))
                 chosen = best[0]
                 chosen_obj = resolve_key(root, chosen, path)
-    cands = [Candidate(p, n, p == chosen) for p, n in candidates]
+    # optimizer moments and scheduler state are not state_dicts: list them only if nothing else holds tensors
+    weights = [c for c in candidates if not _in_optimizer_state(root, c[0])] or candidates
+    cands = [Candidate(p, n, p == chosen) for p, n in candidates if (p, n) in weights or p == chosen]
     if chosen is not None and not any(c.chosen for c in cands):
         held = tensors_of(chosen_obj)
         cands.insert(0, Candidate(chosen, len(held) if held else 0, True))
     return chosen, chosen_obj, cands
+
+
+def _in_optimizer_state(root: Any, dotted: str) -> bool:
+    """True for paths under a NOT_WEIGHTS key or inside an optimizer state_dict ({state, param_groups})."""
+    parts = dotted.split(".") if dotted else []
+    if parts and parts[0] in NOT_WEIGHTS:
+        return True
+    obj = root
+    for part in parts:
+        if isinstance(obj, Mapping) and "param_groups" in obj and "state" in obj:
+            return True
+        obj = _child(obj, part)
+        if obj is _MISSING:
+            return False
+    return False
 
 
 def _is_real_module(obj: Any) -> bool:
@@ -255,6 +276,8 @@ def summarize(obj: Any, depth: int = 0) -> Any:
         return "..."
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
+    if isinstance(obj, NumpyArray) and obj.dtype is None:
+        return f"<ndarray {obj.type_string or '?'} {list(obj.shape)}>"
     if isinstance(obj, (LazyTensor, NumpyArray)):
         dt = obj.dtype.name if obj.dtype else "?"
         return f"<tensor {dt} {list(obj.shape)}>"

@@ -1,2 +1,117 @@
-"""ckpt migrate (not yet implemented)."""
-COMMANDS: list = []
+"""ckpt migrate SRC -o OUT"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..errors import EXIT_FINDING, EXIT_OK, UsageError
+from ..render.common import dumps
+from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
+
+
+class _Bars:
+    """The migrate Progress protocol as click progress bars on stderr (terminal only)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def start(self, label: str, total: int) -> None:
+        self.done()
+        if self.enabled:
+            self.bar = click.progressbar(length=max(total, 1), label=label.ljust(12), file=sys.stderr)
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def done(self) -> None:
+        if self.bar is not None:
+            self.bar.render_finish()
+            self.bar = None
+
+
+@click.command("migrate")
+@click.argument("src", type=click.Path())
+@click.option("-o", "--output", "out", default=None, metavar="OUT",
+              help="Output file (.pth/.pt/.bin, .safetensors) or folder (--max-shard-size, --to dcp).")
+@click.option("--to", type=click.Choice(["pth", "safetensors", "dcp"], case_sensitive=False), default=None,
+              help="Output format (default: from OUT's extension).")
+@key_option
+@click.option("--strip-prefix", multiple=True, metavar="P", help="Remove P from keys that start with it (repeatable).")
+@click.option("--add-prefix", default=None, metavar="P", help="Prepend P to every key.")
+@click.option("--rename", multiple=True, metavar="'REGEX=REPLACEMENT'",
+              help="Rename keys matching REGEX (whole key, Python re; \\1 for groups). Repeatable, in order.")
+@click.option("--drop", multiple=True, metavar="GLOB", help="Leave out keys matching GLOB (repeatable).")
+@click.option("--dtype", default=None, metavar="DTYPE", help="Cast floating tensors to DTYPE (bf16, fp16, fp32, ...).")
+@click.option("--rules", "rules_file", default=None, metavar="FILE",
+              help="A TOML rules file (applied before the options above; see docs/migrate.md).")
+@click.option("--target", default=None, metavar="SPEC",
+              help="Module the output must load into with strict=True: 'pkg.module:Name' or 'file.py:Name'.")
+@click.option("--target-kwargs", default=None, metavar="JSON", help="Constructor arguments for --target (JSON or @file).")
+@click.option("--auto", is_flag=True, help="Infer the rules that make SRC match --target (printed before applying).")
+@click.option("--allow-missing", multiple=True, metavar="GLOB",
+              help="Target keys that may be missing from the output (a new head the model initialises).")
+@click.option("--device", "devices", multiple=True, metavar="DEV",
+              help="Verify on DEV (cpu, cuda, cuda:N; repeatable). Default: cpu and every available CUDA device.")
+@click.option("--max-shard-size", default=None, metavar="SIZE",
+              help="Write a sharded safetensors folder with shards of at most SIZE (5GB, 500MB, 2GiB).")
+@click.option("--state-dict-only", is_flag=True, help="Write only the weights, not epoch/optimizer/args metadata.")
+@click.option("--force", is_flag=True, help="Replace an existing OUT (only after the new one is written and verified).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (old key -> new key, dropped, cast); write nothing.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Re-read OUT and compare every tensor bit for bit (and load into --target).")
+@unsafe_option
+@json_option
+@quiet_option
+@limit_options
+def migrate_command(src: str, out: str | None, to: str | None, key: str | None, strip_prefix: tuple[str, ...],
+                    add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
+                    rules_file: str | None, target: str | None, target_kwargs: str | None, auto: bool,
+                    allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
+                    state_dict_only: bool, force: bool, dry_run: bool, verify: bool, unsafe: bool, as_json: bool,
+                    quiet: bool, **kwargs: Any) -> int:
+    """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
+
+    Rules apply in this order: --key, --strip-prefix, --add-prefix, --rename,
+    --drop, --dtype. Conflicts (two keys becoming one, an empty key, a cast of
+    a non-floating tensor) stop before anything is written. OUT is written
+    beside its final path, fsynced, verified and only then renamed into
+    place; SRC is never modified. Exit code: 0 written and verified (or a
+    clean dry run), 1 verification or target check failed (nothing written),
+    2 error.
+    """
+    from ..migrate import migrate
+    from ..render.migrate import render
+    from ..target import parse_target_kwargs
+
+    kw = parse_target_kwargs(target_kwargs) if target_kwargs is not None else None
+    if kw and target is None:
+        raise UsageError("--target-kwargs needs --target")
+
+    def announce(rules: Any) -> None:
+        if not as_json and not quiet:
+            text = rules.describe() if not rules.is_empty else "(none needed: the keys already match)"
+            click.echo(f"inferred rules: {text}")
+
+    bars = _Bars(not quiet and sys.stderr.isatty())
+    try:
+        report = migrate(
+            src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename, drop=drop,
+            dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
+            allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size,
+            state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
+            limits=limits_from(kwargs), progress=bars, on_rules=announce,
+        )
+    finally:
+        bars.done()
+    if as_json:
+        click.echo(dumps(report.to_json()))
+    elif not quiet or not report.ok:
+        click.echo(render(report))
+    return EXIT_OK if report.ok else EXIT_FINDING
+
+
+COMMANDS = [migrate_command]

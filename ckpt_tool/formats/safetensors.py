@@ -121,5 +121,25 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     loaded = Loaded(SAFETENSORS, root, sources=[source], layout="state_dict")
     if meta:
         loaded.metadata = {"__metadata__": dict(meta)}
+        restore_aliases(root, meta)
     return loaded
+
+
+def restore_aliases(root: OrderedDict[str, TensorMeta], meta: dict[str, str]) -> None:
+    """Tied tensors are stored once; ``__metadata__`` maps each alias to the stored key.
+
+    That is ``safetensors.torch.save_model``'s convention (and ckpt migrate's):
+    the alias comes back as a second name for the same bytes, so the tie
+    shows (shared storage) and a torch output keeps it.
+    """
+    added = False
+    for alias, stored in meta.items():
+        if alias != "format" and alias not in root and stored in root:
+            t = root[stored]
+            root[alias] = TensorMeta(alias, t.dtype, t.shape, t.stride, t.storage_offset, t.storage, t.device)
+            added = True
+    if added:
+        items = sorted(root.items())
+        root.clear()
+        root.update(items)
 

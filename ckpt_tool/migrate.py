@@ -1,0 +1,468 @@
+"""``ckpt migrate``: plan -> atomic write -> verify, without ever losing data.
+
+Everything that can be wrong with a migration (rule conflicts, a target the
+result would not load into, placeholders that cannot be written back, an
+existing output) is found before the first byte is written. The output is
+written beside its final path, fsynced, re-read with ckpt's own readers and
+compared bit for bit with what the rules say, loaded into the target on each
+device when one is given, and only then renamed into place. A failed
+verification leaves no output (and an old output, with --force, untouched).
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from . import atomic, writers
+from .errors import UsageError
+from .formats import load, read_file
+from .formats.base import ReadOptions
+from .locate import build, resolve_key
+from .model import Checkpoint, TensorMeta
+from .rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
+from .unpickle import DEFAULT_LIMITS, Limits
+from .writers.base import OutTensor, require_data
+from .writers.layout import dedupe, placeholders_in, safetensors_metadata, torch_root
+
+
+class Progress(Protocol):
+    """Where migrate reports bytes done (the CLI draws a bar on a terminal)."""
+
+    def start(self, label: str, total: int) -> None: ...
+
+    def advance(self, n: int) -> None: ...
+
+    def done(self) -> None: ...
+
+
+class _NoProgress:
+    def start(self, label: str, total: int) -> None:
+        pass
+
+    def advance(self, n: int) -> None:
+        pass
+
+    def done(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """How the planned output's keys compare with the target's, before anything is written."""
+
+    spec: str
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    shape_mismatch: tuple[tuple[str, list[int], list[int]], ...]
+    allowed_missing: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.shape_mismatch)
+
+
+@dataclass(frozen=True)
+class MigrateReport:
+    """What migrate planned, wrote and proved."""
+
+    source: str
+    output: str | None
+    format: str
+    source_format: str
+    plan: Plan
+    tensors: tuple[OutTensor, ...]
+    rules: RuleSet
+    inferred: RuleSet | None = None
+    dry_run: bool = False
+    written: bool = False
+    verified: dict[str, bool] = field(default_factory=dict)
+    device_status: dict[str, str] = field(default_factory=dict)
+    failures: tuple[str, ...] = ()
+    target: TargetCheck | None = None
+    metadata_kept: tuple[str, ...] = ()
+    aliases: dict[str, str] = field(default_factory=dict)
+    shards: tuple[str, ...] = ()
+    bytes_written: int = 0
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """False when verification failed or the target check found differences."""
+        return not self.failures and (self.target is None or self.target.ok)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "output": self.output,
+            "format": self.format,
+            "source_format": self.source_format,
+            "dry_run": self.dry_run,
+            "written": self.written,
+            "rules": self.rules.cli_args(),
+            "inferred_rules": self.inferred.cli_args() if self.inferred is not None else None,
+            "renamed": [{"from": a, "to": b} for a, b in self.plan.renamed],
+            "dropped": list(self.plan.dropped),
+            "cast": [{"key": e.output, "from": e.dtype, "to": e.cast} for e in self.plan.entries
+                     if e.cast and e.output],
+            "tensors": [{"key": t.key, "source": t.source.key, "dtype": t.dtype, "shape": list(t.shape),
+                         "nbytes": t.nbytes} for t in self.tensors],
+            "tensor_count": len(self.tensors),
+            "total_nbytes": sum(t.nbytes for t in self.tensors),
+            "aliases": dict(self.aliases),
+            "metadata_kept": list(self.metadata_kept),
+            "shards": list(self.shards),
+            "bytes_written": self.bytes_written,
+            "verified": dict(self.verified),
+            "devices": dict(self.device_status),
+            "failures": list(self.failures),
+            "target": None if self.target is None else {
+                "spec": self.target.spec, "ok": self.target.ok, "missing": list(self.target.missing),
+                "unexpected": list(self.target.unexpected),
+                "shape_mismatch": [{"key": k, "a": a, "b": b} for k, a, b in self.target.shape_mismatch],
+                "allowed_missing": list(self.target.allowed_missing),
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+def build_rules(*, rules_file: str | None = None, strip_prefix: Sequence[str] = (), add_prefix: str | None = None,
+                rename: Sequence[str | tuple[str, str]] = (), drop: Sequence[str] = (),
+                dtype: str | None = None) -> RuleSet:
+    """A rules file (if any) followed by the command-line rules."""
+    base = load_rules_file(rules_file) if rules_file else RuleSet()
+    pairs = tuple(parse_rename(r) if isinstance(r, str) else (r[0], r[1]) for r in rename)
+    return base.then(RuleSet(tuple(strip_prefix), add_prefix or None, pairs, tuple(drop), dtype))
+
+
+def check_target(spec: str, tensors: Sequence[OutTensor], target_tensors: Sequence[TensorMeta],
+                 allow_missing: Sequence[str], lazy: Sequence[str] = ()) -> TargetCheck:
+    from .infer import shapes_compatible
+
+    have = {t.key: t for t in tensors}
+    want = {t.key for t in target_tensors}
+    missing = [t.key for t in target_tensors if t.key not in have]
+    allowed = [k for k in missing if any(fnmatch.fnmatchcase(k, g) for g in allow_missing)]
+    shape_bad = []
+    for tt in target_tensors:
+        t = have.get(tt.key)
+        if t is not None and tt.key not in lazy and not shapes_compatible(tuple(t.shape), tuple(tt.shape)):
+            shape_bad.append((tt.key, list(t.shape), list(tt.shape)))
+    return TargetCheck(
+        spec, tuple(k for k in missing if k not in allowed), tuple(t.key for t in tensors if t.key not in want),
+        tuple(shape_bad), tuple(allowed),
+    )
+
+
+def _source_paths(src: str, ck: Checkpoint) -> list[str]:
+    paths = {os.path.abspath(src)}
+    for s in ck.sources:
+        p = getattr(s, "path", None)
+        if isinstance(p, str) and os.path.exists(p):
+            paths.add(os.path.abspath(p))
+    return sorted(paths)
+
+
+def migrate(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    to: str | None = None,
+    key: str | None = None,
+    rules: RuleSet | None = None,
+    strip_prefix: Sequence[str] = (),
+    add_prefix: str | None = None,
+    rename: Sequence[str | tuple[str, str]] = (),
+    drop: Sequence[str] = (),
+    dtype: str | None = None,
+    rules_file: str | None = None,
+    target: str | None = None,
+    target_kwargs: dict[str, Any] | None = None,
+    auto: bool = False,
+    allow_missing: Sequence[str] = (),
+    devices: Sequence[str] | None = None,
+    max_shard_size: int | str | None = None,
+    state_dict_only: bool = False,
+    force: bool = False,
+    dry_run: bool = False,
+    verify: bool = True,
+    unsafe: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+    progress: Progress | None = None,
+    on_rules: Callable[[RuleSet], None] | None = None,
+    _after_write: Callable[[str], None] | None = None,
+) -> MigrateReport:
+    """Rewrite SRC's keys (and format, and dtype) into OUT; see the module docstring.
+
+    ``rules`` replaces the individual rule options when given. ``on_rules``
+    is called with rules inferred by ``auto`` before they are applied.
+    ``_after_write`` (tests only) sees the temporary output before it is verified.
+    """
+    from .writers.sharded import parse_size
+
+    src = os.fspath(src)
+    out = os.fspath(out) if out is not None else None
+    progress = progress or _NoProgress()
+    if out is None and not dry_run:
+        raise UsageError("give the output path with -o OUT (or --dry-run to only print the plan)")
+    if auto and not target:
+        raise UsageError("--auto infers rules from a target: give --target SPEC too")
+    shard_bytes = parse_size(str(max_shard_size)) if max_shard_size not in (None, "") else None
+    fmt = writers.choose_format(out, to, shard_bytes)
+    if rules is None:
+        rules = build_rules(rules_file=rules_file, strip_prefix=strip_prefix, add_prefix=add_prefix,
+                            rename=rename, drop=drop, dtype=dtype)
+    ck = load(src, key=key, unsafe=unsafe, limits=limits)
+    try:
+        return _migrate(ck, src, out, fmt, rules, target=target, target_kwargs=target_kwargs, auto=auto,
+                        allow_missing=tuple(allow_missing), devices=devices, shard_bytes=shard_bytes,
+                        state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify,
+                        limits=limits, progress=progress, on_rules=on_rules, after_write=_after_write)
+    finally:
+        ck.close()
+
+
+def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet, *, target: str | None,
+             target_kwargs: dict[str, Any] | None, auto: bool, allow_missing: tuple[str, ...],
+             devices: Sequence[str] | None, shard_bytes: int | None, state_dict_only: bool, force: bool,
+             dry_run: bool, verify: bool, limits: Limits, progress: Progress,
+             on_rules: Callable[[RuleSet], None] | None, after_write: Callable[[str], None] | None) -> MigrateReport:
+    warnings = list(ck.warnings)
+    if not ck.tensors:
+        raise UsageError("the source holds no tensors to migrate (use --key to pick the state_dict)", src)
+    # 1. rules, inferred ones first
+    built = None
+    inferred = None
+    if target:
+        from .target import build_target
+
+        built = build_target(target, target_kwargs)
+        warnings += [f"target: {w}" for w in built.warnings]
+        if auto:
+            from .infer import suggest
+
+            pre = make_plan(ck.tensors, rules)
+            renamed_view = [TensorMeta(e.output, t.dtype, t.shape) for e, t in zip(pre.entries, ck.tensors)
+                            if e.output is not None]
+            found = suggest(renamed_view, built.tensors, lazy=built.lazy)
+            if found is not None:
+                inferred = found.rules
+                rules = rules.then(inferred) if not rules.is_empty else inferred
+                if on_rules is not None:
+                    on_rules(inferred)
+            else:
+                inferred = RuleSet()
+                if on_rules is not None:
+                    on_rules(inferred)
+    # 2. the plan; every conflict raises here, before anything is written
+    plan = make_plan(ck.tensors, rules)
+    by_key = ck.by_key
+    tensors = tuple(OutTensor(e.output, by_key[e.source], e.cast or e.dtype) for e in plan.entries
+                    if e.output is not None)
+    if not tensors:
+        raise UsageError("the rules drop every tensor; nothing would be written")
+    for t in tensors:
+        require_data(t)
+    if any(t.source.device not in ("cpu", "meta") for t in tensors):
+        warnings.append("tensors saved on a GPU are written as CPU tensors (torch.load needs no map_location)")
+    check = None
+    if built is not None:
+        check = check_target(target or "", tensors, built.tensors, allow_missing, built.lazy)
+    report_args: dict[str, Any] = dict(source=src, output=out, format=fmt, source_format=ck.format, plan=plan,
+                                       tensors=tensors, rules=rules, inferred=inferred, target=check)
+    # 3. the output's shape: container, metadata, ties
+    chosen = resolve_key(ck.root, ck.state_dict_key or "", src) if ck.state_dict_key else ck.root
+    payload: dict[str, Any] = {}
+    if fmt == writers.TORCH_ZIP:
+        root, sd_key, kept, more = torch_root(ck, chosen, tensors, rules, state_dict_only)
+        warnings += more
+        found = placeholders_in(root)
+        if found:
+            from .errors import UnsafeContentError
+
+            where, cls = found[0]
+            raise UnsafeContentError(
+                f"the metadata at {where!r} holds a {cls} object, a class ckpt did not import, so it cannot be "
+                "written back as the real object; pass --state-dict-only to write the weights alone, or "
+                "--unsafe to load it as the real object if you trust the file", src)
+        from .writers.torchzip import pickle_root
+
+        payload.update(pickle=pickle_root(root), root=root, sd_key=sd_key)
+        report_args["metadata_kept"] = tuple(kept)
+    elif fmt in (writers.SAFETENSORS, writers.SHARDED):
+        stored, aliases, more = dedupe(tensors)
+        warnings += more
+        meta, kept, more = safetensors_metadata(ck, chosen, state_dict_only)
+        warnings += more
+        clash = sorted(a for a in aliases if a in meta)
+        if clash:
+            warnings.append(f"metadata entries replaced by tie records: {', '.join(clash[:5])}")
+        from .writers.safetensors import check_dtypes
+
+        check_dtypes(stored)
+        payload.update(stored=stored, aliases=aliases, meta=meta)
+        report_args.update(metadata_kept=tuple(kept), aliases=aliases)
+    else:
+        if not state_dict_only and ck.layout == "container":
+            warnings.append("a DCP output holds the state_dict only; the other entries were not kept")
+    # 4. where it goes, and on which devices it will be proven
+    run_devices, status = _devices(verify and not dry_run, devices)
+    if check is not None and not check.ok:
+        return MigrateReport(**report_args, dry_run=dry_run, device_status=status, warnings=tuple(warnings))
+    if dry_run:
+        if out is not None and os.path.lexists(out):
+            warnings.append(f"{out} exists{'' if force else '; the real run needs --force'}")
+        return MigrateReport(**report_args, dry_run=True, device_status=status, warnings=tuple(warnings))
+    if out is None:
+        raise UsageError("give the output path with -o OUT")
+    folder = fmt in writers.FOLDER_FORMATS
+    atomic.check_destination(out, _source_paths(src, ck), force=force, folder=folder)
+    if folder and force:
+        from .writers.dcp import DCP_SUFFIXES
+        from .writers.sharded import SHARD_SUFFIXES
+
+        atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
+    job = _Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
+               allow_missing, verify, limits, progress, after_write, report_args, warnings)
+    # 5. write, verify, publish
+    with atomic.interrupts_as_exceptions():
+        return _write(job)
+
+
+def _devices(active: bool, devices: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
+    if not active:
+        return [], {}
+    from .verify import resolve_devices
+
+    return resolve_devices(devices)
+
+
+@dataclass
+class _Job:
+    """Everything the write and verify steps need, decided before the first byte is written."""
+
+    out: str
+    fmt: str
+    tensors: tuple[OutTensor, ...]
+    payload: dict[str, Any]
+    shard_bytes: int | None
+    devices: list[str]
+    status: dict[str, str]
+    target: str | None
+    target_kwargs: dict[str, Any] | None
+    allow_missing: tuple[str, ...]
+    verify: bool
+    limits: Limits
+    progress: Progress
+    after_write: Callable[[str], None] | None
+    report_args: dict[str, Any]
+    warnings: list[str]
+
+
+def _write(job: _Job) -> MigrateReport:
+    folder = job.fmt in writers.FOLDER_FORMATS
+    shards: list[str] = []
+    p = job.progress
+    with (atomic.AtomicDir(job.out) if folder else atomic.AtomicFile(job.out)) as tmp:
+        if job.fmt == writers.TORCH_ZIP:
+            from .writers.torchzip import write_torch_zip
+
+            data_pkl, table = job.payload["pickle"]
+            p.start("writing", sum(s.nbytes for s in table.storages))
+            write_torch_zip(tmp.fd, job.out, data_pkl, table, p.advance)
+        elif job.fmt == writers.SAFETENSORS:
+            from .writers.safetensors import write_safetensors
+
+            p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
+            write_safetensors(tmp.fd, job.payload["stored"], {**job.payload["meta"], **job.payload["aliases"]},
+                              p.advance)
+        elif job.fmt == writers.SHARDED:
+            from .writers.sharded import write_sharded
+
+            limit = job.shard_bytes or 1
+            p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
+            shards = write_sharded(tmp.path, tmp.create, job.payload["stored"], job.payload["aliases"],
+                                   job.payload["meta"], limit, p.advance)
+            big = [t.key for t in job.payload["stored"] if t.nbytes > limit]
+            if big:
+                job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "
+                                    f"of their own: {', '.join(big[:3])}")
+        else:
+            from .writers.dcp import write_dcp
+
+            p.start("writing", sum(t.nbytes for t in job.tensors))
+            write_dcp(tmp.path, job.tensors, p.advance)
+        p.done()
+        tmp.finish()
+        size = _size(tmp.path)
+        if job.after_write is not None:
+            job.after_write(tmp.path)
+        verified, failures = _verify(job, tmp.path)
+        status = {**{d: ("passed" if ok else "failed") for d, ok in verified.items()}, **job.status}
+        if not job.verify:
+            status = {"all": "not verified (--no-verify)"}
+            job.warnings.append("not verified (--no-verify)")
+        if failures:
+            return MigrateReport(**job.report_args, verified=verified, device_status=status,
+                                 failures=tuple(failures), shards=tuple(shards), warnings=tuple(job.warnings))
+        tmp.publish()
+    return MigrateReport(**job.report_args, written=True, verified=verified, device_status=status,
+                         shards=tuple(shards), bytes_written=size, warnings=tuple(job.warnings))
+
+
+def _size(path: str) -> int:
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+
+
+def _verify(job: _Job, path: str) -> tuple[dict[str, bool], list[str]]:
+    """(device -> passed, first problems) for the temporary output at ``path``."""
+    from . import verify as v
+
+    if not job.verify:
+        return {}, []
+    p = job.progress
+    results: dict[str, bool] = {}
+    loaded = read_file(path, ReadOptions(limits=job.limits))
+    ck = None
+    try:
+        p.start("verifying", sum(t.nbytes for t in job.tensors))
+        if job.fmt == writers.TORCH_ZIP:
+            # everything pickled: structure, metadata values and every tensor's bytes
+            problems = v.compare_tree(job.payload["root"], loaded.root, p.advance)
+            ck = build(loaded, path, job.payload["sd_key"])
+            if not problems:
+                problems = v.compare_keys(job.tensors, ck.keys)
+        else:
+            ck = build(loaded, path)
+            problems = v.compare_state_dict(job.tensors, ck.by_key, p.advance)
+        p.done()
+        results["cpu"] = not problems
+        if problems:
+            return results, problems
+        actual = ck.by_key
+        module = None
+        for device in job.devices:
+            if job.target and module is None:
+                from .target import build_target
+
+                module = build_target(job.target, job.target_kwargs, meta=False).module
+            p.start(f"verifying on {device}", sum(t.nbytes for t in job.tensors))
+            found: list[str] = []
+            if device != "cpu":
+                found = v.roundtrip_device(actual, job.tensors, device, p.advance)
+            if module is not None and not found:
+                found = v.load_into_target(module, actual, device, job.allow_missing)
+            p.done()
+            results[device] = not found
+            if found:
+                return results, found
+    finally:
+        if ck is not None:
+            ck.close()
+        else:
+            for s in loaded.sources:
+                s.close()
+    return results, []

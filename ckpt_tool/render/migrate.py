@@ -1,0 +1,99 @@
+"""Text rendering of a MigrateReport (JSON is MigrateReport.to_json)."""
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from ..migrate import MigrateReport
+from .common import human_bytes, shape_str
+
+_SHOWN = 12
+
+
+def _sample(items: list[str], n: int = _SHOWN) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def plan_table(report: MigrateReport) -> str:
+    """One row per source tensor: old key -> new key, dtype change, or dropped."""
+    rows = []
+    for e in report.plan.entries:
+        if e.output is None:
+            rows.append([e.source, "(dropped)", e.dtype])
+        else:
+            rows.append([e.source, e.output if e.output != e.source else "=", f"{e.dtype} -> {e.cast}" if e.cast else e.dtype])
+    return tabulate(rows, headers=["source key", "output key", "dtype"], tablefmt="simple", disable_numparse=True)
+
+
+def target_lines(report: MigrateReport) -> list[str]:
+    check = report.target
+    if check is None:
+        return []
+    if check.ok:
+        if check.allowed_missing:
+            return [f"target:   {check.spec}: keys and shapes match, except the allowed missing "
+                    f"{_sample(list(check.allowed_missing))}"]
+        return [f"target:   {check.spec}: every key and shape matches"]
+    lines = [f"target:   {check.spec}: the output would NOT load with strict=True"
+             + ("" if report.dry_run else "; nothing was written")]
+    if check.missing:
+        lines.append(f"  missing (the target has them, the output does not): {_sample(list(check.missing))}")
+    if check.unexpected:
+        lines.append(f"  unexpected (the output has them, the target does not): {_sample(list(check.unexpected))}")
+    for key, a, b in check.shape_mismatch[:_SHOWN]:
+        lines.append(f"  shape mismatch: {key}: output {shape_str(a)}, target {shape_str(b)}")
+    if check.missing and not check.unexpected and not check.shape_mismatch:
+        heads = sorted({k.rsplit(".", 1)[0] + ".*" if "." in k else k for k in check.missing})
+        lines.append("  if the model initialises these itself (a new head or layer), allow them: "
+                     + " ".join(f"--allow-missing '{h}'" for h in heads[:4]))
+    else:
+        lines.append("  fix the rules (see `ckpt diff SRC --target SPEC`), or drop --target to write anyway")
+    return lines
+
+
+def verification_line(report: MigrateReport) -> str:
+    if not report.device_status:
+        return "verified: no"
+    parts = [f"{dev} {state}" for dev, state in report.device_status.items()]
+    what = "bit-for-bit re-read"
+    if report.target is not None:
+        what += " + load_state_dict into the target" + (
+            " (strict but for --allow-missing)" if report.target.allowed_missing else " (strict=True)")
+    return f"verified: {', '.join(parts)} ({what})"
+
+
+def render(report: MigrateReport) -> str:
+    out = [f"source:   {report.source} ({report.source_format})",
+           f"output:   {report.output or '-'} ({report.format})" + ("  [dry run: nothing written]" if report.dry_run else "")]
+    if report.inferred is not None:
+        out.append(f"inferred: {report.inferred.describe()}")
+    out.append(f"rules:    {report.rules.describe()}")
+    renamed = report.plan.renamed
+    if renamed:
+        out.append(f"renamed:  {len(renamed)} key(s), e.g. " + "; ".join(f"{a} -> {b}" for a, b in renamed[:3]))
+    dropped = report.plan.dropped
+    if dropped:
+        out.append(f"dropped:  {len(dropped)}: {_sample(dropped)}")
+    casts = [e for e in report.plan.entries if e.cast and e.output]
+    if casts:
+        out.append(f"cast:     {len(casts)} tensor(s) to {casts[0].cast}")
+    total = sum(t.nbytes for t in report.tensors)
+    out.append(f"tensors:  {len(report.tensors)} ({human_bytes(total)})"
+               + (f", {len(report.aliases)} tied (stored once)" if report.aliases else ""))
+    if report.shards:
+        out.append(f"shards:   {len(report.shards)}")
+    if report.metadata_kept:
+        out.append(f"metadata: kept {_sample(list(report.metadata_kept))}")
+    out.extend(target_lines(report))
+    if report.dry_run:
+        out.append("")
+        out.append(plan_table(report))
+    elif report.failures:
+        out.append("VERIFICATION FAILED: the output was removed (an existing output was left as it was)")
+        out.extend(f"  - {f}" for f in report.failures)
+    elif report.written:
+        out.append(verification_line(report))
+        out.append(f"wrote:    {report.output} ({human_bytes(report.bytes_written)})")
+    if report.warnings:
+        out.append("warnings:")
+        out.extend(f"  - {w}" for w in report.warnings)
+    return "\n".join(out)

@@ -1,0 +1,311 @@
+"""Proving what migrate wrote: bit-for-bit re-reads, and strict loads on each device.
+
+``torch.load`` never checks zip CRCs and ``torch.equal`` is not bitwise (NaN,
+-0.0), so every comparison here is of raw bytes, as ``bytes`` objects
+(a memcmp; ``memoryview`` comparison runs element by element).
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, Sequence
+
+from .model import TensorMeta
+from .unpickle import DTypeRef, LazyTensor, NumpyArray, Placeholder
+from .writers.base import OutTensor, out_bytes, out_chunks
+from .writers.torchpickle import as_meta
+
+MAX_REPORTED = 5
+Advance = Callable[[int], None]
+
+
+def same_stream(a: Iterable[bytes], b: Iterable[bytes]) -> int | None:
+    """None when both streams hold the same bytes, else the offset of the first difference."""
+    ia, ib = iter(a), iter(b)
+    abuf = bbuf = b""
+    pos = 0
+    while True:
+        if not abuf:
+            abuf = next(ia, b"")
+        if not bbuf:
+            bbuf = next(ib, b"")
+        if not abuf or not bbuf:
+            return None if not abuf and not bbuf else pos + min(len(abuf), len(bbuf))
+        n = min(len(abuf), len(bbuf))
+        pa, pb = (abuf if n == len(abuf) else abuf[:n]), (bbuf if n == len(bbuf) else bbuf[:n])
+        if pa != pb:
+            return pos + _first_difference(pa, pb)
+        abuf, bbuf = abuf[n:], bbuf[n:]
+        pos += n
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    lo, hi = 0, min(len(a), len(b))
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if a[lo:mid] != b[lo:mid]:
+            hi = mid
+        else:
+            lo = mid
+    return next((i for i in range(lo, hi) if a[i] != b[i]), hi)
+
+
+def compare_tensor(label: str, expected: OutTensor, actual: TensorMeta) -> str | None:
+    """Why ``actual`` (as re-read) is not what ``expected`` says, or None when bit-identical."""
+    if actual.dtype != expected.dtype:
+        return f"{label}: dtype is {actual.dtype}, expected {expected.dtype}"
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"{label}: shape is {list(actual.shape)}, expected {list(expected.shape)}"
+    if actual.storage is None:
+        return f"{label}: holds no data"
+    diff = same_stream(out_chunks(expected), out_chunks(OutTensor(label, actual, actual.dtype)))
+    if diff is not None:
+        return f"{label}: bytes differ from the expected values (first at byte {diff})"
+    return None
+
+
+def compare_state_dict(expected: Sequence[OutTensor], actual: Mapping[str, TensorMeta],
+                       advance: Advance | None = None) -> list[str]:
+    """Every expected tensor present and bit-identical, and nothing else."""
+    problems: list[str] = []
+    keys = set()
+    for t in expected:
+        keys.add(t.key)
+        found = actual.get(t.key)
+        if found is None:
+            problems.append(f"{t.key}: missing from the output")
+        else:
+            why = compare_tensor(t.key, t, found)
+            if why:
+                problems.append(why)
+        if advance is not None:
+            advance(t.nbytes)
+        if len(problems) >= MAX_REPORTED:
+            return problems
+    extra = sorted(k for k in actual if k not in keys)
+    if extra:
+        problems.append(f"unexpected tensors in the output: {', '.join(extra[:MAX_REPORTED])}")
+    return problems
+
+
+def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str]:
+    """The state_dict ckpt finds in the output has exactly the expected keys."""
+    want = [t.key for t in expected]
+    if sorted(want) == sorted(keys):
+        return []
+    missing = [k for k in want if k not in set(keys)]
+    extra = [k for k in keys if k not in set(want)]
+    return [f"the output's state_dict differs in keys: missing {missing[:MAX_REPORTED]}, "
+            f"unexpected {extra[:MAX_REPORTED]}"]
+
+
+def _tensorish(obj: Any) -> TensorMeta | None:
+    if isinstance(obj, (LazyTensor, TensorMeta)):
+        return as_meta(obj)
+    return None
+
+
+def compare_tree(expected: Any, actual: Any, advance: Advance | None = None) -> list[str]:
+    """Walk what was pickled and what was re-read side by side: structure, scalars and tensor bytes."""
+    problems: list[str] = []
+    memo: set[tuple[int, int]] = set()
+
+    def walk(e: Any, a: Any, path: str, depth: int) -> None:
+        if len(problems) >= MAX_REPORTED or depth > 200:
+            return
+        where = path or "<top>"
+        if isinstance(e, OutTensor) or _tensorish(e) is not None:
+            if (id(e), id(a)) in memo:
+                return
+            memo.add((id(e), id(a)))
+            exp = e if isinstance(e, OutTensor) else OutTensor(where, _tensorish(e), _tensorish(e).dtype)  # type: ignore[union-attr]
+            act = _tensorish(a)
+            if act is None:
+                problems.append(f"{where}: expected a tensor, found {type(a).__name__}")
+                return
+            why = compare_tensor(where, exp, act)
+            if why:
+                problems.append(why)
+            if advance is not None:
+                advance(exp.nbytes)
+            return
+        if isinstance(e, Mapping):
+            if not isinstance(a, Mapping):
+                problems.append(f"{where}: expected a mapping, found {type(a).__name__}")
+                return
+            if list(map(str, e.keys())) != list(map(str, a.keys())):
+                missing = [str(k) for k in e if k not in a]
+                extra = [str(k) for k in a if k not in e]
+                detail = (f"missing {missing[:MAX_REPORTED]}" if missing else "") + \
+                    (f" unexpected {extra[:MAX_REPORTED]}" if extra else "") or "keys in another order"
+                problems.append(f"{where}: keys differ ({detail.strip()})")
+                return
+            for k in e:
+                walk(e[k], a[k], f"{path}.{k}" if path else str(k), depth + 1)
+            return
+        if isinstance(e, (list, tuple)):
+            if type(a) is not type(e) or len(a) != len(e):
+                problems.append(f"{where}: expected a {type(e).__name__} of {len(e)} items")
+                return
+            for i, (x, y) in enumerate(zip(e, a)):
+                walk(x, y, f"{path}.{i}" if path else str(i), depth + 1)
+            return
+        if isinstance(e, NumpyArray):
+            if not isinstance(a, NumpyArray) or a.shape != e.shape or a.data != e.data:
+                problems.append(f"{where}: NumPy array differs")
+            return
+        if isinstance(e, DTypeRef):
+            if not isinstance(a, DTypeRef) or a.name != e.name:
+                problems.append(f"{where}: dtype differs")
+            return
+        if e is None or isinstance(e, (bool, int, str, bytes, bytearray, complex)):
+            if type(a) is not type(e) or a != e:
+                problems.append(f"{where}: value is {a!r:.60}, expected {e!r:.60}")
+            return
+        if isinstance(e, float):
+            if not isinstance(a, float) or not (a == e or (math.isnan(a) and math.isnan(e))):
+                problems.append(f"{where}: value is {a!r}, expected {e!r}")
+            return
+        if isinstance(e, (set, frozenset)):
+            if not isinstance(a, (set, frozenset)) or set(a) != set(e):
+                problems.append(f"{where}: set differs")
+            return
+        if isinstance(a, Placeholder):
+            return  # a real object (--unsafe) re-read safely as a placeholder: its pickling was torch's/pickle's own
+
+    walk(expected, actual, "", 0)
+    return problems
+
+
+# ------------------------------------------------------------------- devices
+
+
+def _cuda_devices_present() -> bool:
+    """Cheap check before importing torch: without a driver's device nodes there is no CUDA."""
+    if "torch" in sys.modules:
+        return True
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    try:
+        names = os.listdir("/dev")
+    except OSError:
+        return True  # cannot tell without torch
+    return any(n.startswith("nvidia") or n == "kfd" for n in names)
+
+
+def available_devices() -> list[str]:
+    """cpu plus every CUDA device torch can use here."""
+    devices = ["cpu"]
+    if not _cuda_devices_present():
+        return devices
+    try:
+        import torch
+    except ImportError:
+        return devices
+    if torch.cuda.is_available():
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return devices
+
+
+def resolve_devices(requested: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
+    """(devices to verify on, status of those that cannot be). An explicit unavailable device is an error."""
+    from .errors import UsageError
+
+    have = available_devices()
+    if not requested:
+        status = {} if any(d.startswith("cuda") for d in have) else {"cuda": "not available"}
+        return have, status
+    chosen: list[str] = []
+    for dev in requested:
+        d = dev.strip().lower()
+        if d == "cuda":
+            cudas = [x for x in have if x.startswith("cuda:")]
+            if not cudas:
+                raise UsageError("--device cuda: CUDA is not available on this machine "
+                                 "(torch.cuda.is_available() is False); run `ckpt doctor` for details")
+            chosen += cudas
+        elif d == "cpu" or d in have:
+            chosen.append(d)
+        elif d.startswith("cuda"):
+            raise UsageError(f"--device {dev}: not available here (available: {', '.join(have)})")
+        else:
+            raise UsageError(f"--device {dev}: expected cpu, cuda or cuda:N")
+    return list(dict.fromkeys(chosen)), {}
+
+
+def roundtrip_device(actual: Mapping[str, TensorMeta], expected: Sequence[OutTensor], device: str,
+                     advance: Advance | None = None) -> list[str]:
+    """Each output tensor copied to ``device`` and back must keep every bit."""
+    import torch
+
+    from .tensordata import to_torch
+
+    problems: list[str] = []
+    for t in expected:
+        meta = actual.get(t.key)
+        if meta is None:
+            continue
+        x = to_torch(meta).to(device)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(torch.device(device))
+        back = x.cpu().contiguous()
+        got = back.reshape(-1).view(torch.uint8).numpy().tobytes() if back.numel() else b""
+        if got != out_bytes(t):
+            problems.append(f"{t.key}: changed on a round trip through {device}")
+        if advance is not None:
+            advance(t.nbytes)
+        if len(problems) >= MAX_REPORTED:
+            break
+    return problems
+
+
+def _allowed(key: str, globs: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(key, g) for g in globs)
+
+
+def load_into_target(module: Any, actual: Mapping[str, TensorMeta], device: str,
+                     allow_missing: Sequence[str] = (), advance: Advance | None = None) -> list[str]:
+    """``load_state_dict(strict=True)`` on ``device``, then every loaded value compared back bit for bit.
+
+    Keys matched by ``allow_missing`` may be absent (a new head the model initialises itself).
+    """
+    import torch
+
+    from .tensordata import to_torch
+
+    module.to(device)
+    state = {k: to_torch(m).to(device) for k, m in actual.items()}
+    try:
+        result = module.load_state_dict(state, strict=not allow_missing)
+    except RuntimeError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        return [f"load_state_dict(strict=True) on {device} failed: " + " ".join(lines[:3])[:600]]
+    if allow_missing:
+        bad_missing = [k for k in result.missing_keys if not _allowed(k, allow_missing)]
+        if bad_missing or result.unexpected_keys:
+            return [f"load_state_dict on {device}: missing {bad_missing[:MAX_REPORTED]}, "
+                    f"unexpected {list(result.unexpected_keys)[:MAX_REPORTED]}"]
+    loaded = module.state_dict(keep_vars=False)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(torch.device(device))
+    problems: list[str] = []
+    for k, given in state.items():
+        have = loaded.get(k)
+        if have is None:
+            continue
+        want = given.to(have.dtype).cpu().contiguous()
+        got = have.detach().cpu().contiguous()
+        if tuple(got.shape) != tuple(want.shape):
+            problems.append(f"{k}: loaded with shape {list(got.shape)} on {device}")
+        elif got.numel() and got.reshape(-1).view(torch.uint8).numpy().tobytes() != \
+                want.reshape(-1).view(torch.uint8).numpy().tobytes():
+            problems.append(f"{k}: the value loaded on {device} differs from the file")
+        if advance is not None:
+            advance(int(got.numel() * got.element_size()))
+        if len(problems) >= MAX_REPORTED:
+            break
+    module.to("cpu")
+    return problems

@@ -1,0 +1,48 @@
+"""torch.distributed.checkpoint folders, written by torch's own DCP writer in one process.
+
+DCP has no streaming entry point: the state_dict is materialised in memory
+(tied tensors stay one tensor), then ``dcp.save(..., no_dist=True)`` writes
+``.metadata`` and ``__0_0.distcp`` into the (temporary) folder.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Sequence
+
+from .base import OutTensor
+
+DCP_SUFFIXES = (".distcp", ".metadata")
+
+
+def materialise(tensors: Sequence[OutTensor]) -> dict[str, Any]:
+    """Torch tensors for the output, one object per tied group."""
+    import torch
+
+    from ..tensordata import to_torch
+
+    out: dict[str, Any] = {}
+    by_view: dict[object, Any] = {}
+    for t in tensors:
+        vk = t.view_key()
+        x = by_view.get(vk) if vk is not None else None
+        if x is None:
+            x = to_torch(t.source)
+            if t.cast:
+                x = x.to(getattr(torch, t.dtype))
+            if vk is not None:
+                by_view[vk] = x
+        out[t.key] = x
+    return out
+
+
+def write_dcp(folder: str, tensors: Sequence[OutTensor], on_bytes: Callable[[int], None] | None = None) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    state_dict = materialise(tensors)
+    writer = dcp.FileSystemWriter(folder, single_file_per_rank=True, sync_files=True)
+    with warnings.catch_warnings():
+        # one process is the intent here; torch warns that it assumes so
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
+        dcp.save(state_dict, storage_writer=writer, no_dist=True)
+    if on_bytes is not None:
+        on_bytes(sum(t.nbytes for t in tensors))

@@ -1,0 +1,216 @@
+"""What goes around the tensors: the container a torch output keeps, the
+metadata a safetensors output can hold, and which tensors are ties.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Sequence
+
+from ..errors import RuleConflict
+from ..locate import is_tensor
+from ..model import Checkpoint
+from ..rules import RuleSet
+from ..unpickle import Placeholder, is_module_placeholder
+from .base import OutTensor
+from .torchpickle import make_state_dict
+
+_LEAF = "\x00leaf"
+
+
+def dedupe(tensors: Sequence[OutTensor]) -> tuple[list[OutTensor], dict[str, str], list[str]]:
+    """(tensors to store, alias -> stored key, warnings) for formats that hold each tensor once.
+
+    Tensors that are the same view of the same storage (tied weights) are
+    stored once; tensors that merely overlap in a storage are stored as
+    separate copies, with a warning, as safetensors cannot express that.
+    """
+    stored: list[OutTensor] = []
+    aliases: dict[str, str] = {}
+    first_by_view: dict[object, str] = {}
+    storages: dict[object, list[str]] = {}
+    for t in tensors:
+        vk = t.view_key()
+        if vk is not None and vk in first_by_view:
+            aliases[t.key] = first_by_view[vk]
+            continue
+        if vk is not None:
+            first_by_view[vk] = t.key
+            storages.setdefault(t.source.storage_id, []).append(t.key)
+        stored.append(t)
+    warnings = []
+    partial = [keys for keys in storages.values() if len(keys) > 1]
+    if partial:
+        sample = "; ".join(" + ".join(k[:3]) for k in partial[:3])
+        warnings.append(f"{sum(len(k) for k in partial)} tensors are different views of one storage ({sample}); "
+                        "safetensors stores each as its own contiguous copy")
+    return stored, aliases, warnings
+
+
+def _find_path(root: Any, target: Any, depth: int = 0) -> list[Any] | None:
+    """The keys leading from ``root`` to the object ``target`` (by identity)."""
+    if root is target:
+        return []
+    if depth > 64:
+        return None
+    if isinstance(root, Mapping):
+        items = list(root.items())
+    elif isinstance(root, (list, tuple)):
+        items = list(enumerate(root))
+    else:
+        return None
+    for k, v in items:
+        if is_tensor(v):
+            continue
+        sub = _find_path(v, target, depth + 1)
+        if sub is not None:
+            return [k] + sub
+    return None
+
+
+def _copy_mapping(m: Mapping[Any, Any]) -> Any:
+    new = OrderedDict(m) if isinstance(m, OrderedDict) else dict(m)
+    if isinstance(m, OrderedDict) and getattr(m, "__dict__", None):
+        new.__dict__.update(m.__dict__)
+    return new
+
+
+def _replace_at(root: Any, path: list[Any], value: Any) -> Any:
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(root, Mapping):
+        new = _copy_mapping(root)
+        new[head] = _replace_at(root[head], rest, value)
+        return new
+    items = list(root)
+    items[head] = _replace_at(items[head], rest, value)
+    return type(root)(items) if isinstance(root, tuple) else items
+
+
+def module_metadata(md: Any, rules: RuleSet) -> Any:
+    """A state_dict's ``_metadata`` (per-module versions) with module paths rewritten like the keys."""
+    if not isinstance(md, Mapping):
+        return None
+    out: OrderedDict[str, Any] = OrderedDict()
+    for prefix, value in md.items():
+        probe = f"{prefix}.{_LEAF}" if prefix else _LEAF
+        new = rules.new_key(probe)
+        if new is None or not new.endswith(_LEAF):
+            continue
+        key = new[: -len(_LEAF)].rstrip(".")
+        out.setdefault(key, value)
+    return out
+
+
+def new_state_dict(chosen: Any, tensors: Sequence[OutTensor], by_source: dict[str, OutTensor],
+                   rules: RuleSet) -> Any:
+    """The output state_dict: the chosen mapping's entries in order, tensors replaced, keys rewritten.
+
+    Non-tensor entries (``*._extra_state``) follow the same key rules.
+    """
+    if not isinstance(chosen, Mapping) or is_module_placeholder(chosen):
+        return OrderedDict((t.key, t) for t in tensors)
+    items: list[tuple[str, Any]] = []
+    seen: dict[str, str] = {}
+    for k, v in chosen.items():
+        key = str(k)
+        if is_tensor(v):
+            t = by_source.get(key)
+            if t is not None:
+                items.append((t.key, t))
+                seen[t.key] = key
+            continue
+        new = rules.new_key(key)
+        if new is None:
+            continue
+        if new in seen:
+            raise RuleConflict(f"{seen[new]!r} and {key!r} would both become {new!r}")
+        seen[new] = key
+        items.append((new, v))
+    sd = make_state_dict(chosen, items)
+    md = module_metadata(getattr(chosen, "_metadata", None), rules)
+    if md is not None and isinstance(sd, OrderedDict):
+        sd._metadata = md  # type: ignore[attr-defined]
+    return sd
+
+
+def torch_root(ck: Checkpoint, chosen: Any, tensors: Sequence[OutTensor], rules: RuleSet,
+               state_dict_only: bool) -> tuple[Any, str, list[str], list[str]]:
+    """(object to pickle, dotted key of the state_dict in it, metadata keys kept, warnings) for a torch output."""
+    by_source = {t.source.key: t for t in tensors}
+    sd = new_state_dict(chosen, tensors, by_source, rules)
+    warnings: list[str] = []
+    root = ck.root
+    if state_dict_only or ck.state_dict_key in (None, "") or ck.layout != "container":
+        if not state_dict_only and ck.layout in ("module", "torchscript"):
+            what = "a pickled nn.Module" if ck.layout == "module" else "a TorchScript archive"
+            warnings.append(f"the source is {what}; the output holds its state_dict "
+                            "(load it with model.load_state_dict)")
+        if not state_dict_only and ck.format == "safetensors":
+            dropped = [k for k in _string_metadata(ck) if k != "format"]
+            if dropped:
+                warnings.append("safetensors __metadata__ not kept in a torch file: " + ", ".join(dropped[:8]))
+        return sd, "", [], warnings
+    path = _find_path(root, chosen)
+    if path is None:
+        warnings.append("could not place the state_dict back in its container; the output holds the state_dict alone")
+        return sd, "", [], warnings
+    if is_module_placeholder(chosen):
+        warnings.append(f"the pickled module at {ck.state_dict_key!r} is written as its state_dict")
+    new_root = _replace_at(root, path, sd)
+    kept = [str(k) for k in root.keys() if str(k) != str(path[0])] if isinstance(root, Mapping) else []
+    return new_root, ".".join(str(p) for p in path), kept, warnings
+
+
+def placeholders_in(obj: Any, skip: Any = None, path: str = "", depth: int = 0) -> list[tuple[str, str]]:
+    """(where, class) of every placeholder a torch output would have to write."""
+    if obj is skip or depth > 64:
+        return []
+    if isinstance(obj, Placeholder):
+        return [(path or "<top>", obj.qualname)]
+    found: list[tuple[str, str]] = []
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if not is_tensor(v):
+                found += placeholders_in(v, skip, f"{path}.{k}" if path else str(k), depth + 1)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        for i, v in enumerate(obj):
+            found += placeholders_in(v, skip, f"{path}.{i}" if path else str(i), depth + 1)
+    return found
+
+
+def _string_metadata(ck: Checkpoint) -> dict[str, str]:
+    """The source's string metadata (safetensors ``__metadata__``), minus alias records."""
+    meta = ck.metadata.get("__metadata__") if ck.format == "safetensors" else None
+    if not isinstance(meta, Mapping):
+        return {}
+    keys = set(ck.keys)
+    return {str(k): str(v) for k, v in meta.items() if not (k in keys and v in keys)}
+
+
+def safetensors_metadata(ck: Checkpoint, chosen: Any, state_dict_only: bool) -> tuple[dict[str, str], list[str], list[str]]:
+    """(``__metadata__`` entries, kept keys, warnings): strings are kept, anything else is named."""
+    meta: dict[str, str] = {}
+    if state_dict_only:
+        return {"format": "pt"}, [], []
+    meta.update(_string_metadata(ck))
+    dropped: list[str] = []
+    root = ck.root
+    if ck.layout == "container" and isinstance(root, Mapping):
+        path = _find_path(root, chosen)
+        top = str(path[0]) if path else None
+        for k, v in root.items():
+            if str(k) == top:
+                continue
+            if isinstance(v, str):
+                meta[str(k)] = v
+            else:
+                dropped.append(str(k))
+    kept = sorted(meta)
+    meta.setdefault("format", "pt")  # Hugging Face loaders require it once any metadata is present
+    warnings = []
+    if dropped:
+        warnings.append("not kept in safetensors (it stores only string metadata): " + ", ".join(dropped[:10])
+                        + (" ..." if len(dropped) > 10 else "") + "; write a .pth to keep them")
+    return meta, kept, warnings

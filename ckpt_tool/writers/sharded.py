@@ -1,0 +1,83 @@
+"""Sharded safetensors sets: ``model-XXXXX-of-YYYYY.safetensors`` plus ``model.safetensors.index.json``.
+
+The layout Hugging Face ``save_pretrained`` writes and its loaders read:
+tensors are packed in order into shards of at most ``max_shard_size`` bytes
+(a tensor larger than that gets a shard of its own), and the index maps
+every key, aliases of tied tensors included, to the shard that holds it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Callable, Mapping, Sequence
+
+from ..errors import UsageError
+from .base import OutTensor, write_all
+from .safetensors import check_dtypes, write_safetensors
+
+INDEX_NAME = "model.safetensors.index.json"
+SHARD_SUFFIXES = (".safetensors", ".index.json")
+
+_UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
+          "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40, "K": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9}
+
+
+def parse_size(text: str) -> int:
+    """``5GB`` (10^9, as Hugging Face counts), ``500MiB`` (2^20) or a byte count."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = m.group(2).upper() if m else ""
+    if m is None or unit not in _UNITS:
+        raise UsageError(f"--max-shard-size {text!r}: expected a size like 5GB, 500MB or 2GiB")
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise UsageError(f"--max-shard-size {text!r}: must be more than 0 bytes")
+    return value
+
+
+def split(tensors: Sequence[OutTensor], max_bytes: int) -> list[list[OutTensor]]:
+    shards: list[list[OutTensor]] = []
+    current: list[OutTensor] = []
+    size = 0
+    for t in tensors:
+        if current and size + t.nbytes > max_bytes:
+            shards.append(current)
+            current, size = [], 0
+        current.append(t)
+        size += t.nbytes
+    if current or not shards:
+        shards.append(current)
+    return shards
+
+
+def shard_names(count: int) -> list[str]:
+    return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+
+
+def write_sharded(folder: str, create: Callable[[str], int], stored: Sequence[OutTensor],
+                  aliases: Mapping[str, str], metadata: Mapping[str, str], max_bytes: int,
+                  on_bytes: Callable[[int], None] | None = None) -> list[str]:
+    """Write the shards and the index into ``folder`` (a temporary folder); returns the shard names."""
+    check_dtypes(stored)
+    shards = split(stored, max_bytes)
+    names = shard_names(len(shards))
+    weight_map: dict[str, str] = {}
+    for name, tensors in zip(names, shards):
+        keys = {t.key for t in tensors}
+        own_aliases = {a: k for a, k in aliases.items() if k in keys}
+        meta = dict(metadata)
+        meta.update(own_aliases)
+        fd = create(name)
+        try:
+            write_safetensors(fd, tensors, meta, on_bytes)
+        finally:
+            os.close(fd)
+        weight_map.update({t.key: name for t in tensors})
+        weight_map.update({a: name for a in own_aliases})
+    index = {"metadata": {"total_size": sum(t.nbytes for t in stored)}, "weight_map": weight_map}
+    fd = create(INDEX_NAME)
+    try:
+        write_all(fd, (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+    return names

@@ -1,71 +1,418 @@
-"""Static pickle scanning: list every global a pickle references, never executing it."""
+"""``ckpt scan``: find every pickle in the inputs and list what it would import, never running it.
+
+A file is judged by every interpretation a loader might take of its bytes,
+not by its name: a torch zip (every pickle member, not only data.pkl, and
+when the central directory is broken, every local header), the legacy
+format (its sequence of pickles), a plain pickle or dill file, a pickle with
+a zip appended (torch reads such files as legacy), a tar, a NumPy ``.npy``
+with an object dtype, DCP ``.metadata`` and the byte items of its ``.distcp``
+files, and bytes that a pickle hands to ``pickle.loads`` or
+``torch.storage._load_from_bytes``. safetensors headers are validated.
+"""
 from __future__ import annotations
 
-import pickletools
+import os
+import struct
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 from . import security
+from .blob import Blob
+from .errors import CkptError, InputError
+from .formats.detect import LEGACY_MAGIC
 from .model import GlobalRef
+from .pickle_walk import BytesRef, Finding, Walk, walk
+from .unpickle import DEFAULT_LIMITS, Limits
+
+MAX_DEPTH = 12  # nested pickles inside nested pickles ...
+MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file
+LEGACY_PICKLES = 5  # magic, protocol, sys_info, the object, storage keys
+ERROR = "error"
+
+# Formats reported per file (the first five match formats.detect).
+TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS = (
+    "torch-zip", "torchscript", "torch-legacy", "pickle", "safetensors")
+ZIP, TAR, NUMPY, DCP_DATA, UNKNOWN_FORMAT = "zip", "tar", "numpy", "dcp-data", "none"
 
 
 @dataclass
 class PickleScan:
+    """One pickle's globals, for readers that scan a single member (formats.torchzip)."""
+
     where: str
     globals: list[GlobalRef] = field(default_factory=list)
     error: str | None = None
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
-        worst = security.worst([g.severity for g in self.globals])
-        if self.error and worst != security.DANGEROUS:
-            return security.DANGEROUS if any(g.module == "?" for g in self.globals) else worst
-        return worst
+        return security.worst([g.severity for g in self.globals] + [f.severity for f in self.findings])
 
 
 def scan_pickle_bytes(data: bytes, where: str) -> PickleScan:
-    """Walk the opcodes of one pickle and resolve the globals it names."""
-    result = PickleScan(where)
-    seen: set[tuple[str, str]] = set()
-    strings: list[str | None] = []  # recent string pushes, to resolve STACK_GLOBAL
-    memo: dict[int, str | None] = {}
+    """Walk one in-memory pickle (and the pickles nested in it)."""
+    scanner = _Scanner(where, DEFAULT_LIMITS)
+    scanner.pickles(Blob.from_bytes(data), where, 0, limit=1, strict=True)
+    return PickleScan(where, list(scanner.globals), scanner.errors[0] if scanner.errors else None,
+                      list(scanner.findings))
 
-    def add(module: str, name: str) -> None:
-        if (module, name) in seen:
-            return
-        seen.add((module, name))
-        sev = security.DANGEROUS if module == "?" else security.severity(module, name)
-        result.globals.append(GlobalRef(module, name, sev, where))
 
+@dataclass(frozen=True)
+class FileScan:
+    """The verdict on one file: the globals its pickles name and what else they do."""
+
+    path: str
+    format: str
+    verdict: str  # safe, suspicious, dangerous, or error (could not be read, nothing dangerous found)
+    globals: tuple[GlobalRef, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    errors: tuple[str, ...] = ()
+    pickles: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "verdict": self.verdict,
+            "pickles": self.pickles,
+            "globals": [{"module": g.module, "name": g.name, "severity": g.severity, "where": g.where}
+                        for g in self.globals],
+            "findings": [{"severity": f.severity, "message": f.message, "where": f.where} for f in self.findings],
+            "errors": list(self.errors),
+        }
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    files: tuple[FileScan, ...]
+    skipped: tuple[str, ...] = ()  # files inside folders that hold no pickle, zip, npy or safetensors
+    strict: bool = False
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = {security.SAFE: 0, security.SUSPICIOUS: 0, security.DANGEROUS: 0, ERROR: 0}
+        for f in self.files:
+            out[f.verdict] += 1
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        """1 on a dangerous file (--strict: also suspicious), else 2 on an unreadable one, else 0."""
+        bad = {security.DANGEROUS} | ({security.SUSPICIOUS} if self.strict else set())
+        if any(f.verdict in bad or any(g.severity in bad for g in f.globals) for f in self.files):
+            return 1
+        return 2 if any(f.errors for f in self.files) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": [f.to_json() for f in self.files],
+            "skipped": list(self.skipped),
+            "counts": self.counts,
+            "strict": self.strict,
+            "passed": self.exit_code == 0,
+        }
+
+
+def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
+         limits: Limits = DEFAULT_LIMITS) -> ScanReport:
+    """Scan files and folders (recursively) for pickles and judge what they would import."""
+    files: list[FileScan] = []
+    skipped: list[str] = []
+    for raw in paths:
+        path = os.fspath(raw)
+        if os.path.isdir(path):
+            from .scan_folder import scan_folder
+
+            found, skip = scan_folder(path, limits)
+            files.extend(found)
+            skipped.extend(skip)
+        else:
+            files.append(scan_file(path, limits=limits, explicit=True) or _nothing(path))
+    return ScanReport(tuple(files), tuple(skipped), strict)
+
+
+def _nothing(path: str) -> FileScan:
+    return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(
+        f"{path}: holds no pickle, zip, tar, NumPy or safetensors data: nothing ckpt can scan",))
+
+
+def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = True,
+              hint: str | None = None, regions: list[Any] | None = None) -> FileScan | None:
+    """Scan one file; None when it holds nothing to scan (only when not ``explicit``).
+
+    ``regions`` (the items of a DCP data file, from its ``.metadata``) and
+    ``hint`` (DCP_DATA: a data file whose metadata is unreadable) come from
+    the folder walk.
+    """
+    from .source import open_regular
+
+    scanner = _Scanner(path, limits)
     try:
-        for op, arg, _pos in pickletools.genops(data):
-            code = op.name
-            if code in ("GLOBAL", "INST"):
-                module, _, name = str(arg).partition(" ")
-                add(module, name)
-                strings.append(None)
-            elif code in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING",
-                          "BINSTRING", "SHORT_BINSTRING"):
-                strings.append(str(arg))
-            elif code in ("MEMOIZE",):
-                memo[len(memo)] = strings[-1] if strings else None
-            elif code in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[int(arg)] = strings[-1] if strings else None
-            elif code in ("GET", "BINGET", "LONG_BINGET"):
-                strings.append(memo.get(int(arg)))
-            elif code == "STACK_GLOBAL":
-                name = strings[-1] if strings else None
-                module = strings[-2] if len(strings) > 1 else None
-                if isinstance(module, str) and isinstance(name, str):
-                    add(module, name)
-                else:
-                    add("?", "?")
-                strings.append(None)
-            elif code == "STOP":
+        fd = open_regular(path)
+    except CkptError as exc:
+        return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))
+    try:
+        size = os.fstat(fd).st_size
+        blob = Blob.from_fd(fd, size)
+        if size == 0:
+            scanner.errors.append(f"{path}: empty file (0 bytes)")
+        elif regions is not None:
+            scanner.format = DCP_DATA
+            scanner.dcp_items(blob, regions)
+        elif hint == DCP_DATA:
+            scanner.format = DCP_DATA
+            scanner.sweep_zips(blob, os.path.basename(path), 0)
+        else:
+            scanner.top_level(blob, path)
+    finally:
+        os.close(fd)
+    if scanner.format == UNKNOWN_FORMAT and not scanner.errors and not explicit:
+        return None
+    if scanner.format == UNKNOWN_FORMAT and not scanner.errors:
+        return _nothing(path)
+    return scanner.result(path)
+
+
+class _Scanner:
+    """Collects what one file's pickles reference while its bytes are dispatched by format."""
+
+    def __init__(self, path: str, limits: Limits) -> None:
+        self.path = path
+        self.limits = limits
+        self.format = UNKNOWN_FORMAT
+        self.globals: list[GlobalRef] = []
+        self.findings: list[Finding] = []
+        self.errors: list[str] = []
+        self.walked = 0
+        self.torchscript = False
+        self._seen: set[tuple[str, str, str]] = set()
+
+    def result(self, path: str) -> FileScan:
+        worst = security.worst([g.severity for g in self.globals] + [f.severity for f in self.findings])
+        verdict = ERROR if self.errors and worst != security.DANGEROUS else worst
+        return FileScan(path, self.format, verdict, tuple(self.globals), tuple(self.findings),
+                        tuple(self.errors), self.walked)
+
+    def error(self, where: str, message: str) -> None:
+        self.errors.append(f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}")
+
+    def finding(self, severity: str, message: str, where: str) -> None:
+        self.findings.append(Finding(severity, message, where))
+
+    # -- dispatch --------------------------------------------------------------
+    def top_level(self, blob: Blob, path: str) -> None:
+        head = blob.read(0, 512)
+        if head.startswith(b"PK\x03\x04"):
+            self.format = TORCH_ZIP
+            self.zip(blob, "", 0)
+            return
+        if _is_safetensors(head, blob.length):
+            self.format = SAFETENSORS
+            self.safetensors(path)
+            return
+        if head.startswith(b"\x93NUMPY"):
+            self.format = NUMPY
+            self.npy(blob, os.path.basename(path), 0)
+            return
+        from .scan_folder import tar_members
+
+        members = tar_members(blob)
+        if members is not None:
+            self.format = TAR  # torch tries tar before the legacy pickles; scan both readings
+            for name, sub in members:
+                self.blob(sub, name, 1, lenient=True)
+        legacy = head.startswith(LEGACY_MAGIC)
+        if self.pickles(blob, "", 0, limit=LEGACY_PICKLES if legacy else MAX_PICKLES, strict=True):
+            if self.format == UNKNOWN_FORMAT:
+                self.format = TORCH_LEGACY if legacy else PICKLE
+        # A zip appended to a pickle: torch reads the pickle, zip readers the zip.
+        if self.format != TAR:
+            found = self.zip_by_directory(blob, "", 0, quiet=True)
+            if found and self.format == UNKNOWN_FORMAT:
+                self.format = ZIP
+
+    def blob(self, blob: Blob, where: str, depth: int, *, lenient: bool) -> None:
+        """Bytes found inside something else: a member, an embedded payload."""
+        if depth > MAX_DEPTH:
+            self.finding(security.DANGEROUS, "pickles nested too deeply to follow", where)
+            return
+        head = blob.read(0, 16)
+        if head.startswith(b"PK\x03\x04"):
+            self.zip(blob, where, depth)
+        elif head.startswith(b"\x93NUMPY"):
+            self.npy(blob, where, depth)
+        else:
+            legacy = head.startswith(LEGACY_MAGIC)
+            limit = LEGACY_PICKLES if legacy else (MAX_PICKLES if not lenient else 1)
+            if not self.pickles(blob, where, depth, limit=limit, strict=not lenient) and not lenient:
+                self.error(where, "not a readable pickle")
+
+    # -- pickles ---------------------------------------------------------------
+    def pickles(self, blob: Blob, where: str, depth: int, *, limit: int, strict: bool) -> bool:
+        """Walk consecutive pickles at the start of ``blob``; False if the first is not one."""
+        stream = blob.stream()
+        offset = 0
+        for i in range(limit):
+            label = where if i == 0 else f"{where or 'file'} pickle #{i + 1} at offset {offset}"
+            stream.seek(offset)
+            w = walk(stream, label, size=blob.length,
+                     on_embedded=lambda payload, loader, lbl=label: self.embedded(blob, payload, loader, lbl, depth))
+            reached = bool(w.globals or w.findings)
+            if not (w.complete or reached or (strict and i == 0 and w.plausible)):
+                if i == 0:
+                    return False
+                break  # trailing bytes that are not a pickle (legacy storages, padding)
+            self.record(w)
+            if not w.complete:
+                self.error(label, f"pickle is corrupt or truncated: {w.error}")
                 break
+            offset = w.end or 0
+            if offset >= blob.length:
+                break
+        return True
+
+    def record(self, w: Walk) -> None:
+        self.walked += 1
+        for g in w.globals:
+            sev = g.severity
+            if self.torchscript and g.module.split(".")[0] == "__torch__":
+                sev = security.SAFE  # TorchScript classes come from the archive's code/, never an import
+            key = (g.module, g.name, g.where)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.globals.append(GlobalRef(g.module, g.name, sev, g.where))
+        self.findings.extend(w.findings)
+
+    def embedded(self, blob: Blob, payload: object, loader: str, where: str, depth: int) -> None:
+        label = f"{where} > {loader}(...)"
+        if isinstance(payload, BytesRef):
+            sub = blob.sub(payload.offset, payload.length)
+        elif isinstance(payload, bytes):
+            sub = Blob.from_bytes(payload)
+        else:
+            return
+        if sub.length == 0:
+            return
+        self.blob(sub, label, depth + 1, lenient=False)
+
+    # -- zip -------------------------------------------------------------------
+    def zip(self, blob: Blob, where: str, depth: int) -> None:
+        if not self.zip_by_directory(blob, where, depth, quiet=False):
+            self.sweep_zips(blob, where, depth)
+
+    def zip_by_directory(self, blob: Blob, where: str, depth: int, *, quiet: bool) -> bool:
+        from .scan_zip import CorruptZip, read_directory
+
+        try:
+            entries = read_directory(blob)
+        except CorruptZip as exc:
+            if not quiet:
+                self.error(where, f"{exc}; scanned its local file headers instead")
+            return False
+        if entries is None:
+            if not quiet:
+                self.error(where, "corrupt or truncated zip: no end-of-archive record; "
+                           "scanned its local file headers instead")
+            return False
+        self.zip_entries(blob, entries, where, depth)
+        return True
+
+    def sweep_zips(self, blob: Blob, where: str, depth: int) -> None:
+        from .scan_zip import sweep_local_headers
+
+        self.zip_entries(blob, sweep_local_headers(blob), where, depth, swept=True)
+
+    def zip_entries(self, blob: Blob, entries: list[Any], where: str, depth: int, swept: bool = False) -> None:
+        from .scan_zip import classify_members, member_blob
+
+        names = [e.name for e in entries]
+        is_script = any("/code/" in n or n.startswith("code/") or n.endswith("constants.pkl") for n in names)
+        if is_script and depth == 0:
+            self.torchscript = True
+            if self.format == TORCH_ZIP:
+                self.format = TORCHSCRIPT
+        for severity, message in classify_members(names, swept):
+            self.finding(severity, message, where or "zip")
+        for entry, kind in _members_to_scan(blob, entries):
+            label = f"{where} > {entry.name}" if where else entry.name
+            try:
+                sub = member_blob(blob, entry, self.limits.max_pickle_bytes)
+            except CkptError as exc:
+                self.error(label, exc.message.replace(f"{self.path}: ", ""))
+                continue
+            if kind == "pkl":
+                self.blob(sub, label, depth + 1 if where else depth, lenient=False)
             else:
-                strings.append(None)
-            if len(strings) > 64:
-                del strings[:32]
-    except Exception as exc:  # noqa: BLE001 - any parse failure is reported as a finding, not raised
-        result.error = f"unparseable pickle: {exc}"
-    return result
+                self.blob(sub, label, depth + 1, lenient=True)
+
+    # -- other containers --------------------------------------------------------
+    def npy(self, blob: Blob, where: str, depth: int) -> None:
+        from .scan_folder import npy_pickle_offset
+
+        try:
+            offset = npy_pickle_offset(blob)
+        except InputError as exc:
+            self.error(where, exc.message)
+            return
+        if offset is not None:  # an object array: its data is a pickle np.load(allow_pickle=True) runs
+            self.blob(blob.sub(offset, blob.length - offset), f"{where} (object array)".strip(), depth + 1,
+                      lenient=False)
+
+    def dcp_items(self, blob: Blob, regions: list[Any]) -> None:
+        """Each item torch.load reads back: byte items unrestricted, tensors with weights_only."""
+        for r in regions:
+            where = f"{r.fqn} @ {r.offset}"
+            if r.offset < 0 or r.length < 0 or r.offset + r.length > blob.length:
+                self.error(where, f"item lies past the end of the file ({blob.length} bytes)")
+                continue
+            if r.transformed:
+                self.finding(security.SUSPICIOUS, "item is stored transformed (e.g. compressed); not scanned",
+                             where)
+                continue
+            sub = blob.sub(r.offset, r.length)
+            if r.is_bytes:
+                self.blob(sub, where, 1, lenient=False)
+            elif sub.read(0, 4) == b"PK\x03\x04":
+                self.zip(sub, where, 1)
+
+    def safetensors(self, path: str) -> None:
+        from .formats.base import ReadOptions
+        from .formats.safetensors import read_safetensors
+
+        try:
+            loaded = read_safetensors(path, ReadOptions(limits=self.limits))
+        except CkptError as exc:
+            self.errors.append(exc.message)
+            return
+        for source in loaded.sources:
+            source.close()
+
+
+def _members_to_scan(blob: Blob, entries: list[Any]) -> list[tuple[Any, str]]:
+    """Pickle members by name, plus members that are pickles, zips or npy files by their bytes.
+
+    Storages (``<archive>/data/<key>``) are raw tensor bytes torch never
+    unpickles, so they are skipped unless their name ends in ``.pkl``.
+    """
+    from .scan_zip import member_head
+
+    out = []
+    for e in entries:
+        name = e.name
+        if name.endswith(".pkl"):
+            out.append((e, "pkl"))
+            continue
+        parts = name.replace("\\", "/").split("/")
+        if len(parts) >= 2 and parts[-2] == "data" or name.endswith("/"):
+            continue
+        head = member_head(blob, e)
+        if head[:1] == b"\x80" or head.startswith((b"PK\x03\x04", b"\x93NUMPY")):
+            out.append((e, "other"))
+    return out
+
+
+def _is_safetensors(head: bytes, size: int) -> bool:
+    if len(head) < 9:
+        return False
+    (n,) = struct.unpack_from("<Q", head)
+    return 2 <= n <= size - 8 and head[8:9] == b"{"

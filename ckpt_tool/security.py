@@ -50,6 +50,13 @@ SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("numpy", "dtype"),
         ("numpy.core.numeric", "_frombuffer"),
         ("numpy._core.numeric", "_frombuffer"),
+        # TorchScript's data builders: identity functions on lists (torch/jit/_pickle.py)
+        ("torch.jit._pickle", "build_intlist"),
+        ("torch.jit._pickle", "build_tensorlist"),
+        ("torch.jit._pickle", "build_doublelist"),
+        ("torch.jit._pickle", "build_boollist"),
+        ("torch.jit._pickle", "build_tensor_from_id"),
+        ("torch.jit._pickle", "restore_type_tag"),
     ]
 )
 SAFE_BUILTINS = frozenset(
@@ -92,8 +99,32 @@ DANGEROUS_MODULES = frozenset(
         "torch.hub", "torch.jit", "torch.utils.cpp_extension", "torch._dynamo", "torch._inductor",
         "torch.serialization", "torch.package", "numpy.testing", "numpy.f2py", "numpy.lib.npyio",
         "operator", "functools", "builtins", "__builtin__", "_operator", "_functools",
+        "_posixsubprocess", "_winapi", "msvcrt", "winreg", "_winreg", "commands", "popen2", "spawn",
+        "xmlrpc", "xmlrpclib", "ssl", "_ssl", "select", "selectors", "mmap", "fcntl", "resource",
+        "termios", "tty", "logging", "zipfile", "tarfile", "shelve", "dbm", "anydbm", "gzip", "bz2",
+        "lzma", "compileall", "py_compile", "site", "sysconfig", "idlelib", "tkinter", "turtle",
+        "antigravity", "cgi", "cgitb", "socketserver", "SocketServer", "wsgiref", "poplib", "imaplib",
+        "nntplib", "asynchat", "asyncore", "crypt", "pipes", "pwd", "grp", "spwd", "_signal", "faulthandler",
+        "tracemalloc", "marshal", "_marshal", "copy", "runpy", "uuid._uuid", "nturl2path", "mailcap",
+        "numpy.ctypeslib", "numpy.distutils", "numpy.lib.format", "pandas.io.pickle",
+        "torch.ops", "torch._ops", "torch._C._jit_tree_views", "torch.utils.data.datapipes",
+        "torch.distributed.rpc", "torch._dynamo", "torch.fx.experimental",
     ]
 )
+# Specific loaders and writers in otherwise harmless modules.
+DANGEROUS_GLOBALS = frozenset(
+    [
+        ("torch", "load"), ("torch", "save"), ("torch", "from_file"), ("torch", "ops"),
+        ("torch.storage", "_load_from_file"), ("torch._utils", "_import_dotted_name"),
+        ("numpy", "load"), ("numpy", "loads"), ("numpy", "save"), ("numpy", "fromfile"),
+        ("numpy", "memmap"), ("numpy", "loadtxt"), ("numpy", "genfromtxt"), ("numpy", "tofile"),
+        ("pandas", "read_pickle"), ("pandas", "eval"), ("pandas", "read_csv"),
+        ("copyreg", "_extension_registry"), ("copyreg", "add_extension"),
+        ("copyreg", "_inverted_registry"), ("copyreg", "pickle"), ("copyreg", "constructor"),
+    ]
+)
+# dill's Unpickler resolves this to the __main__ module's namespace for by-value functions.
+DILL_MAIN = frozenset([("__builtin__", "__main__"), ("builtins", "__main__")])
 DANGEROUS_BUILTINS = frozenset(
     ["exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
      "globals", "locals", "vars", "input", "breakpoint", "exit", "quit", "help", "execfile",
@@ -125,11 +156,43 @@ def _module_root_matches(module: str, names: frozenset[str]) -> bool:
 
 
 def severity(module: str, name: str) -> str:
-    """Classify ``module.name`` as safe, suspicious or dangerous."""
+    """Classify ``module.name`` as safe, suspicious or dangerous.
+
+    Protocol 0-2 pickles go through ``_compat_pickle`` (``commands`` becomes
+    ``subprocess``, ``__builtin__`` becomes ``builtins``), so both spellings
+    are judged and the worse one counts. A dotted name (protocol 4 walks
+    attributes: ``Class.method``, ``func.__globals__``) is judged by its first
+    part, and is dangerous when it reaches through a private or dunder name.
+    """
+    verdict = _severity(module, name)
+    mapped = _compat(module, name)
+    if mapped != (module, name):
+        verdict = worst([verdict, _severity(*mapped)])
+    return verdict
+
+
+def _compat(module: str, name: str) -> tuple[str, str]:
+    import _compat_pickle
+
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        return _compat_pickle.NAME_MAPPING[(module, name)]
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
+
+
+def _severity(module: str, name: str) -> str:
+    if "." in name:
+        head, _, rest = name.partition(".")
+        if any(part.startswith("_") for part in rest.split(".")) or not head:
+            return DANGEROUS
+        return worst([_severity(module, head), SUSPICIOUS])
     if (module, name) in SAFE_GLOBALS or (module, name) in SAFE_CLASSES:
         return SAFE
     if (module, name) in SAFE_IN_DANGEROUS:
         return SAFE
+    if (module, name) in DANGEROUS_GLOBALS:
+        return DANGEROUS
+    if (module, name) in DILL_MAIN:
+        return SUSPICIOUS
     if module == "torch" and (name.endswith("Storage") or _is_torch_dtype(name)):
         return SAFE
     if module.startswith(SAFE_MODULE_PREFIXES):

@@ -1,0 +1,98 @@
+"""Byte ranges the scanner reads: a whole file, a region of one, or bytes in memory.
+
+Members of an archive and payloads embedded in a pickle are regions of the
+file they live in, so scanning a checkpoint never loads its storages.
+"""
+from __future__ import annotations
+
+import io
+import os
+from typing import BinaryIO
+
+IN_MEMORY = 64 << 20  # regions up to this size are read whole: BytesIO walks fastest
+
+
+class _Region(io.RawIOBase):
+    """A read-only, seekable window onto a file descriptor."""
+
+    def __init__(self, fd: int, start: int, length: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._start = start
+        self._length = length
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._length}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = min(len(buffer), self._length - self._pos)
+        if n <= 0:
+            return 0
+        data = os.pread(self._fd, n, self._start + self._pos)
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+class Blob:
+    """``length`` bytes starting at ``start`` of a file descriptor or a bytes object."""
+
+    __slots__ = ("fd", "data", "start", "length")
+
+    def __init__(self, fd: int | None, data: bytes | None, start: int, length: int) -> None:
+        self.fd = fd
+        self.data = data
+        self.start = start
+        self.length = max(0, length)
+
+    @classmethod
+    def from_fd(cls, fd: int, size: int) -> Blob:
+        return cls(fd, None, 0, size)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Blob:
+        return cls(None, bytes(data), 0, len(data))
+
+    def read(self, offset: int, n: int) -> bytes:
+        """Up to ``n`` bytes at ``offset`` (fewer at the end of the blob)."""
+        if offset < 0 or offset >= self.length or n <= 0:
+            return b""
+        n = min(n, self.length - offset)
+        if self.data is not None:
+            return self.data[self.start + offset : self.start + offset + n]
+        assert self.fd is not None
+        out = bytearray()
+        while len(out) < n:
+            chunk = os.pread(self.fd, n - len(out), self.start + offset + len(out))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+
+    def sub(self, offset: int, length: int) -> Blob:
+        offset = min(max(0, offset), self.length)
+        length = min(max(0, length), self.length - offset)
+        return Blob(self.fd, self.data, self.start + offset, length)
+
+    def stream(self) -> BinaryIO:
+        """A seekable stream over the blob whose ``tell()`` counts from the blob's start."""
+        if self.data is not None:
+            if self.start == 0 and self.length == len(self.data):
+                return io.BytesIO(self.data)
+            return io.BytesIO(self.data[self.start : self.start + self.length])
+        if self.length <= IN_MEMORY:
+            return io.BytesIO(self.read(0, self.length))
+        assert self.fd is not None
+        return io.BufferedReader(_Region(self.fd, self.start, self.length), buffer_size=1 << 20)

@@ -373,7 +373,7 @@ def diff(
         from .target import build_target
 
         built = build_target(target, target_kwargs)
-        b_label, b_tensors, b_format = target, list(built.tensors), f"module ({built.device})"
+        b_label, b_tensors, b_format = target, list(built.tensors), f"nn.Module built on {built.device}"
         lazy, plain = built.lazy, built.plain_tensor_attributes
         warnings += [f"target: {w}" for w in built.warnings]
         target_prefixes = _attribute_prefixes(built.module)

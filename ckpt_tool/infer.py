@@ -12,11 +12,10 @@ import re
 import shlex
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .errors import RuleConflict
 from .model import TensorMeta
-from .rules import KNOWN_PREFIXES, RuleSet, detect_prefixes, make_plan
+from .rules import KNOWN_PREFIXES, RuleSet, detect_prefixes
 
 # Wrapper prefixes tried on both sides, most specific first.
 WRAPPER_PREFIXES = KNOWN_PREFIXES
@@ -108,6 +107,30 @@ def shapes_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return a == b or (b == () and len(a) == 1 and a[0] == 1)
 
 
+def _mapper(rules: RuleSet) -> Callable[[str], str]:
+    """``rules.new_key`` for strip/add/rename, fast enough to score many candidates on 100k keys.
+
+    ``re.Match.expand`` re-parses its template on every call; an anchored
+    ``subn`` caches it. The suggestion is checked against rules.new_key.
+    """
+    strips = rules.strip_prefix
+    add = rules.add_prefix or ""
+    renames = [(re.compile(r"\A(?:" + p + r")\Z"), r) for p, r in rules.rename]
+
+    def new_key(key: str) -> str:
+        for p in strips:
+            if key.startswith(p):
+                key = key[len(p):]
+        key = add + key
+        for pattern, repl in renames:
+            out, n = pattern.subn(repl, key, count=1)
+            if n:
+                key = out
+        return key
+
+    return new_key
+
+
 class _Scorer:
     def __init__(self, source: Sequence[TensorMeta], target: Sequence[TensorMeta], lazy: Iterable[str]) -> None:
         self.source = list(source)
@@ -115,21 +138,49 @@ class _Scorer:
         self.lazy = set(lazy)
         self.cache: dict[RuleSet, _Score | None] = {}
 
+    def shortlist(self, candidates: Sequence[RuleSet], keep: int = 4) -> list[RuleSet]:
+        """On big key sets, only the candidates that do best on a sample of keys are scored in full."""
+        if len(self.source) <= _MAX_SAMPLED_KEYS or len(candidates) <= keep:
+            return list(candidates)
+        step = len(self.source) / _MAX_SAMPLED_KEYS
+        sample = [self.source[int(i * step)] for i in range(_MAX_SAMPLED_KEYS)]
+
+        simplest: dict[tuple[str, ...], tuple[int, RuleSet]] = {}
+        for rules in sorted(candidates, key=_cost):
+            new_key = _mapper(rules)
+            outputs = tuple(new_key(t.key) for t in sample)
+            if outputs in simplest:
+                continue  # the same mapping as a simpler rule: e.g. a regex that only strips a prefix
+            n = 0
+            for out, t in zip(outputs, sample):
+                shape = self.target.get(out)
+                n += shape is not None and shapes_compatible(t.shape, shape)
+            simplest[outputs] = (n, rules)
+        ranked = sorted(simplest.values(), key=lambda x: -x[0])
+        cutoff = ranked[min(keep, len(ranked)) - 1][0]
+        return [r for h, r in ranked if h >= cutoff]
+
+    def outputs(self, rules: RuleSet) -> list[str] | None:
+        """Each source key's new key, or None when two would merge (never a valid suggestion)."""
+        new_key = _mapper(rules)
+        out = [new_key(t.key) for t in self.source]
+        if len(set(out)) != len(out) or "" in out:
+            return None
+        return out
+
     def score(self, rules: RuleSet) -> _Score | None:
         if rules in self.cache:
             return self.cache[rules]
-        try:
-            plan = make_plan(self.source, rules)
-        except RuleConflict:  # two keys would merge: never a valid suggestion
-            self.cache[rules] = None
-            return None
+        outputs = self.outputs(rules)
+        result = None if outputs is None else self._score(outputs)
+        self.cache[rules] = result
+        return result
+
+    def _score(self, outputs: Sequence[str]) -> _Score:
         matched: set[str] = set()
         used: set[str] = set()
         unexpected = shape_bad = renamed = 0
-        for entry, t in zip(plan.entries, self.source):
-            out = entry.output
-            if out is None:
-                continue
+        for out, t in zip(outputs, self.source):
             if out != t.key:
                 renamed += 1
             shape = self.target.get(out)
@@ -141,31 +192,40 @@ class _Scorer:
                 matched.add(t.key)
             else:
                 shape_bad += 1
-        result = _Score(len(self.target) - len(used), unexpected, shape_bad, frozenset(matched), renamed,
-                        frozenset(used))
-        self.cache[rules] = result
-        return result
+        return _Score(len(self.target) - len(used), unexpected, shape_bad, frozenset(matched), renamed,
+                      frozenset(used))
+
+    def agrees_with_migrate(self, rules: RuleSet) -> bool:
+        """Whether migrate's own rules.new_key maps the keys as the fast mapper did (checked on a sample)."""
+        new_key = _mapper(rules)
+        step = max(1, len(self.source) // _MAX_SAMPLED_KEYS)
+        return all(rules.new_key(t.key) == new_key(t.key) for t in self.source[::step])
 
     def residual(self, rules: RuleSet) -> tuple[list[tuple[str, TensorMeta]], dict[str, tuple[int, ...]]]:
         """(source keys after ``rules`` that match nothing, target keys nothing lands on)."""
-        plan = make_plan(self.source, rules)
+        new_key = _mapper(rules)
         unmatched = []
         used = set()
-        for entry, t in zip(plan.entries, self.source):
-            if entry.output is None:
-                continue
-            if entry.output in self.target:
-                used.add(entry.output)
+        for t in self.source:
+            out = new_key(t.key)
+            if out in self.target:
+                used.add(out)
             else:
-                unmatched.append((entry.output, t))
+                unmatched.append((out, t))
         missing = {k: s for k, s in self.target.items() if k not in used}
         return unmatched, missing
 
 
-def _rank(score: _Score, rules: RuleSet) -> tuple[int, int, int, int]:
-    """Fewer differences first; then simpler rules (a regex counts as more than a prefix); then fewer keys touched."""
+def _cost(rules: RuleSet) -> tuple[int, int]:
+    """Simpler rules first: a regex counts as more than a prefix, then the shorter text."""
     n_rules = len(rules.strip_prefix) + (1 if rules.add_prefix else 0) + 3 * len(rules.rename)
-    return (score.differences, n_rules, score.renamed, len(rules.describe()))
+    return (n_rules, len(rules.describe()))
+
+
+def _rank(score: _Score, rules: RuleSet) -> tuple[int, int, int, int]:
+    """Fewer differences first; then simpler rules; then fewer keys touched."""
+    n_rules, text = _cost(rules)
+    return (score.differences, n_rules, score.renamed, text)
 
 
 # ------------------------------------------------------------------ candidates
@@ -318,7 +378,7 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
         return None
     best_rules, best = RuleSet(), base
     improving = []
-    for rules in _prefix_candidates(source_keys, target_keys, target_prefixes):
+    for rules in scorer.shortlist(_prefix_candidates(source_keys, target_keys, target_prefixes)):
         score = scorer.score(rules)
         if score is not None and score.differences < base.differences:
             improving.append((_rank(score, rules), rules, score))
@@ -332,8 +392,9 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
         if not unmatched or not missing:
             break
         ranked = []
-        for rule in _rename_candidates(unmatched, missing):
-            rules = best_rules.then(RuleSet(rename=(rule,)))
+        by_rules = {best_rules.then(RuleSet(rename=(rule,))): rule for rule in _rename_candidates(unmatched, missing)}
+        for rules in scorer.shortlist(list(by_rules)):
+            rule = by_rules[rules]
             score = scorer.score(rules)
             if score is not None and score.differences < best.differences and score.shape_bad <= best.shape_bad:
                 ranked.append((score.differences, rule, rules, score))
@@ -345,5 +406,7 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
         _, _, best_rules, best = ranked[0]
     if best_rules.is_empty:
         return None
+    if not scorer.agrees_with_migrate(best_rules):
+        return None  # migrate would not do what was scored: never print a command that misleads
     reconciled = len(best.matched - base.matched)
     return Suggestion(best_rules, reconciled, best.missing, best.unexpected, best.shape_bad, best.renamed)

@@ -150,8 +150,10 @@ def test_running_the_suggested_command_makes_diff_pass(tmp_path, fixtures_dir, r
     if not migrate_available():
         pytest.skip("ckpt migrate is not implemented in this checkout yet")
     other = ["--target", f"{MODELS}:TinyMLP"] if against == "target" else [str(fixtures_dir / "tiny_mlp.pth")]
-    report = diff(str(fixtures_dir / fixture), *other[1:] if against == "checkpoint" else [],
-                  target=other[1] if against == "target" else None)
+    if against == "target":
+        report = diff(str(fixtures_dir / fixture), target=other[1])
+    else:
+        report = diff(str(fixtures_dir / fixture), other[0])
     out = tmp_path / ("fixed" + (".ckpt" if fixture.endswith(".ckpt") else ".pth"))
     command = report.migrate_command(str(out))
     r = run_suggested(run_cli, command)

@@ -101,6 +101,8 @@ def render(report: DiffReport) -> str:
     if r.compared_values:
         failed = len(r.value_mismatch)
         out.append(f"values (atol={r.atol:g}, rtol={r.rtol:g}): {len(r.values)} compared, {failed} outside tolerance")
+        if not r.values:
+            out.append("  (no key of equal shape on both sides" + ("; apply the fix below first)" if r.suggestion else ")"))
         shown = list(r.value_mismatch) if failed else []
         nonzero = [v for v in r.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
         table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
@@ -136,7 +138,10 @@ def render(report: DiffReport) -> str:
         out.extend(f"  - {w}" for w in r.warnings)
     out.append("")
     out.append(verdict(r))
-    return "\n".join(out)
+    text = "\n".join(out)
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
 
 
 def verdict(r: DiffReport) -> str:

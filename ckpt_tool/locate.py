@@ -83,8 +83,35 @@ def tensors_of(obj: Any) -> "OrderedDict[str, Any] | None":
         return real_module_tensors(obj)
     if isinstance(obj, Mapping):
         found = OrderedDict((str(k), v) for k, v in obj.items() if is_tensor(v))
+        if len(found) < len(obj):
+            tree: OrderedDict[str, Any] = OrderedDict()
+            if _tensor_tree(obj, "", tree, 0) and tree:
+                return tree
         return found if found else None
+    if isinstance(obj, (list, tuple)) and obj:
+        tree = OrderedDict()
+        return tree if _tensor_tree(obj, "", tree, 0) and tree else None
     return None
+
+
+def _tensor_tree(obj: Any, prefix: str, out: dict[str, Any], depth: int) -> bool:
+    """Flatten nested dicts/lists whose every leaf is a tensor ({"enc": {"w": t}} -> "enc.w").
+
+    Pickled parameter trees (NumPy/JAX-style, lists of layers) name tensors by
+    their path, as torch's dotted state_dict keys do. False if any leaf is not a tensor.
+    """
+    if depth > MAX_DEPTH:
+        return False
+    items = obj.items() if isinstance(obj, Mapping) else enumerate(obj)
+    for k, v in items:
+        if is_tensor(v):
+            out[f"{prefix}{k}"] = v
+        elif isinstance(v, (Mapping, list, tuple)) and v and not isinstance(v, Placeholder):
+            if not _tensor_tree(v, f"{prefix}{k}.", out, depth + 1):
+                return False
+        else:
+            return False
+    return True
 
 
 def _is_flat_state_dict(obj: Any) -> bool:
@@ -125,6 +152,8 @@ def find_candidates(root: Any) -> list[tuple[str, int]]:
             found.append((path, len(held)))
             if is_module_placeholder(obj):
                 return
+            if isinstance(obj, (Mapping, list, tuple)) and len(held) > sum(1 for _, c in _children(obj) if is_tensor(c)):
+                return  # a nested tensor tree, flattened whole: its branches are not separate candidates
         for key, child in _children(obj):
             if not is_tensor(child):
                 walk(child, f"{path}.{key}" if path else key, depth + 1)

@@ -95,10 +95,11 @@ def _numpy_arrays(obj: Any, depth: int) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.dtype.hasobject:
             return obj
-        arr = np.ascontiguousarray(obj)
+        arr = obj.astype(obj.dtype.newbyteorder("<")) if obj.dtype.byteorder == ">" else obj
         code = arr.dtype.str
         dt = dtypes.BY_NUMPY.get(code)
-        return NumpyArray(dt, tuple(int(d) for d in arr.shape), False, arr.tobytes(), code)
+        # tobytes() is C order whatever the array's layout (and keeps 0-d arrays 0-d)
+        return NumpyArray(dt, tuple(int(d) for d in arr.shape), False, arr.tobytes(order="C"), code)
     if isinstance(obj, dict):
         for k in list(obj):
             obj[k] = _numpy_arrays(obj[k], depth + 1)

@@ -393,6 +393,10 @@ def build(loaded: Loaded, path: str, key: str | None = None) -> Checkpoint:
         metadata.update(_metadata_without(root, chosen))
     elif chosen == "" and isinstance(root, Placeholder):
         metadata["__class__"] = root.qualname
+    elif chosen == "" and isinstance(root, Mapping) and len(held) < len(root):
+        # a top-level dict mixing tensors with other values ({"w": ..., "epoch": 3}): keep the others
+        metadata.update((str(k), summarize(v)) for k, v in root.items()
+                        if not is_tensor(v) and str(k) not in held and not str(k).endswith("_extra_state"))
     warnings.extend(reference_warnings(loaded.references))
     warnings.extend(layout_warnings(tensors))
     sources = tuple(loaded.sources) + ((memory,) if memory.buffers else ())

@@ -377,6 +377,15 @@ def _dill_create_type(typeobj: Any, name: Any, bases: Any = (), namespace: Any =
     return _placeholder_class(str(module or "__main__"), str(name))
 
 
+def _dill_create_array(f: Any, args: Any, state: Any, npdict: Any = None) -> Any:
+    """dill's ``_create_array(f, args, state)``: a NumPy array, rebuilt only through NumPy's own reduce."""
+    if f is not _np_reconstruct or not isinstance(args, tuple):
+        return _placeholder_class("dill._dill", "_create_array")(f, args, state, npdict)
+    array = _np_reconstruct(*args)
+    array.__setstate__(state)
+    return array
+
+
 def _dill_create_namedtuple(name: Any, fieldnames: Any = (), modulename: Any = "__main__",
                             defaults: Any = None) -> type[Placeholder]:
     return _placeholder_class(str(modulename), str(name))
@@ -417,6 +426,8 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("dill._dill", "_create_type"): _dill_create_type,
     ("dill.dill", "_create_type"): _dill_create_type,
     ("dill._dill", "_create_namedtuple"): _dill_create_namedtuple,
+    ("dill._dill", "_create_array"): _dill_create_array,
+    ("dill.dill", "_create_array"): _dill_create_array,
     ("dill.dill", "_create_namedtuple"): _dill_create_namedtuple,
 }
 for _name in ("list", "dict", "set", "frozenset", "tuple", "bytearray", "bytes", "complex",

@@ -393,6 +393,28 @@ def test_nested_tensor_trees_are_flattened_like_state_dict_keys(tmp_path):
     assert ckpt.metadata["step"] == 7
 
 
+@pytest.mark.parametrize("settings", [{}, {"recurse": True}, {"byref": True}])
+def test_dill_dict_with_arrays_lambdas_and_namedtuples(tmp_path, settings):
+    import collections
+
+    import dill
+
+    point = collections.namedtuple("Point", "x y")
+    obj = {"w": torch.randn(2, 2), "n": np.arange(3, dtype=np.float16), "fn": lambda x: x * 2,
+           "pt": point(1, 2), "epoch": 3}
+    path = tmp_path / "d.dill"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with open(path, "wb") as f:
+            dill.dump(obj, f, **settings)
+    ckpt = load(path)
+    assert ckpt.format == "dill"
+    assert ckpt_view(ckpt) == {"w": ("float32", (2, 2)), "n": ("float16", (3,))}
+    assert tensor_bytes(ckpt.by_key["n"]) == obj["n"].tobytes()
+    assert torch.equal(to_torch(ckpt.by_key["w"]), obj["w"])
+    assert ckpt.metadata["epoch"] == 3 and {"fn", "pt"} <= set(ckpt.metadata)  # inert placeholders
+
+
 def test_dill_fixture_module_with_lambda(fixtures_dir):
     ckpt = load(fixtures_dir / "dill_model.dill")
     assert ckpt.format == "dill"

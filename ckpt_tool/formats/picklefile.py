@@ -36,7 +36,8 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
     finally:
         os.close(fd)
     stream = io.BytesIO(data)
-    result = restricted_load_stream(stream, where="pickle", path=path, limits=options.limits)
+    result = restricted_load_stream(stream, where=os.path.basename(path) or "pickle", path=path,
+                                    limits=options.limits)
     warnings: list[str] = []
     rest = size - stream.tell()
     if rest > 0:

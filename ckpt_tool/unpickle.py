@@ -329,7 +329,11 @@ class _NumpyArrayBuilder(NumpyArray):
         if isinstance(raw, (bytes, bytearray)):
             self.data = bytes(raw)
         elif isinstance(raw, list):
-            raise pickle.UnpicklingError("NumPy object arrays are not supported")
+            # an object array: its items were unpickled (restricted) like any others; it is
+            # metadata, never a tensor (dtype None), so a file holding one still reads
+            self.dtype = None
+            self.type_string = "object"
+            self.data = b""
 
     @staticmethod
     def order_code(dt: _NumpyDType) -> str:

@@ -356,10 +356,11 @@ def test_numpy_fixture_and_non_numeric_arrays_are_metadata(tmp_path, fixtures_di
     path = tmp_path / "mixed.pkl"
     with open(path, "wb") as f:
         pickle.dump({"model": {"w": np.ones((2, 2), np.float32)}, "classes": np.array(["cat", "dog"]),
-                     "epoch": 4}, f)
+                     "objs": np.array([{"a": 1}, None], dtype=object), "epoch": 4}, f)
     ckpt = load(path)
     assert ckpt.state_dict_key == "model" and ckpt.keys == ["w"]
     assert ckpt.metadata["classes"] == "<ndarray <U3 [2]>"
+    assert ckpt.metadata["objs"] == "<ndarray object [2]>"
     assert ckpt.metadata["epoch"] == 4
 
 

@@ -94,6 +94,7 @@ class Walk:
     end: int | None = None  # stream offset just past STOP
     opcodes: int = 0
     plausible: bool = False  # starts with PROTO, or reaches an importable-looking global
+    reached: bool = False  # names an importable-looking (or unresolvable) global: it is a pickle
     protocol: int = 0
 
     @property
@@ -163,8 +164,8 @@ def walk(
         if key not in seen:
             seen.add(key)
             w.globals.append(GlobalRef(module, name, sev or severity(module, name), where))
-        if _is_identifier_path(module) and _is_identifier_path(name):
-            w.plausible = True
+        if module == "?" or (_is_identifier_path(module) and _is_identifier_path(name)):
+            w.plausible = w.reached = True
         return Glob(module, name)
 
     def finding(sev: str, message: str) -> None:
@@ -432,7 +433,6 @@ def walk(
                     finding(security.DANGEROUS,
                             f"STACK_GLOBAL names a global computed at load time ({_describe(module_v)}."
                             f"{_describe(name_v)}), which cannot be resolved statically")
-                    w.plausible = True
                     stack.append(UNKNOWN)
             elif c in (0x82, 0x83, 0x84):  # EXT1, EXT2, EXT4
                 n = {0x82: "<B", 0x83: "<H", 0x84: "<i"}[c]
@@ -440,7 +440,6 @@ def walk(
                 add_global("?", f"<extension code {ext}>", security.DANGEROUS)
                 finding(security.DANGEROUS,
                         f"extension code {ext} names a global through copyreg's registry at load time")
-                w.plausible = True
                 stack.append(UNKNOWN)
             elif c == 0x52:  # REDUCE
                 args = pop()

@@ -253,11 +253,11 @@ class _Scanner:
         stream = blob.stream()
         offset = 0
         for i in range(limit):
-            label = where if i == 0 else f"{where or 'file'} pickle #{i + 1} at offset {offset}"
+            label = where if i == 0 else f"{where + ' ' if where else ''}pickle #{i + 1} at offset {offset}"
             stream.seek(offset)
             w = walk(stream, label, size=blob.length,
                      on_embedded=lambda payload, loader, lbl=label: self.embedded(blob, payload, loader, lbl, depth))
-            reached = bool(w.globals or w.findings)
+            reached = w.reached or bool(w.findings)
             if not (w.complete or reached or (strict and i == 0 and w.plausible)):
                 if i == 0:
                     return False
@@ -284,7 +284,7 @@ class _Scanner:
         self.findings.extend(w.findings)
 
     def embedded(self, blob: Blob, payload: object, loader: str, where: str, depth: int) -> None:
-        label = f"{where} > {loader}(...)"
+        label = f"{where} > {loader}(...)" if where else f"{loader}(...)"
         if isinstance(payload, BytesRef):
             sub = blob.sub(payload.offset, payload.length)
         elif isinstance(payload, bytes):

@@ -72,6 +72,21 @@ def read_directory(blob: Blob) -> list[Entry] | None:
     if concat < 0 or cd_offset + concat + cd_size > length:
         raise CorruptZip("corrupt zip: the central directory lies outside the file")
     data = blob.read(cd_offset + concat, cd_size)
+    entries = _parse_directory(blob, data, count, concat)
+    if concat and not _headers_found(blob, entries):
+        # a wrong directory offset rather than bytes before the archive: offsets count from 0
+        entries = [Entry(e.name, e.header_offset - concat, e.compressed_size, e.size, e.method) for e in entries]
+    if not _headers_found(blob, entries):
+        raise CorruptZip("corrupt zip: the central directory points at no local file header")
+    return entries
+
+
+def _headers_found(blob: Blob, entries: list[Entry]) -> bool:
+    """The first and last entries start with a local header (checking all would cost a read each)."""
+    return all(blob.read(e.header_offset, 4) == _LOCAL for e in entries[:1] + entries[-1:])
+
+
+def _parse_directory(blob: Blob, data: bytes, count: int, concat: int) -> list[Entry]:
     entries: list[Entry] = []
     p = 0
     while p + 46 <= len(data):
@@ -86,8 +101,6 @@ def read_directory(blob: Blob) -> list[Entry] | None:
             usize, csize, hoff = _zip64_extra(data[p + 46 + nlen : p + 46 + nlen + xlen], usize, csize, hoff)
         p += 46 + nlen + xlen + clen
         name = name_bytes.decode("utf-8" if flags & 0x800 else "cp437", "replace")
-        if hoff + concat + 30 > length:
-            raise CorruptZip(f"corrupt or truncated zip: member {name!r} lies past the end of the file")
         entries.append(Entry(name, hoff + concat, csize, usize, method))
     if len(entries) < min(count, 1):
         raise CorruptZip("corrupt zip: the central directory lists no readable entry")

@@ -1,2 +1,83 @@
-"""ckpt gate (not yet implemented)."""
-COMMANDS: list = []
+"""ckpt gate PATH... [--target SPEC] [--policy FILE]"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..render.common import dumps
+from .options import json_option, key_option, limit_options, limits_from, quiet_option
+
+
+@click.command("gate")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--policy", "policy_file", type=click.Path(), default=None, metavar="FILE",
+              help="A TOML policy (docs/ci.md); the options below override it.")
+@click.option("--target", default=None, metavar="SPEC",
+              help="The module the checkpoint must load into strictly: 'package.module:Name' or 'file.py:Name'.")
+@click.option("--target-kwargs", default=None, metavar="JSON", help="Constructor arguments for the target (JSON).")
+@key_option
+@click.option("--strict/--no-strict", default=None,
+              help="Also fail on suspicious classes and on every warning inspect would print.")
+@click.option("--nan-check/--no-nan-check", default=None, help="Read the data and fail on NaN/Inf (default: on).")
+@click.option("--allow-dtype", "allow_dtypes", multiple=True, metavar="DTYPE",
+              help="A dtype floating tensors may have (repeatable), e.g. --allow-dtype bf16 --allow-dtype fp32.")
+@click.option("--max-size", default=None, metavar="SIZE", help="Largest file (or folder) size, e.g. '2 GiB'.")
+@click.option("--require-metadata", "required", multiple=True, metavar="KEY",
+              help="A metadata key that must be present (repeatable; dotted paths like args.lr).")
+@click.option("--sha256", default=None, metavar="HEX", help="The file's expected sha256 (one PATH).")
+@click.option("--junit", "junit_file", type=click.Path(), default=None, metavar="FILE",
+              help="Also write a JUnit XML report (one test case per check) for CI systems.")
+@json_option
+@quiet_option
+@limit_options
+def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | None, target_kwargs: str | None,
+                 key: str | None, strict: bool | None, nan_check: bool | None, allow_dtypes: tuple[str, ...],
+                 max_size: str | None, required: tuple[str, ...], sha256: str | None, junit_file: str | None,
+                 as_json: bool, quiet: bool, **kwargs: Any) -> int:
+    """The pre-deploy checks for CI, each reported pass/fail with its detail.
+
+    loads_safely (no dangerous pickle content), matches_target (strictly, with
+    the fix command for key prefixes), no_nan_inf (reads the data), dtype_policy,
+    file_size, required_metadata, sha256 and warnings (fails with --strict).
+    Exit code: 0 all passed, 1 a check failed, 2 a file could not be read.
+    """
+    from ..gate import gate
+    from ..policy import Policy, load_policy
+    from ..target import parse_target_kwargs
+
+    policy = load_policy(policy_file) if policy_file else Policy()
+    kw = parse_target_kwargs(target_kwargs) if target_kwargs is not None else None
+    bars: dict[str, Any] = {}
+    show = not quiet and not as_json and sys.stderr.isatty()
+
+    def progress(path: str, done: int, total: int) -> None:
+        bar = bars.get(path)
+        if bar is None:
+            bar = bars[path] = click.progressbar(length=total, label=f"NaN/Inf {path}", file=sys.stderr)
+        bar.update(1)
+        if done == total:
+            bar.render_finish()
+
+    report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
+                  nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
+                  required_metadata=required or None, sha256=sha256, limits=limits_from(kwargs),
+                  progress=progress if show else None)
+    for f in report.files:
+        if f.error:
+            click.echo(f"ckpt: error: {f.error}", err=True)
+    if junit_file:
+        from ..junit import write_junit
+
+        write_junit(report, junit_file)
+    if as_json:
+        click.echo(dumps(report.to_json()))
+    else:
+        from ..render.gate import render
+
+        click.echo(render(report, quiet=quiet))
+    return report.exit_code
+
+
+COMMANDS = [gate_command]

@@ -1,2 +1,43 @@
-"""ckpt scan (not yet implemented)."""
-COMMANDS: list = []
+"""ckpt scan PATH..."""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..render.common import dumps
+from .options import json_option, limit_options, limits_from, quiet_option
+
+
+@click.command("scan")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@json_option
+@quiet_option
+@click.option("--strict", is_flag=True, help="Also fail (exit 1) on suspicious files, not only dangerous ones.")
+@click.option("-v", "--verbose", is_flag=True, help="List every global, safe ones too, and skipped files.")
+@limit_options
+def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: bool, verbose: bool,
+                 **kwargs: Any) -> int:
+    """Statically scan every pickle in the inputs, without running any of it.
+
+    Folders are scanned recursively. Each global a pickle imports gets a
+    severity (safe, suspicious, dangerous) and each file a verdict. Exit
+    code: 0 all safe (or suspicious without --strict), 1 dangerous content
+    (with --strict also suspicious), 2 a file could not be read.
+    """
+    from ..scan import scan
+
+    report = scan(paths, strict=strict, limits=limits_from(kwargs))
+    for f in report.files:
+        for e in f.errors:
+            click.echo(f"ckpt: error: {e}", err=True)
+    if as_json:
+        click.echo(dumps(report.to_json()))
+    else:
+        from ..render.scan import render
+
+        click.echo(render(report, verbose=verbose, quiet=quiet))
+    return report.exit_code
+
+
+COMMANDS = [scan_command]

@@ -114,8 +114,13 @@ class ScanReport:
 
 
 def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
-         limits: Limits = DEFAULT_LIMITS) -> ScanReport:
-    """Scan files and folders (recursively) for pickles and judge what they would import."""
+         limits: Limits = DEFAULT_LIMITS, skip_other: bool = False) -> ScanReport:
+    """Scan files and folders (recursively) for pickles and judge what they would import.
+
+    A file named explicitly that holds nothing to scan (no pickle, zip, tar,
+    NumPy or safetensors data) is an error, unless ``skip_other`` (for hooks
+    that pass every file of a commit); inside folders such files are skipped.
+    """
     files: list[FileScan] = []
     skipped: list[str] = []
     for raw in paths:
@@ -127,7 +132,11 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
             files.extend(found)
             skipped.extend(skip)
         else:
-            files.append(scan_file(path, limits=limits, explicit=True) or _nothing(path))
+            found = scan_file(path, limits=limits, explicit=not skip_other)
+            if found is None:
+                skipped.append(path)
+            else:
+                files.append(found)
     return ScanReport(tuple(files), tuple(skipped), strict)
 
 

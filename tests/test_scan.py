@@ -314,6 +314,15 @@ def test_cli_unreadable_input_exits_2_with_one_line(run_cli, tmp_path):
     assert r.code == 2 and "bad.safetensors" in r.err
 
 
+def test_cli_skip_other_for_hooks_that_pass_every_file(run_cli, tmp_path, fixtures_dir):
+    readme = tmp_path / "README.md"
+    readme.write_text("# model card\n")
+    r = run_cli("scan", str(readme), str(fixtures_dir / "tiny_mlp.pth"))
+    assert r.code == 2 and "nothing ckpt can scan" in r.err
+    r = run_cli("scan", "--skip-other", str(readme), str(fixtures_dir / "tiny_mlp.pth"))
+    assert r.code == 0 and "skipped 1 file" in r.out
+
+
 def test_cli_many_files_at_once(run_cli, corpus):
     paths = [c.path for c in corpus.values()]
     r = run_cli("scan", "-q", *paths)

@@ -15,9 +15,12 @@ from .options import json_option, limit_options, limits_from, quiet_option
 @quiet_option
 @click.option("--strict", is_flag=True, help="Also fail (exit 1) on suspicious files, not only dangerous ones.")
 @click.option("-v", "--verbose", is_flag=True, help="List every global, safe ones too, and skipped files.")
+@click.option("--skip-other", is_flag=True,
+              help="Skip named files that hold no pickle, zip, NumPy or safetensors data instead of failing "
+                   "(for hooks that pass every file).")
 @limit_options
 def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: bool, verbose: bool,
-                 **kwargs: Any) -> int:
+                 skip_other: bool, **kwargs: Any) -> int:
     """Statically scan every pickle in the inputs, without running any of it.
 
     Folders are scanned recursively. Each global a pickle imports gets a
@@ -27,7 +30,7 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
     """
     from ..scan import scan
 
-    report = scan(paths, strict=strict, limits=limits_from(kwargs))
+    report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other)
     for f in report.files:
         for e in f.errors:
             click.echo(f"ckpt: error: {e}", err=True)

@@ -30,10 +30,11 @@ def detect_prefixes(keys: Iterable[str]) -> list[str]:
 # --------------------------------------------------------------------- rule sets
 
 import fnmatch  # noqa: E402
+import functools  # noqa: E402
 import re  # noqa: E402
 import shlex  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from typing import Any, Mapping, Sequence  # noqa: E402
+from typing import Any, Mapping, NamedTuple, Sequence  # noqa: E402
 
 from . import dtypes  # noqa: E402
 from .errors import RuleConflict, UsageError  # noqa: E402
@@ -80,16 +81,18 @@ class RuleSet:
                 key = key[len(p):]
         if self.add_prefix:
             key = self.add_prefix + key
-        for pattern, repl in self.rename:
-            m = re.fullmatch(pattern, key)
-            if m is not None:
-                key = m.expand(repl)
-        for glob in self.drop:
-            if fnmatch.fnmatchcase(key, glob):
-                return None
+        if self.rename:
+            for rx, repl in _compiled_renames(self.rename):
+                m = rx.fullmatch(key)
+                if m is not None:
+                    key = m.expand(repl)
+        if self.drop and _compiled_globs(self.drop).match(key):
+            return None
         return key
 
     def cast_for(self, key: str, t: TensorMeta) -> str | None:
+        if self.dtype is None and not self.casts:
+            return None
         for glob, dt in self.casts:
             if fnmatch.fnmatchcase(key, glob):
                 return dtypes.lookup(dt).name
@@ -127,6 +130,17 @@ class RuleSet:
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled_renames(rename: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern[str], str], ...]:
+    return tuple((re.compile(p), r) for p, r in rename)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_globs(globs: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex for several shell globs (fnmatch.translate anchors each)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
+
+
 def parse_rename(spec: str) -> tuple[str, str]:
     """``'REGEX=REPLACEMENT'`` split at the last ``=`` that is not escaped."""
     pos = len(spec)
@@ -138,8 +152,9 @@ def parse_rename(spec: str) -> tuple[str, str]:
             return spec[:pos], spec[pos + 1:]
 
 
-@dataclass(frozen=True)
-class PlanEntry:
+class PlanEntry(NamedTuple):
+    """One source key's fate (a NamedTuple: a plan holds one per tensor, 200,000 in some files)."""
+
     source: str
     output: str | None  # None: dropped
     dtype: str  # dtype in the source
@@ -171,8 +186,9 @@ def make_plan(tensors: Sequence[TensorMeta], rules: RuleSet) -> Plan:
     """Apply ``rules`` to every key; every conflict is raised before anything is written."""
     entries = []
     seen: dict[str, str] = {}
+    new_key = rules.new_key
     for t in tensors:
-        out = rules.new_key(t.key)
+        out = new_key(t.key)
         if out is not None:
             if out == "":
                 raise RuleConflict(f"the rules turn {t.key!r} into an empty key")

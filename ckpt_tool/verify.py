@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .model import TensorMeta
 from .unpickle import DTypeRef, LazyTensor, NumpyArray, Placeholder
-from .writers.base import OutTensor, out_bytes, out_chunks
+from .writers.base import OutTensor, out_bytes, tensor_data
 from .writers.torchpickle import as_meta
 
 MAX_REPORTED = 5
@@ -53,24 +53,44 @@ def _first_difference(a: bytes, b: bytes) -> int:
     return next((i for i in range(lo, hi) if a[i] != b[i]), hi)
 
 
-def compare_tensor(label: str, expected: OutTensor, actual: TensorMeta) -> str | None:
-    """Why ``actual`` (as re-read) is not what ``expected`` says, or None when bit-identical."""
-    if actual.dtype != expected.dtype:
-        return f"{label}: dtype is {actual.dtype}, expected {expected.dtype}"
-    if tuple(actual.shape) != tuple(expected.shape):
-        return f"{label}: shape is {list(actual.shape)}, expected {list(expected.shape)}"
-    if actual.storage is None:
-        return f"{label}: holds no data"
-    diff = same_stream(out_chunks(expected), out_chunks(OutTensor(label, actual, actual.dtype)))
-    if diff is not None:
-        return f"{label}: bytes differ from the expected values (first at byte {diff})"
-    return None
+def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: Advance | None = None) -> list[str]:
+    """Each (label, expected, re-read) pair: same dtype, shape and bytes. Returns the first problems."""
+    problems: list[str] = []
+    to_read: list[tuple[str, OutTensor, OutTensor]] = []
+    for label, exp, act in pairs:
+        if act.dtype != exp.dtype:
+            problems.append(f"{label}: dtype is {act.dtype}, expected {exp.dtype}")
+        elif tuple(act.shape) != tuple(exp.shape):
+            problems.append(f"{label}: shape is {list(act.shape)}, expected {list(exp.shape)}")
+        elif act.storage is None:
+            problems.append(f"{label}: holds no data")
+        else:
+            to_read.append((label, exp, OutTensor(label, act, act.dtype)))
+        if len(problems) >= MAX_REPORTED:
+            return problems
+    expected = tensor_data([e for _, e, _ in to_read])
+    actual = tensor_data([a for _, _, a in to_read])
+    for (label, exp, _), (_, want), (_, got) in zip(to_read, expected, actual):
+        if type(want) is tuple and type(got) is tuple and len(want) == 1 and len(got) == 1:
+            # the common case: both whole in memory, one memcmp
+            a, b = want[0], got[0]
+            diff = None if a == b else (_first_difference(a, b) if len(a) == len(b) else min(len(a), len(b)))
+        else:
+            diff = same_stream(want, got)
+        if diff is not None:
+            problems.append(f"{label}: bytes differ from the expected values (first at byte {diff})")
+            if len(problems) >= MAX_REPORTED:
+                break
+        if advance is not None:
+            advance(exp.nbytes)
+    return problems
 
 
 def compare_state_dict(expected: Sequence[OutTensor], actual: Mapping[str, TensorMeta],
                        advance: Advance | None = None) -> list[str]:
     """Every expected tensor present and bit-identical, and nothing else."""
     problems: list[str] = []
+    pairs = []
     keys = set()
     for t in expected:
         keys.add(t.key)
@@ -78,17 +98,12 @@ def compare_state_dict(expected: Sequence[OutTensor], actual: Mapping[str, Tenso
         if found is None:
             problems.append(f"{t.key}: missing from the output")
         else:
-            why = compare_tensor(t.key, t, found)
-            if why:
-                problems.append(why)
-        if advance is not None:
-            advance(t.nbytes)
-        if len(problems) >= MAX_REPORTED:
-            return problems
+            pairs.append((t.key, t, found))
+    problems = problems[:MAX_REPORTED] + compare_pairs(pairs, advance)
     extra = sorted(k for k in actual if k not in keys)
     if extra:
         problems.append(f"unexpected tensors in the output: {', '.join(extra[:MAX_REPORTED])}")
-    return problems
+    return problems[:MAX_REPORTED + 1]
 
 
 def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str]:
@@ -102,6 +117,18 @@ def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str
             f"unexpected {extra[:MAX_REPORTED]}"]
 
 
+def tensors_in(mapping: Any) -> dict[str, TensorMeta]:
+    """The tensor entries of a re-read state_dict mapping, as TensorMetas."""
+    if not isinstance(mapping, Mapping):
+        return {}
+    out = {}
+    for k, val in mapping.items():
+        meta = _tensorish(val)
+        if meta is not None:
+            out[str(k)] = meta
+    return out
+
+
 def _tensorish(obj: Any) -> TensorMeta | None:
     if isinstance(obj, (LazyTensor, TensorMeta)):
         return as_meta(obj)
@@ -111,6 +138,7 @@ def _tensorish(obj: Any) -> TensorMeta | None:
 def compare_tree(expected: Any, actual: Any, advance: Advance | None = None) -> list[str]:
     """Walk what was pickled and what was re-read side by side: structure, scalars and tensor bytes."""
     problems: list[str] = []
+    pairs: list[tuple[str, OutTensor, TensorMeta]] = []
     memo: set[tuple[int, int]] = set()
 
     def walk(e: Any, a: Any, path: str, depth: int) -> None:
@@ -121,16 +149,16 @@ def compare_tree(expected: Any, actual: Any, advance: Advance | None = None) -> 
             if (id(e), id(a)) in memo:
                 return
             memo.add((id(e), id(a)))
-            exp = e if isinstance(e, OutTensor) else OutTensor(where, _tensorish(e), _tensorish(e).dtype)  # type: ignore[union-attr]
+            if isinstance(e, OutTensor):
+                exp = e
+            else:
+                meta = as_meta(e)
+                exp = OutTensor(where, meta, meta.dtype)
             act = _tensorish(a)
             if act is None:
                 problems.append(f"{where}: expected a tensor, found {type(a).__name__}")
                 return
-            why = compare_tensor(where, exp, act)
-            if why:
-                problems.append(why)
-            if advance is not None:
-                advance(exp.nbytes)
+            pairs.append((where, exp, act))
             return
         if isinstance(e, Mapping):
             if not isinstance(a, Mapping):
@@ -177,7 +205,9 @@ def compare_tree(expected: Any, actual: Any, advance: Advance | None = None) -> 
             return  # a real object (--unsafe) re-read safely as a placeholder: its pickling was torch's/pickle's own
 
     walk(expected, actual, "", 0)
-    return problems
+    if problems:
+        return problems
+    return compare_pairs(pairs, advance)
 
 
 # ------------------------------------------------------------------- devices

@@ -2,60 +2,75 @@
 
 An ``OutTensor`` is one entry of the output state_dict: its new key, the
 source tensor it comes from and the dtype it is written in. Its bytes are
-read from the source only while it is written (and again when verified), a
-chunk at a time where the layout allows, so memory stays near one chunk or,
-for casts and strided views, one tensor.
+read from the source only while it is written (and again when verified):
+
+- small tensors that lie near each other in the source file are read with
+  one ``pread`` per block of up to ``CHUNK`` bytes (a 200,000-tensor file
+  costs hundreds of reads, not 200,000);
+- large contiguous tensors are copied a chunk at a time;
+- casts and strided views are built whole (with torch), one tensor at a time.
+
+So memory stays near one chunk, or one tensor for casts and strided views.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator, Sequence
 
 from .. import dtypes
 from ..errors import InputError
 from ..model import StorageRef, TensorMeta, contiguous_strides
+from ..source import FileSource, pread_exact
 from ..tensordata import tensor_bytes
 
 CHUNK = 16 << 20  # bytes per read/write: large enough for disk speed, small enough for memory
+_BIG = 4 << 20  # tensors at least this large are streamed on their own
+_GAP = 1 << 20  # bytes of other data a coalesced read may skip over
+_BY_NAME = dtypes.BY_NAME
 
 
-@dataclass(frozen=True)
 class OutTensor:
-    """One tensor of the output: ``key`` in ``dtype``, holding ``source``'s values."""
+    """One tensor of the output: ``key`` in ``dtype``, holding ``source``'s values.
 
-    key: str
-    source: TensorMeta
-    dtype: str
+    A plain __slots__ class with its sizes computed once: migrate makes one
+    per tensor and reads these fields several times each.
+    """
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.source.shape
+    __slots__ = ("key", "source", "dtype", "shape", "numel", "nbytes", "cast", "streamable", "itemsize", "_view")
 
-    @property
-    def numel(self) -> int:
-        return self.source.numel
-
-    @property
-    def cast(self) -> bool:
-        return self.dtype != self.source.dtype
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * dtypes.lookup(self.dtype).itemsize
-
-    @property
-    def streamable(self) -> bool:
-        """True when the bytes can be copied straight from the source, chunk by chunk."""
-        return not self.cast and self.source.is_contiguous and self.source.storage is not None
+    def __init__(self, key: str, source: TensorMeta, dtype: str) -> None:
+        self.key = key
+        self.source = source
+        self.dtype = dtype
+        self.shape = source.shape
+        numel = 1
+        for d in source.shape:
+            numel *= d
+        self.numel = numel
+        out_dt = _BY_NAME.get(dtype) or dtypes.lookup(dtype)
+        self.nbytes = numel * out_dt.itemsize
+        self.cast = dtype != source.dtype
+        # element size in the source (offsets into its storage are counted in these)
+        self.itemsize = (_BY_NAME.get(source.dtype) or dtypes.lookup(source.dtype)).itemsize if self.cast \
+            else out_dt.itemsize
+        # True when the bytes can be copied straight from the source
+        self.streamable = not self.cast and source.storage is not None and source.is_contiguous
+        self._view: object = False
 
     def view_key(self) -> tuple[object, ...] | None:
         """Identity of the exact values: equal keys mean the same view of the same storage."""
-        s = self.source
-        if s.storage_id is None:
-            return None
-        stride = s.stride if s.stride is not None else contiguous_strides(s.shape)
-        return (s.storage_id, s.dtype, s.storage_offset, s.shape, stride if s.numel > 1 else None, self.dtype)
+        if self._view is False:
+            s = self.source
+            if s.storage is None:
+                self._view = None
+            else:
+                stride = s.stride if s.stride is not None else contiguous_strides(s.shape)
+                self._view = (id(s.storage.source), s.storage.key, s.dtype, s.storage_offset, s.shape,
+                              stride if self.numel > 1 else None, self.dtype)
+        return self._view  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"OutTensor({self.key!r} <- {self.source.key!r}, {self.dtype}{list(self.shape)})"
 
 
 def cast_bytes(meta: TensorMeta, dtype: str) -> bytes:
@@ -79,22 +94,102 @@ def out_bytes(t: OutTensor) -> bytes:
 
 def out_chunks(t: OutTensor, chunk: int = CHUNK) -> Iterator[bytes]:
     """``t``'s output bytes in pieces of at most ``chunk`` bytes (one piece when it must be built whole)."""
-    if not t.streamable or t.nbytes <= chunk:
+    s = t.source
+    if not t.streamable or t.nbytes <= chunk or s.storage is None:
         data = out_bytes(t)
         if data:
             yield data
         return
-    s = t.source
-    assert s.storage is not None  # streamable guarantees it
-    start = s.storage_offset * s.itemsize
+    start = s.storage_offset * t.itemsize
     for off in range(0, t.nbytes, chunk):
         yield s.storage.source.read(s.storage.key, start + off, min(chunk, t.nbytes - off))
 
 
-def storage_chunks(ref: StorageRef, chunk: int = CHUNK) -> Iterator[bytes]:
-    """A whole source storage, in pieces."""
-    for off in range(0, ref.nbytes, chunk):
-        yield ref.source.read(ref.key, off, min(chunk, ref.nbytes - off))
+def _locate(t: OutTensor) -> tuple[FileSource, int] | None:
+    """(file, absolute offset) of a small streamable tensor, or None when it is read another way."""
+    s = t.source
+    ref = s.storage
+    if not t.streamable or t.nbytes >= _BIG or ref is None or type(ref.source) is not FileSource:
+        return None
+    start, size = ref.source.region(ref.key)
+    begin = s.storage_offset * t.itemsize
+    if begin + t.nbytes > size:
+        return None  # out_chunks raises the reader's own error for it
+    return ref.source, start + begin
+
+
+def _storage_location(ref: StorageRef) -> tuple[FileSource, int] | None:
+    if ref.nbytes >= _BIG or type(ref.source) is not FileSource:
+        return None
+    start, size = ref.source.region(ref.key)
+    return (ref.source, start) if ref.nbytes <= size else None
+
+
+def coalesced(locs: Sequence[tuple[FileSource, int] | None], sizes: Sequence[int]) -> Iterator[tuple[int, bytes | None]]:
+    """(index, bytes) for every located item, neighbours read together; (index, None) for the others.
+
+    Items are visited in order; a read covers up to ``CHUNK`` bytes of one
+    file and may skip small gaps (zip headers between torch storages).
+    """
+    i, n = 0, len(locs)
+    while i < n:
+        loc = locs[i]
+        if loc is None:
+            yield i, None
+            i += 1
+            continue
+        source, start = loc
+        end = start + sizes[i]
+        j = i + 1
+        while j < n:
+            nxt = locs[j]
+            if nxt is None or nxt[0] is not source:
+                break
+            at = nxt[1]
+            if at < end or at - end > _GAP or at + sizes[j] - start > CHUNK:
+                break
+            end = at + sizes[j]
+            j += 1
+        if j == i + 1:
+            yield i, None
+        else:
+            block = pread_exact(source.fd(), end - start, start, source.path)
+            for k in range(i, j):
+                rel = locs[k][1] - start  # type: ignore[index]
+                yield k, block[rel:rel + sizes[k]]
+        i = j
+
+
+def tensor_data(tensors: Sequence[OutTensor]) -> Iterator[tuple[OutTensor, Iterable[bytes]]]:
+    """Each tensor with its bytes, in order; neighbouring small tensors share one read.
+
+    The pieces of one tensor must be consumed before asking for the next.
+    """
+    for i, data in coalesced([_locate(t) for t in tensors], [t.nbytes for t in tensors]):
+        t = tensors[i]
+        if data is not None:
+            yield t, (data,)
+        elif t.nbytes <= CHUNK:
+            yield t, (out_bytes(t),)
+        else:
+            yield t, out_chunks(t)
+
+
+def storage_data(refs: Sequence[StorageRef]) -> Iterator[Iterable[bytes]]:
+    """The bytes of whole storages, in order, neighbours read together."""
+    for i, data in coalesced([_storage_location(r) for r in refs], [r.nbytes for r in refs]):
+        ref = refs[i]
+        if data is not None:
+            yield (data,)
+        elif ref.nbytes <= CHUNK:
+            yield (ref.source.read(ref.key, 0, ref.nbytes),)
+        else:
+            yield _ref_chunks(ref)
+
+
+def _ref_chunks(ref: StorageRef) -> Iterator[bytes]:
+    for off in range(0, ref.nbytes, CHUNK):
+        yield ref.source.read(ref.key, off, min(CHUNK, ref.nbytes - off))
 
 
 def require_data(t: OutTensor) -> None:
@@ -111,3 +206,35 @@ def write_all(fd: int, data: bytes | memoryview) -> int:
         n = os.write(fd, view)
         view = view[n:]
     return total
+
+
+class Output:
+    """Sequential writes to a file descriptor, small ones gathered into large writes."""
+
+    def __init__(self, fd: int, flush_at: int = 4 << 20) -> None:
+        self.fd = fd
+        self.pos = 0  # bytes accepted so far (written or buffered)
+        self.flushed = 0  # bytes actually written
+        self._parts: list[bytes] = []
+        self._buffered = 0
+        self._flush_at = flush_at
+
+    def write(self, data: bytes) -> None:
+        n = len(data)
+        if n >= self._flush_at:
+            self.flush()
+            write_all(self.fd, data)
+            self.flushed += n
+        else:
+            self._parts.append(data)
+            self._buffered += n
+            if self._buffered >= self._flush_at:
+                self.flush()
+        self.pos += n
+
+    def flush(self) -> None:
+        if self._parts:
+            write_all(self.fd, b"".join(self._parts) if len(self._parts) > 1 else self._parts[0])
+            self.flushed += self._buffered
+            self._parts.clear()
+            self._buffered = 0

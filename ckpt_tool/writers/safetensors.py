@@ -15,12 +15,13 @@ so ``load_model`` (whose model ties the weights itself) and ckpt's reader
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Callable, Mapping, Sequence
 
 from .. import dtypes
-from ..errors import RuleConflict
-from .base import OutTensor, out_chunks, write_all
+from ..errors import InputError, RuleConflict
+from .base import Output, OutTensor, tensor_data
 
 METADATA_KEY = "__metadata__"
 
@@ -35,16 +36,26 @@ def check_dtypes(tensors: Sequence[OutTensor]) -> None:
             raise RuleConflict(f"a tensor cannot be named {METADATA_KEY!r} in safetensors; rename it with --rename")
 
 
+_PLAIN_KEY = re.compile(r'[ -!#-\[\]-~]*')  # printable ASCII without '"' and '\\': JSON as is
+
+
+def _json_key(key: str) -> str:
+    return f'"{key}"' if _PLAIN_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+
+
 def header_bytes(tensors: Sequence[OutTensor], metadata: Mapping[str, str]) -> bytes:
-    header: dict[str, object] = {}
+    """The JSON header, built as text (200,000 entries through json.dumps cost seconds)."""
+    parts = []
     if metadata:
-        header[METADATA_KEY] = dict(metadata)
+        parts.append(f'"{METADATA_KEY}":' + json.dumps(dict(metadata), separators=(",", ":"), ensure_ascii=False))
     offset = 0
+    codes = {name: d.safetensors for name, d in dtypes.BY_NAME.items()}
     for t in tensors:
-        header[t.key] = {"dtype": dtypes.lookup(t.dtype).safetensors, "shape": list(t.shape),
-                         "data_offsets": [offset, offset + t.nbytes]}
-        offset += t.nbytes
-    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        end = offset + t.nbytes
+        shape = ",".join(map(str, t.shape))
+        parts.append(f'{_json_key(t.key)}:{{"dtype":"{codes[t.dtype]}","shape":[{shape}],"data_offsets":[{offset},{end}]}}')
+        offset = end
+    raw = ("{" + ",".join(parts) + "}").encode("utf-8")
     raw += b" " * (-len(raw) % 8)
     return struct.pack("<Q", len(raw)) + raw
 
@@ -53,14 +64,16 @@ def write_safetensors(fd: int, tensors: Sequence[OutTensor], metadata: Mapping[s
                       on_bytes: Callable[[int], None] | None = None) -> int:
     """Write one safetensors file to ``fd``; returns the bytes written."""
     check_dtypes(tensors)
-    total = write_all(fd, header_bytes(tensors, metadata))
-    for t in tensors:
+    out = Output(fd)
+    out.write(header_bytes(tensors, metadata))
+    for t, pieces in tensor_data(tensors):
         written = 0
-        for chunk in out_chunks(t):
-            total += write_all(fd, chunk)
-            written += len(chunk)
-            if on_bytes is not None:
-                on_bytes(len(chunk))
+        for piece in pieces:
+            out.write(piece)
+            written += len(piece)
         if written != t.nbytes:
-            raise RuleConflict(f"tensor {t.key!r}: expected {t.nbytes} bytes but got {written}")
-    return total
+            raise InputError(f"tensor {t.source.key!r}: expected {t.nbytes} bytes but the source gave {written}")
+        if on_bytes is not None:
+            on_bytes(t.nbytes)
+    out.flush()
+    return out.pos

@@ -14,6 +14,7 @@ were the real objects.
 """
 from __future__ import annotations
 
+import functools
 import pickle
 import struct
 import sys
@@ -32,6 +33,7 @@ _P = pickle  # opcode constants
 _pack_I = struct.Struct("<I").pack
 _pack_H = struct.Struct("<H").pack
 _pack_i = struct.Struct("<i").pack
+_BY_NAME = dtypes.BY_NAME
 
 
 @dataclass
@@ -110,6 +112,7 @@ def _int(value: int) -> bytes:
     return _P.LONG1 + bytes((len(encoded),)) + encoded
 
 
+@functools.lru_cache(maxsize=4096)
 def _int_tuple(values: tuple[int, ...]) -> bytes:
     n = len(values)
     if n == 0:
@@ -147,17 +150,47 @@ class TorchPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
             self.write(self.get(found[0]))
             return
         encoded = s.encode("utf-8", "surrogatepass")
-        self.write(_P.BINUNICODE + _pack_I(len(encoded)) + encoded)
-        self.memoize(s)
+        idx = len(self.memo)
+        self.memo[id(s)] = idx, s
+        self.write(_P.BINUNICODE + _pack_I(len(encoded)) + encoded + self.put(idx))
+
+    def _mapping(self, obj: Any) -> None:
+        """dict / OrderedDict as pickle writes them, without a save() round trip per item."""
+        found = self.memo.get(id(obj))
+        if found is not None:
+            self.write(self.get(found[0]))
+            return
+        if type(obj) is dict:
+            self.write(_P.EMPTY_DICT)
+        else:
+            self.write(self._global("collections", "OrderedDict") + _P.EMPTY_TUPLE + _P.REDUCE)
+        self.memoize(obj)
+        items = list(obj.items())
+        save = self.save
+        for start in range(0, len(items), 1000):
+            batch = items[start:start + 1000]
+            if len(batch) > 1:
+                self.write(_P.MARK)
+            for k, v in batch:
+                save(k)
+                save(v)
+            self.write(_P.SETITEMS if len(batch) > 1 else _P.SETITEM)
+        state = getattr(obj, "__dict__", None) if type(obj) is not dict else None
+        if state:
+            save(state)
+            self.write(_P.BUILD)
 
     # ------------------------------------------------------------------- save
     def save(self, obj: Any, save_persistent_id: bool = True) -> None:
         t = type(obj)
+        if t is OutTensor:
+            self._tensor(obj)
+            return
         if t is str:
             self._str(obj)
             return
-        if t is OutTensor:
-            self._tensor(obj)
+        if t is dict or t is OrderedDict:
+            self._mapping(obj)
             return
         if t is LazyTensor or t is TensorMeta:
             meta = _as_meta(obj)
@@ -192,27 +225,23 @@ class TorchPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
             self.write(self.get(found[0]))
             return
         storage, offset, stride = self.table.place(t)
-        dt = dtypes.lookup(t.dtype)
+        dt = _BY_NAME.get(t.dtype) or dtypes.lookup(t.dtype)
         v3 = dt.storage is None
-        parts = [self._global("torch._utils", "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2"), _P.MARK]
-        self.write(b"".join(parts))
+        g = self._global
+        self.write(g("torch._utils", "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2") + _P.MARK + _P.MARK)
         # persistent id: ('storage', storage type, key, location, numel)
-        self.write(_P.MARK)
         self._str("storage")
-        self.write(self._global("torch.storage", "UntypedStorage") if v3 else self._global("torch", dt.storage))
+        self.write(g("torch.storage", "UntypedStorage") if v3 else g("torch", dt.storage))  # type: ignore[arg-type]
         self._str(storage.key)
         self._str("cpu")
         numel = storage.nbytes if v3 else storage.nbytes // dt.itemsize
-        self.write(_int(numel) + _P.TUPLE + _P.BINPERSID)
-        tail = [
+        self.write(b"".join((
+            _int(numel), _P.TUPLE, _P.BINPERSID,
             _int(offset), _int_tuple(tuple(t.shape)), _int_tuple(tuple(stride)),
             _P.NEWTRUE if requires_grad else _P.NEWFALSE,
-            self._global("collections", "OrderedDict"), _P.EMPTY_TUPLE, _P.REDUCE,
-        ]
-        self.write(b"".join(tail))
-        if v3:
-            self.write(self._global("torch", dt.name))
-        self.write(_P.TUPLE + _P.REDUCE)
+            g("collections", "OrderedDict"), _P.EMPTY_TUPLE, _P.REDUCE,
+            g("torch", dt.name) if v3 else b"", _P.TUPLE, _P.REDUCE,
+        )))
         self.memoize(ident)
 
     def _numpy(self, arr: NumpyArray) -> None:

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ..errors import InputError
-from .base import out_bytes, storage_chunks, write_all
+from .base import Output, out_bytes, storage_data
 from .torchpickle import StorageTable, TorchPickler
 
 ALIGNMENT = 64
-ZIP64_LIMIT = 0xFFFFFFFF  # sizes and offsets at or above this need ZIP64 records
+ZIP64_LIMIT = 0xFFFFFFFF  # sizes and offsets at or above this need ZIP64 records (tests lower it)
+_MARK32 = 0xFFFFFFFF  # what a 32-bit field holds when the value is in a ZIP64 record
+_MARK16 = 0xFFFF
 _LOCAL = struct.Struct("<4s5H3L2H")
 _CENTRAL = struct.Struct("<4s6H3L5H2L")
 _FLAG_UTF8 = 0x800
@@ -42,42 +44,53 @@ class ZipWriter:
     """Stored members written one after another to an open file descriptor."""
 
     def __init__(self, fd: int, prefix: str) -> None:
-        self.fd = fd
+        self.out = Output(fd)
         self.prefix = prefix
-        self.pos = 0
         self.entries: list[_Entry] = []
+
+    @property
+    def pos(self) -> int:
+        return self.out.pos
 
     def _header(self, name: bytes, size: int, crc: int) -> bytes:
         zip64 = size >= ZIP64_LIMIT
         extra = struct.pack("<HHQQ", 1, 16, size, size) if zip64 else b""
-        start = self.pos + _LOCAL.size + len(name) + len(extra) + 4
+        start = self.out.pos + _LOCAL.size + len(name) + len(extra) + 4
         pad = -start % ALIGNMENT
         extra += b"FB" + struct.pack("<H", pad) + b"Z" * pad
-        stored = ZIP64_LIMIT if zip64 else size
+        stored = _MARK32 if zip64 else size
         return _LOCAL.pack(b"PK\x03\x04", 45 if zip64 else 20, _FLAG_UTF8, 0, 0, 0, crc, stored, stored,
                            len(name), len(extra)) + name + extra
 
     def add(self, name: str, data: bytes) -> None:
-        self.add_stream(name, len(data), [data])
+        self.add_stream(name, len(data), (data,))
 
-    def add_stream(self, name: str, size: int, chunks: Iterable[bytes],
+    def add_stream(self, name: str, size: int, pieces: Iterable[bytes],
                    on_bytes: Callable[[int], None] | None = None) -> None:
-        """A member of known ``size`` from ``chunks``; its CRC is patched into the header afterwards."""
+        """A member of known ``size``; a one-piece member gets its CRC up front, others have it patched in."""
         raw_name = f"{self.prefix}/{name}".encode("utf-8")
-        offset = self.pos
-        header = self._header(raw_name, size, 0)
-        self.pos += write_all(self.fd, header)
-        crc = 0
-        written = 0
-        for chunk in chunks:
-            crc = zlib.crc32(chunk, crc)
-            self.pos += write_all(self.fd, chunk)
-            written += len(chunk)
-            if on_bytes is not None:
-                on_bytes(len(chunk))
-        if written != size:
-            raise InputError(f"{name}: expected {size} bytes but the source gave {written} (did it change?)")
-        os.pwrite(self.fd, struct.pack("<I", crc), offset + 14)
+        offset = self.out.pos
+        if isinstance(pieces, tuple):
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if len(data) != size:
+                raise InputError(f"{name}: expected {size} bytes but the source gave {len(data)} (did it change?)")
+            crc = zlib.crc32(data)
+            self.out.write(self._header(raw_name, size, crc))
+            self.out.write(data)
+        else:
+            self.out.write(self._header(raw_name, size, 0))
+            crc = 0
+            written = 0
+            for chunk in pieces:
+                crc = zlib.crc32(chunk, crc)
+                self.out.write(chunk)
+                written += len(chunk)
+            if written != size:
+                raise InputError(f"{name}: expected {size} bytes but the source gave {written} (did it change?)")
+            self.out.flush()
+            os.pwrite(self.out.fd, struct.pack("<I", crc), offset + 14)
+        if on_bytes is not None:
+            on_bytes(size)
         self.entries.append(_Entry(raw_name, offset, size, crc))
 
     def close(self) -> None:
@@ -90,27 +103,28 @@ class ZipWriter:
             offset = e.offset
             if e.size >= ZIP64_LIMIT:
                 fields += [e.size, e.size]
-                size = ZIP64_LIMIT
+                size = _MARK32
             if e.offset >= ZIP64_LIMIT:
                 fields.append(e.offset)
-                offset = ZIP64_LIMIT
+                offset = _MARK32
             extra = struct.pack("<HH", 1, 8 * len(fields)) + struct.pack(f"<{len(fields)}Q", *fields) if fields else b""
             version = 45 if fields else 20
             parts.append(_CENTRAL.pack(b"PK\x01\x02", version, version, _FLAG_UTF8, 0, 0, 0, e.crc, size, size,
                                        len(e.name), len(extra), 0, 0, 0, 0, offset) + e.name + extra)
         directory = b"".join(parts)
-        self.pos += write_all(self.fd, directory)
+        self.out.write(directory)
         count = len(self.entries)
         cd_size = len(directory)
         tail = b""
-        if count >= 0xFFFF or cd_size >= ZIP64_LIMIT or cd_start >= ZIP64_LIMIT:
+        if count >= min(_MARK16, ZIP64_LIMIT) or cd_size >= ZIP64_LIMIT or cd_start >= ZIP64_LIMIT:
             rec_at = self.pos
             tail += struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, cd_size, cd_start)
             tail += struct.pack("<4sLQL", b"PK\x06\x07", 0, rec_at, 1)
-            tail += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, ZIP64_LIMIT, ZIP64_LIMIT, 0)
+            tail += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, _MARK16, _MARK16, _MARK32, _MARK32, 0)
         else:
             tail += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, cd_size, cd_start, 0)
-        self.pos += write_all(self.fd, tail)
+        self.out.write(tail)
+        self.out.flush()
 
 
 def archive_name(final_path: str) -> str:
@@ -135,11 +149,13 @@ def write_torch_zip(fd: int, final_path: str, data_pkl: bytes, table: StorageTab
     z.add(".format_version", b"1")
     z.add(".storage_alignment", str(ALIGNMENT).encode())
     z.add("byteorder", sys.byteorder.encode())
+    copies = storage_data([st.ref for st in table.storages if st.ref is not None])
     for st in table.storages:
         if st.ref is not None:
-            z.add_stream(f"data/{st.key}", st.nbytes, storage_chunks(st.ref), on_bytes)
-        elif st.cast is not None:
-            z.add_stream(f"data/{st.key}", st.nbytes, [out_bytes(st.cast)], on_bytes)
+            data = next(copies)
+        else:
+            data = (out_bytes(st.cast),) if st.cast is not None else (b"",)
+        z.add_stream(f"data/{st.key}", st.nbytes, data, on_bytes)
     z.add("version", b"3\n")
     z.add(".data/serialization_id", f"{secrets.randbelow(10 ** 40):040d}".encode())
     z.close()

@@ -149,9 +149,12 @@ def walk(
     memo: dict[int, object] = {}
     seen: set[tuple[str, str]] = set()
     misused: set[tuple[str, str]] = set()  # idiom globals used some other way
+    watching = [False]  # an idiom global has been named: track where it flows
 
     def escape(value: object, depth: int = 0) -> None:
         """Mark idiom globals that flow anywhere but their idiomatic place."""
+        if not watching[0]:
+            return
         if isinstance(value, Glob):
             if (value.module, value.name) in _IDIOM:
                 misused.add((value.module, value.name))
@@ -163,6 +166,8 @@ def walk(
         key = (module, name)
         if key not in seen:
             seen.add(key)
+            if key in _IDIOM:
+                watching[0] = True
             w.globals.append(GlobalRef(module, name, sev or severity(module, name), where))
         if module == "?" or (_is_identifier_path(module) and _is_identifier_path(name)):
             w.plausible = w.reached = True
@@ -282,22 +287,57 @@ def walk(
             finding(security.DANGEROUS,
                     f"{how} modifies the imported object {target.module}.{target.name} (module-level state)")
 
-    pos = f.tell()
+    read = f.read
+    opcodes = 0
     try:
         while True:
-            pos = f.tell()
-            code = f.read(1)
+            code = read(1)
             if not code:
                 raise _Stop("pickle exhausted before STOP")
-            w.opcodes += 1
+            opcodes += 1
             c = code[0]
+            # ---- the opcodes every torch pickle is made of, first
+            if c == 0x71:  # BINPUT
+                arg = read(1)
+                if not arg or not stack:
+                    raise _Stop("pickle data was truncated" if not arg else "stack underflow")
+                memo[arg[0]] = stack[-1]
+                continue
+            if c == 0x68:  # BINGET
+                arg = read(1)
+                if not arg:
+                    raise _Stop("pickle data was truncated")
+                if arg[0] not in memo:
+                    raise _Stop(f"memo value {arg[0]} not found")
+                stack.append(memo[arg[0]])
+                continue
+            if c == 0x28:  # MARK
+                metastack.append(stack)
+                stack = []
+                continue
+            if c == 0x4B:  # BININT1
+                arg = read(1)
+                if not arg:
+                    raise _Stop("pickle data was truncated")
+                stack.append(arg[0])
+                continue
+            if c == 0x8C:  # SHORT_BINUNICODE
+                n = read(1)
+                if not n:
+                    raise _Stop("pickle data was truncated")
+                stack.append(read_exact(n[0]).decode("utf-8", "surrogatepass"))
+                continue
+            if c == 0x74:  # TUPLE
+                items = pop_mark()  # rebinds ``stack``: never inline into stack.append(...)
+                stack.append(tuple(items))
+                continue
             # ---- constants
             if c == 0x80:  # PROTO
                 proto = read_exact(1)[0]
                 if proto > 5:
                     raise _Stop(f"unsupported pickle protocol {proto}")
                 w.protocol = proto
-                if w.opcodes == 1:
+                if opcodes == 1:
                     w.plausible = True
             elif c == 0x95:  # FRAME
                 read_exact(8)
@@ -371,9 +411,6 @@ def walk(
             elif c in (0x6C, 0x64, 0x91):  # LIST, DICT, FROZENSET
                 escape(pop_mark())
                 stack.append(UNKNOWN)
-            elif c == 0x74:  # TUPLE
-                items = pop_mark()  # rebinds ``stack``: never inline into stack.append(...)
-                stack.append(tuple(items))
             elif c in (0x85, 0x86, 0x87):  # TUPLE1..3
                 n = c - 0x84
                 if len(stack) < n:
@@ -389,9 +426,6 @@ def walk(
                     pop_mark()
             elif c == 0x32:  # DUP
                 stack.append(top())
-            elif c == 0x28:  # MARK
-                metastack.append(stack)
-                stack = []
             elif c == 0x31:  # POP_MARK
                 pop_mark()
             elif c in (0x67, 0x68, 0x6A):  # GET, BINGET, LONG_BINGET
@@ -477,12 +511,13 @@ def walk(
                 w.end = f.tell()
                 break
             else:
-                raise _Stop(f"unknown opcode {code!r} at offset {pos}")
+                raise _Stop(f"unknown opcode {code!r}")
     except _Stop as exc:
-        w.error = f"{exc} (at offset {pos})"
+        w.error = f"{exc} (near offset {f.tell()})"
     except (ValueError, OverflowError, struct.error, UnicodeDecodeError, MemoryError) as exc:
         # A malformed argument: the real unpickler stops here too; what ran before is reported.
-        w.error = f"malformed pickle: {exc} (at offset {pos})"
+        w.error = f"malformed pickle: {exc} (near offset {f.tell()})"
+    w.opcodes = opcodes
     if any(g.module in _DILL for g in w.globals):
         w.globals = [
             GlobalRef(g.module, g.name, security.SUSPICIOUS, g.where)

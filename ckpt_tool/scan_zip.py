@@ -26,6 +26,7 @@ _CENTRAL_FMT = struct.Struct("<4s6H3L5H2L")  # 46 bytes
 _LOCAL_FMT = struct.Struct("<4s5H3L2H")  # 30 bytes
 _ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
 MAX_SWEPT = 1_000_000
+MAX_DIRECTORY = 1 << 30  # 200k storages take ~15 MB of central directory
 
 
 class CorruptZip(Exception):
@@ -69,6 +70,8 @@ def read_directory(blob: Blob) -> list[Entry] | None:
     elif count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
         raise CorruptZip("corrupt zip: zip64 locator missing")
     concat = end_of_directory - cd_size - cd_offset  # bytes before the archive (zipfile allows them)
+    if cd_size > MAX_DIRECTORY:
+        raise CorruptZip(f"corrupt zip: a central directory of {cd_size} bytes is beyond belief")
     if concat < 0 or cd_offset + concat + cd_size > length:
         raise CorruptZip("corrupt zip: the central directory lies outside the file")
     data = blob.read(cd_offset + concat, cd_size)

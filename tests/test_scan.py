@@ -433,3 +433,37 @@ def test_in_memory_zip_member_scan_handles_deflate(tmp_path):
     (f,) = only(path).files
     assert f.verdict == "dangerous"
     assert any(g.where == "archive/other.pkl" for g in f.globals)
+
+
+# ------------------------------------------------------------------ properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+    | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                          max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_plain, st.integers(min_value=0, max_value=5))
+def test_plain_data_walks_to_stop_without_globals(value, protocol):
+    from ckpt_tool.blob import Blob
+    from ckpt_tool.pickle_walk import walk
+
+    data = pickle.dumps(value, protocol=protocol)
+    w = walk(Blob.from_bytes(data).stream(), "x", size=len(data))
+    assert w.complete and w.end == len(data)
+    assert all(g.severity == "safe" for g in w.globals), w.globals  # protocol 0-2 name builtins for bytes
+    assert not w.findings
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_raise(data):
+    result = scan_pickle_bytes(data, "x")
+    assert result.verdict in ("safe", "suspicious", "dangerous")

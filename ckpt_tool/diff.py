@@ -245,9 +245,9 @@ def compare_values(
 ) -> tuple[list[ValueDiff], list[str]]:
     """(one ValueDiff per pair, keys skipped because a side holds no data).
 
-    One pair is in memory at a time (read with tensordata.to_torch), and the
-    arithmetic runs in chunks, so peak memory stays near the two largest
-    tensors of one key.
+    Each pair is read chunk by chunk (tensordata.iter_chunks) and compared
+    as it is read, so peak memory is a few chunks, whatever the tensor sizes
+    (a strided view is gathered whole first).
     """
     out: list[ValueDiff] = []
     skipped: list[str] = []
@@ -285,45 +285,82 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) ->
     """
     import torch
 
-    from .tensordata import to_torch
+    from .tensordata import iter_chunks
 
     cd = _compare_dtype(ta.dtype, tb.dtype)
     dt = getattr(torch, cd)
-    x = to_torch(ta).reshape(-1)
-    y = to_torch(tb).reshape(-1)
-    exact_ints = not (x.is_floating_point() or x.is_complex() or y.is_floating_point() or y.is_complex())
-    max_abs = max_rel = 0.0
-    nan_a = nan_b = inf_a = inf_b = bad_count = 0
-    for start in range(0, x.numel(), _CHUNK):
-        xs, ys = x[start:start + _CHUNK], y[start:start + _CHUNK]
+    same_dtype = ta.dtype == tb.dtype
+    is_float = ta.is_floating or tb.is_floating or "complex" in (ta.dtype[:7], tb.dtype[:7])
+    acc = _Acc()
+    for xs, ys in zip(iter_chunks(ta, _CHUNK), iter_chunks(tb, _CHUNK)):
+        if same_dtype and torch.equal(xs.view(torch.uint8), ys.view(torch.uint8)):
+            # bit-identical (the common case when checking a conversion): only count NaN/Inf
+            if is_float and not bool(torch.isfinite(xs).all()):
+                n, i = int(torch.isnan(xs).sum()), int(torch.isinf(xs).sum())
+                acc.nan_a, acc.nan_b, acc.inf_a, acc.inf_b = acc.nan_a + n, acc.nan_b + n, acc.inf_a + i, acc.inf_b + i
+            continue
         xa, yb = xs.to(dt), ys.to(dt)
-        xnan, ynan = torch.isnan(xa), torch.isnan(yb)
-        nan_a += int(xnan.sum())
-        nan_b += int(ynan.sum())
-        inf_a += int(torch.isinf(xa).sum())
-        inf_b += int(torch.isinf(yb).sum())
-        same = (xs == ys) if exact_ints else ((xa == yb) | (xnan & ynan))
-        diff = (xa - yb).abs()
-        if diff.is_complex():
-            diff = diff.real
-        diff = diff.to(torch.float64)
-        diff = torch.where(same, torch.zeros((), dtype=diff.dtype), diff)
-        diff = torch.where(torch.isnan(diff), torch.full((), math.inf, dtype=diff.dtype), diff)
-        if exact_ints:  # int64 beyond 2**53: unequal even where fp64 cannot tell
-            diff = torch.where(~same & (diff == 0), torch.ones((), dtype=diff.dtype), diff)
-        ref = yb.abs()
-        if ref.is_complex():
-            ref = ref.real
-        ref = ref.to(torch.float64)
-        finite = torch.isfinite(xa) & torch.isfinite(yb)
-        bad = (diff > atol + rtol * ref) | (~same & ~finite)
-        bad_count += int(bad.sum())
-        if diff.numel():
-            max_abs = max(max_abs, float(diff.max()))
-            rel = torch.where(diff == 0, torch.zeros((), dtype=diff.dtype), diff / ref)
-            max_rel = max(max_rel, float(rel.max()))
-    return ValueDiff(ta.key, max_abs, max_rel, nan_a, nan_b, inf_a, inf_b, bad_count == 0,
-                     bad_count, int(x.numel()), cd)
+        ad = (xa - yb).abs()
+        if ad.is_complex():
+            ad = ad.real
+        top = float(ad.max()) if ad.numel() else 0.0  # NaN if any element is: max propagates NaN
+        if is_float and math.isfinite(top):
+            acc.max_abs = max(acc.max_abs, top)
+            _finite_chunk(acc, ad, yb, atol, rtol)
+        else:
+            _general_chunk(acc, xs, ys, xa, yb, ad, not is_float, atol, rtol)
+    return ValueDiff(ta.key, acc.max_abs, acc.max_rel, acc.nan_a, acc.nan_b, acc.inf_a, acc.inf_b, acc.bad == 0,
+                     acc.bad, ta.numel, cd)
+
+
+@dataclass
+class _Acc:
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    nan_a: int = 0
+    nan_b: int = 0
+    inf_a: int = 0
+    inf_b: int = 0
+    bad: int = 0
+
+
+def _finite_chunk(acc: _Acc, ad: Any, yb: Any, atol: float, rtol: float) -> None:
+    """Both sides finite here (max |a-b| is): the few passes a plain allclose needs (max_abs is done)."""
+    import torch
+
+    ref = yb.abs()
+    if ref.is_complex():
+        ref = ref.real
+    acc.bad += int(torch.count_nonzero(ad > ref * rtol + atol))
+    rel = torch.nan_to_num_(ad.div_(ref), nan=0.0, posinf=math.inf)  # 0/0: equal; x/0: inf
+    acc.max_rel = max(acc.max_rel, float(rel.max()))
+
+
+def _general_chunk(acc: _Acc, xs: Any, ys: Any, xa: Any, yb: Any, ad: Any, exact_ints: bool,
+                   atol: float, rtol: float) -> None:
+    """NaN, Inf or integers in this chunk: equal_nan, same-signed Inf equal, anything else non-finite fails."""
+    import torch
+
+    xnan, ynan = torch.isnan(xa), torch.isnan(yb)
+    acc.nan_a += int(xnan.sum())
+    acc.nan_b += int(ynan.sum())
+    acc.inf_a += int(torch.isinf(xa).sum())
+    acc.inf_b += int(torch.isinf(yb).sum())
+    same = (xs == ys) if exact_ints else ((xa == yb) | (xnan & ynan))
+    zero = torch.zeros((), dtype=ad.dtype)
+    diff = torch.where(same, zero, ad)
+    diff = torch.where(torch.isnan(diff), torch.full((), math.inf, dtype=diff.dtype), diff)
+    if exact_ints:  # int64 beyond 2**53: unequal even where fp64 cannot tell
+        diff = torch.where(~same & (diff == 0), torch.ones((), dtype=diff.dtype), diff)
+    ref = yb.abs()
+    if ref.is_complex():
+        ref = ref.real
+    finite = torch.isfinite(xa) & torch.isfinite(yb)
+    acc.bad += int(((diff > ref * rtol + atol) | (~same & ~finite)).sum())
+    if diff.numel():
+        acc.max_abs = max(acc.max_abs, float(diff.max()))
+        rel = torch.where(diff == 0, zero, diff / ref)
+        acc.max_rel = max(acc.max_rel, float(rel.max()))
 
 
 # ------------------------------------------------------------------ the command

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -277,15 +278,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     if fmt == writers.TORCH_ZIP:
         root, sd_key, kept, more = torch_root(ck, chosen, tensors, rules, state_dict_only)
         warnings += more
-        found = placeholders_in(root)
-        if found:
-            from .errors import UnsafeContentError
-
-            where, cls = found[0]
-            raise UnsafeContentError(
-                f"the metadata at {where!r} holds a {cls} object, a class ckpt did not import, so it cannot be "
-                "written back as the real object; pass --state-dict-only to write the weights alone, or "
-                "--unsafe to load it as the real object if you trust the file", src)
+        _refuse_placeholders(root, sd_key, src)
         from .writers.torchzip import pickle_root
 
         payload.update(pickle=pickle_root(root), root=root, sd_key=sd_key)
@@ -328,6 +321,28 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     # 5. write, verify, publish
     with atomic.interrupts_as_exceptions():
         return _write(job)
+
+
+def _refuse_placeholders(root: Any, sd_key: str, src: str) -> None:
+    """Placeholders are never pickled as if they were the objects they stand for."""
+    from .errors import UnsafeContentError
+
+    sd = resolve_key(root, sd_key, src) if sd_key else root
+    if isinstance(sd, Mapping):
+        for key, value in sd.items():
+            found = placeholders_in(value)
+            if found:
+                raise UnsafeContentError(
+                    f"the state_dict entry {key!r} holds an object of class {found[0][1]}, which ckpt did not "
+                    f"import, so it cannot be written back as the real object; leave it out with --drop '{key}', "
+                    "or pass --unsafe to load it as the real object if you trust the file", src)
+    found = placeholders_in(root)
+    if found:
+        where, cls = found[0]
+        raise UnsafeContentError(
+            f"the metadata at {where!r} holds an object of class {cls}, which ckpt did not import, so it cannot "
+            "be written back as the real object; pass --state-dict-only to write the weights alone, or --unsafe "
+            "to load it as the real object if you trust the file", src)
 
 
 def _devices(active: bool, devices: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:

@@ -5,7 +5,7 @@ gathered with torch, imported only here and only then.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .errors import InputError
 from .model import TensorMeta
@@ -57,3 +57,29 @@ def to_torch(t: TensorMeta) -> torch.Tensor:
         raw = bytearray(tensor_bytes(t))
         return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(t.shape)
     return _gather(t).clone()
+
+
+def iter_chunks(t: TensorMeta, elements: int) -> Iterator[torch.Tensor]:
+    """The elements in C order as flat CPU tensors of at most ``elements`` each.
+
+    A contiguous tensor is read one byte range per chunk, so memory stays at
+    one chunk whatever the tensor's size (value diff of multi-GB tensors);
+    a strided view is gathered whole and then sliced.
+    """
+    torch = _torch()
+    dtype = torch_dtype(t.dtype)
+    if t.numel == 0:
+        return
+    if not t.is_contiguous:
+        flat = _gather(t).reshape(-1)
+        for start in range(0, t.numel, elements):
+            yield flat[start:start + elements]
+        return
+    if t.storage is None:
+        raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+    itemsize = t.itemsize
+    base = t.storage_offset * itemsize
+    for start in range(0, t.numel, elements):
+        count = min(elements, t.numel - start)
+        raw = bytearray(t.storage.source.read(t.storage.key, base + start * itemsize, count * itemsize))
+        yield torch.frombuffer(raw, dtype=torch.uint8).view(dtype)

@@ -18,7 +18,7 @@ from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import dtypes, security
+from . import dtypes, pickle_guard, security
 from .errors import InputError, LimitExceeded
 from .model import GlobalRef, StorageRef
 
@@ -434,9 +434,44 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("dill.dill", "_create_array"): _dill_create_array,
     ("dill.dill", "_create_namedtuple"): _dill_create_namedtuple,
 }
+
+
+def _check_byte_source(name: str, args: tuple[Any, ...]) -> None:
+    if args and not isinstance(args[0], (bytes, bytearray, str, list, tuple)):
+        raise pickle.UnpicklingError(
+            f"{name}() of a {type(args[0]).__name__}: pickles rebuild {name} from bytes or a string "
+            "(a count would allocate that many bytes)"
+        )
+
+
+def _safe_bytes(*args: Any) -> bytes:
+    """``bytes(...)`` as pickles call it (empty, or from a str and its encoding); never ``bytes(n)``."""
+    _check_byte_source("bytes", args)
+    return bytes(*args)
+
+
+def _safe_bytearray(*args: Any) -> bytearray:
+    """``bytearray(b'...')`` or ``bytearray('...', 'latin-1')``; never ``bytearray(n)``."""
+    _check_byte_source("bytearray", args)
+    return bytearray(*args)
+
+
+def _safe_str(*args: Any) -> str:
+    """``str(...)`` of text or a number; the text of a (possibly self-sharing) container is never built."""
+    if args and not isinstance(args[0], (str, bytes, bytearray, int, float, complex, type(None))):
+        raise pickle.UnpicklingError(f"str() of a {type(args[0]).__name__} is not rebuilt")
+    return str(*args)
+
+
+for _name in ("list", "dict", "set", "frozenset", "tuple", "complex", "slice", "int", "float", "bool"):
+    _ALLOWED[("builtins", _name)] = getattr(builtins, _name)
+_ALLOWED[("builtins", "bytes")] = _safe_bytes
+_ALLOWED[("builtins", "bytearray")] = _safe_bytearray
+_ALLOWED[("builtins", "str")] = _safe_str
+# A range stays an inert record: list(range(10**9)) would be a billion-element list from 30 bytes.
+_ALLOWED[("builtins", "range")] = _placeholder_class("builtins", "range")
 for _name in ("list", "dict", "set", "frozenset", "tuple", "bytearray", "bytes", "complex",
               "slice", "range", "int", "float", "str", "bool"):
-    _ALLOWED[("builtins", _name)] = getattr(builtins, _name)
     _ALLOWED[("__builtin__", _name)] = _ALLOWED[("builtins", _name)]
 
 
@@ -566,6 +601,7 @@ def restricted_loads(
             "(raise it with --max-pickle-bytes)",
             path,
         )
+    pickle_guard.check_bytes(data, where=where, path=path)
     unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load,
                                     path=path, limits=limits)
     return _run(unpickler, where, path)
@@ -583,8 +619,10 @@ def restricted_load_stream(
 
     Formats that put several pickles and raw bytes one after another (legacy
     torch files) read each pickle this way; the caller bounds the stream.
+    The pickle's bytes are checked (pickle_guard) before they are unpickled.
     """
-    unpickler = RestrictedUnpickler(stream, where=where, persistent_load=persistent_load,
+    data = pickle_guard.read_one(stream, where=where, path=path, max_bytes=limits.max_pickle_bytes)
+    unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load,
                                     path=path, limits=limits)
     return _run(unpickler, where, path)
 

@@ -5,6 +5,7 @@ Errors become one line on stderr in exactly one place (``main``); ``--debug``
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import traceback
@@ -44,6 +45,20 @@ def _debugging() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (never raises for user errors)."""
+    # One CLI run is short, and reading a big checkpoint allocates millions of
+    # small acyclic objects that the cyclic GC would rescan again and again
+    # (it doubled `ckpt inspect --json` on 200,000 tensors). Reference
+    # counting still frees everything; the GC is back on when main returns.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _DEBUG["on"] = "--debug" in args[:1] or False
     try:

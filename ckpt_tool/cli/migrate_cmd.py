@@ -17,20 +17,29 @@ class _Bars:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.bar: Any = None
+        self.pending = 0
+        self.step = 1
 
     def start(self, label: str, total: int) -> None:
         self.done()
         if self.enabled:
             self.bar = click.progressbar(length=max(total, 1), label=label.ljust(12), file=sys.stderr)
+            self.step = max(total // 200, 1)  # redraw at most ~200 times, however many tensors
 
     def advance(self, n: int) -> None:
         if self.bar is not None:
-            self.bar.update(n)
+            self.pending += n
+            if self.pending >= self.step:
+                self.bar.update(self.pending)
+                self.pending = 0
 
     def done(self) -> None:
         if self.bar is not None:
+            if self.pending:
+                self.bar.update(self.pending)
             self.bar.render_finish()
             self.bar = None
+        self.pending = 0
 
 
 @click.command("migrate")

@@ -79,9 +79,8 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             others = [n for n in archive.names() if n.endswith(".pkl")]
             hint = f" (it holds {', '.join(others[:3])})" if others else ""
             raise InputError(f"zip archive is not a torch checkpoint: no {pkl!r}{hint}", path)
-        is_script = _join(prefix, "constants.pkl") in archive.members or any(
-            n.startswith(_join(prefix, "code/")) for n in archive.names()
-        )
+        names = "\n" + "\n".join(archive.members) + "\n"  # substring tests at C speed (200,000 members)
+        is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
         source = FileSource(path, archive.region, archive.close)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
         result = restricted_loads(
@@ -89,12 +88,13 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             persistent_load=storage_loader(archive, prefix, source, path),
             limits=options.limits,
         )
-        warnings = _archive_warnings(archive, prefix)
+        warnings = _archive_warnings(archive, prefix, names)
         loaded = Loaded(
             TORCHSCRIPT if is_script else TORCH_ZIP, result.obj, list(result.references),
             warnings, [source],
         )
-        _scan_other_pickles(archive, pkl, loaded, options)
+        if names.count(".pkl\n") > 1:  # only when there are other pickles (scan.py is a big import)
+            _scan_other_pickles(archive, pkl, loaded, options)
         if is_script:
             loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)
             loaded.layout = "torchscript"
@@ -103,9 +103,18 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         archive.close()  # reopened on demand if tensor data is read later
 
 
-def _archive_warnings(archive: ZipArchive, prefix: str) -> list[str]:
+def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str]:
+    """Odd or duplicate member names. ``joined`` is every name between newlines."""
     warnings = []
-    odd = [n for n in archive.names() if _ODD_MEMBER.search(n) or (prefix and not n.startswith(prefix + "/"))]
+    count = len(archive.members)
+    plain = (
+        "\n/" not in joined and ".." not in joined and "\\" not in joined and "\n\n" not in joined
+        and joined.count("\n") == count + 1  # no name holds a newline
+        and (not prefix or joined.count("\n" + prefix + "/") == count)
+    )
+    odd = [] if plain else [
+        n for n in archive.names() if _ODD_MEMBER.search(n) or (prefix and not n.startswith(prefix + "/"))
+    ]
     if odd:
         warnings.append(f"odd archive member names: {', '.join(repr(n) for n in odd[:5])}")
     if archive.duplicates:

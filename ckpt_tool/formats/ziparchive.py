@@ -20,7 +20,9 @@ _EOCD64_LOC = b"PK\x06\x07"
 _EOCD64 = b"PK\x06\x06"
 _CENTRAL = b"PK\x01\x02"
 _LOCAL = b"PK\x03\x04"
-_CENTRAL_FMT = struct.Struct("<4s6H3L5H2L")  # 46 bytes
+# the 46-byte central-directory entry, unpacking only the fields used:
+# signature, method, crc, compressed size, size, name/extra/comment lengths, local header offset
+_CENTRAL_FMT = struct.Struct("<4s6xH4x3L3H8xL")
 _LOCAL_FMT = struct.Struct("<4s5H3L2H")  # 30 bytes
 
 
@@ -79,13 +81,15 @@ class ZipArchive:
             )
         data = pread_exact(self.fd, cd_size, cd_offset, self.path)
         unpack = _CENTRAL_FMT.unpack_from
+        new_member = tuple.__new__  # Member(...) without a Python-level __new__ call, 200,000 times
         pos = 0
         members = self.members
         file_size = self.file_size
+        end = len(data)
         for _ in range(count):
-            if pos + 46 > len(data):
+            if pos + 46 > end:
                 raise InputError("corrupt zip archive: central directory is cut short", self.path)
-            (sig, _, _, _, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, hoff) = unpack(data, pos)
+            sig, method, crc, csize, usize, nlen, xlen, clen, hoff = unpack(data, pos)
             if sig != _CENTRAL:
                 raise InputError("corrupt zip archive: bad central directory entry", self.path)
             name_bytes = data[pos + 46 : pos + 46 + nlen]
@@ -101,7 +105,7 @@ class ZipArchive:
                 )
             if name in members:
                 self.duplicates.append(name)
-            members[name] = Member(name, hoff, csize, usize, method, crc)
+            members[name] = new_member(Member, (name, hoff, csize, usize, method, crc))
         if len(members) + len(self.duplicates) != count:
             raise InputError("corrupt zip archive: entry count does not match", self.path)
 

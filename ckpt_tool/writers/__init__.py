@@ -29,6 +29,10 @@ def choose_format(out: str | None, to: str | None, max_shard_size: int | None) -
         fmt = TO_CHOICES.get(to.lower())
         if fmt is None:
             raise UsageError(f"--to {to!r}: expected one of pth, safetensors, dcp")
+        named = _BY_EXTENSION.get(os.path.splitext((out or "").rstrip("/"))[1].lower())
+        if named is not None and named != fmt:
+            raise UsageError(f"--to {to} writes {fmt} but the name {out!r} says {named}: loaders go by the "
+                             "extension, so give OUT a matching name")
     elif out is None:
         fmt = SAFETENSORS if max_shard_size else TORCH_ZIP
     else:

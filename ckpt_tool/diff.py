@@ -412,7 +412,7 @@ def diff(
         built = build_target(target, target_kwargs)
         b_label, b_tensors, b_format = target, list(built.tensors), f"nn.Module built on {built.device}"
         lazy, plain = built.lazy, built.plain_tensor_attributes
-        warnings += [f"target: {w}" for w in built.warnings]
+        warnings += list(built.warnings)  # each already says "target ..."
         target_prefixes = _attribute_prefixes(built.module)
     else:
         b_label = os.fspath(cast(str, b))  # not None: checked above

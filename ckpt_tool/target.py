@@ -173,6 +173,8 @@ def _available(module: Any) -> str:
 
 
 def _describe(obj: Any) -> str:
+    if inspect.ismodule(obj):
+        return f"the Python module {obj.__name__}"
     if isinstance(obj, type):
         return f"the class {obj.__name__}"
     return f"a {type(obj).__name__}"

@@ -118,7 +118,7 @@ def test_dtype_mismatch_reported_with_target(tmp_path, run_cli):
     r = run_cli("diff", str(tmp_path / "half.pth"), "--target", f"{MODELS}:TinyMLP")
     assert r.code == 1
     assert "dtype mismatch (A -> B): 7" in r.out
-    assert "float16 -> float32" in r.out and "casts these" in r.out
+    assert "all 7 keys: float16 -> float32" in r.out and "casts these" in r.out
 
 
 # ------------------------------------------------------------------ prefixes and the migrate command

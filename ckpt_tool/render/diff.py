@@ -92,7 +92,12 @@ def render(report: DiffReport) -> str:
                         _folded(items, lambda s: f"{shape_str(s[0])} -> {shape_str(s[1])}"), len(r.shape_mismatch))
     if r.dtype_mismatch:
         items = [(m.key, (m.a, m.b)) for m in r.dtype_mismatch]
-        rows = _folded(items, lambda s: f"{s[0]} -> {s[1]}")
+        pairs = {label for _, label in items}
+        if len(pairs) == 1 and len(items) > 3:
+            (a_dt, b_dt), = pairs
+            rows = [f"all {len(items)} keys: {a_dt} -> {b_dt}"]
+        else:
+            rows = _folded(items, lambda s: f"{s[0]} -> {s[1]}")
         out += _section("dtype mismatch (A -> B)", rows, len(r.dtype_mismatch))
         if r.b_kind == "target":
             out.append("  (load_state_dict casts these while copying; nothing fails)")

@@ -95,14 +95,14 @@ def versions(folder: str) -> dict[str, str]:
     code = ("import json, importlib.metadata as m; "
             "print(json.dumps({n: m.version(n) for n in ('picklescan', 'fickling')}))")
     env = dict(os.environ, PYTHONPATH=folder)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     return json.loads(proc.stdout) if proc.returncode == 0 else {}
 
 
 def run_tool(driver: str, paths: list[str], folder: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=folder)
     proc = subprocess.run([sys.executable, "-c", driver, json.dumps(paths)], capture_output=True, text=True,
-                          env=env, timeout=1800)
+                          env=env, timeout=1800, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"scanner driver failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -49,7 +49,7 @@ class _Region(io.RawIOBase):
 class Blob:
     """``length`` bytes starting at ``start`` of a file descriptor or a bytes object."""
 
-    __slots__ = ("fd", "data", "start", "length")
+    __slots__ = ("data", "fd", "length", "start")
 
     def __init__(self, fd: int | None, data: bytes | None, start: int, length: int) -> None:
         self.fd = fd

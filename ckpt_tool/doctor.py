@@ -118,7 +118,8 @@ def check_device(torch: Any, device: str) -> DeviceCheck:
 def run_doctor() -> DoctorReport:
     """Versions, devices, and one checked computation on the CPU and every visible GPU."""
     packages = {m: _version(m) for m in ("safetensors", "numpy", "dill", "click", "tabulate", "deepdiff")}
-    base = dict(python=sys.version.split()[0], platform=platform.platform(), ckpt=__version__, packages=packages)
+    base: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(), "ckpt": __version__,
+                            "packages": packages}
     try:
         import torch
     except ImportError as exc:  # the one thing doctor must survive: report it

@@ -10,8 +10,9 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable
 
 from . import security
 from .errors import CkptError, UsageError
@@ -268,9 +269,9 @@ def _dtype_policy(ckpt: Checkpoint, pol: Policy) -> Check:
         return _skip("dtype_policy", "no allowed dtypes (--allow-dtype or the policy)")
     offending: dict[str, list[str]] = {}
     for t in ckpt.tensors:
-        if pol.allowed_dtypes is not None and t.dtype not in pol.allowed_dtypes:
-            offending.setdefault(t.dtype, []).append(t.key)
-        elif pol.allowed_float_dtypes is not None and t.is_floating and t.dtype not in pol.allowed_float_dtypes:
+        if (pol.allowed_dtypes is not None and t.dtype not in pol.allowed_dtypes) or (
+            pol.allowed_float_dtypes is not None and t.is_floating and t.dtype not in pol.allowed_float_dtypes
+        ):
             offending.setdefault(t.dtype, []).append(t.key)
     allowed = ", ".join(pol.allowed_dtypes or pol.allowed_float_dtypes or ())
     scope = "tensors" if pol.allowed_dtypes is not None else "floating tensors"

@@ -322,10 +322,10 @@ def walk(
                 stack.append(arg[0])
                 continue
             if c == 0x8C:  # SHORT_BINUNICODE
-                n = read(1)
-                if not n:
+                size_byte = read(1)
+                if not size_byte:
                     raise _Stop("pickle data was truncated")
-                stack.append(read_exact(n[0]).decode("utf-8", "surrogatepass"))
+                stack.append(read_exact(size_byte[0]).decode("utf-8", "surrogatepass"))
                 continue
             if c == 0x74:  # TUPLE
                 items = pop_mark()  # rebinds ``stack``: never inline into stack.append(...)
@@ -342,8 +342,8 @@ def walk(
             elif c == 0x95:  # FRAME
                 read_exact(8)
             elif c in (0x4B, 0x4D, 0x4A):  # BININT1, BININT2, BININT
-                n = {0x4B: "<B", 0x4D: "<H", 0x4A: "<i"}[c]
-                stack.append(struct.unpack(n, read_exact(struct.calcsize(n)))[0])
+                fmt = {0x4B: "<B", 0x4D: "<H", 0x4A: "<i"}[c]
+                stack.append(struct.unpack(fmt, read_exact(struct.calcsize(fmt)))[0])
             elif c == 0x8A:  # LONG1
                 n = read_exact(1)[0]
                 stack.append(int.from_bytes(read_exact(n), "little", signed=True))
@@ -415,9 +415,9 @@ def walk(
                 n = c - 0x84
                 if len(stack) < n:
                     raise _Stop("stack underflow")
-                items = tuple(stack[-n:])
+                packed = tuple(stack[-n:])
                 del stack[-n:]
-                stack.append(items)
+                stack.append(packed)
             # ---- stack and memo
             elif c == 0x30:  # POP
                 if stack:
@@ -469,8 +469,8 @@ def walk(
                             f"{_describe(name_v)}), which cannot be resolved statically")
                     stack.append(UNKNOWN)
             elif c in (0x82, 0x83, 0x84):  # EXT1, EXT2, EXT4
-                n = {0x82: "<B", 0x83: "<H", 0x84: "<i"}[c]
-                (ext,) = struct.unpack(n, read_exact(struct.calcsize(n)))
+                fmt = {0x82: "<B", 0x83: "<H", 0x84: "<i"}[c]
+                (ext,) = struct.unpack(fmt, read_exact(struct.calcsize(fmt)))
                 add_global("?", f"<extension code {ext}>", security.DANGEROUS)
                 finding(security.DANGEROUS,
                         f"extension code {ext} names a global through copyreg's registry at load time")

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable
 
 from . import security
 from .blob import Blob
@@ -128,8 +129,8 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
         if os.path.isdir(path):
             from .scan_folder import scan_folder
 
-            found, skip = scan_folder(path, limits)
-            files.extend(found)
+            in_folder, skip = scan_folder(path, limits)
+            files.extend(in_folder)
             skipped.extend(skip)
         else:
             found = scan_file(path, limits=limits, explicit=not skip_other)
@@ -231,9 +232,9 @@ class _Scanner:
             for name, sub in members:
                 self.blob(sub, name, 1, lenient=True)
         legacy = head.startswith(LEGACY_MAGIC)
-        if self.pickles(blob, "", 0, limit=LEGACY_PICKLES if legacy else MAX_PICKLES, strict=True):
-            if self.format == UNKNOWN_FORMAT:
-                self.format = TORCH_LEGACY if legacy else PICKLE
+        found_pickle = self.pickles(blob, "", 0, limit=LEGACY_PICKLES if legacy else MAX_PICKLES, strict=True)
+        if found_pickle and self.format == UNKNOWN_FORMAT:
+            self.format = TORCH_LEGACY if legacy else PICKLE
         # A zip appended to a pickle: torch reads the pickle, zip readers the zip.
         if self.format != TAR:
             found = self.zip_by_directory(blob, "", 0, quiet=True)
@@ -264,8 +265,7 @@ class _Scanner:
         for i in range(limit):
             label = where if i == 0 else f"{where + ' ' if where else ''}pickle #{i + 1} at offset {offset}"
             stream.seek(offset)
-            w = walk(stream, label, size=blob.length,
-                     on_embedded=lambda payload, loader, lbl=label: self.embedded(blob, payload, loader, lbl, depth))
+            w = walk(stream, label, size=blob.length, on_embedded=self._on_embedded(blob, label, depth))
             reached = w.reached or bool(w.findings)
             if not (w.complete or reached or (strict and i == 0 and w.plausible)):
                 if i == 0:
@@ -291,6 +291,12 @@ class _Scanner:
                 self._seen.add(key)
                 self.globals.append(GlobalRef(g.module, g.name, sev, g.where))
         self.findings.extend(w.findings)
+
+    def _on_embedded(self, blob: Blob, where: str, depth: int) -> Callable[[object, str], None]:
+        def follow(payload: object, loader: str) -> None:
+            self.embedded(blob, payload, loader, where, depth)
+
+        return follow
 
     def embedded(self, blob: Blob, payload: object, loader: str, where: str, depth: int) -> None:
         label = f"{where} > {loader}(...)" if where else f"{loader}(...)"

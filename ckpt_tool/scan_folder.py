@@ -5,8 +5,9 @@ import ast
 import os
 import struct
 import tarfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .blob import Blob
 from .errors import CkptError, InputError

@@ -244,7 +244,7 @@ def build_corpus(folder: str) -> list[Case]:
     raw = _torch_save_bytes(Reduce(os.system, _touch(m("truncated_zip"))))
     add("truncated_zip", raw[: raw.find(b"PK\x01\x02")], None,
         "truncated zip without central directory: scanned through its local headers", "truncated_zip.pth")
-    fn = eval("lambda: open(%r, 'w').close()" % m("dill_function_call"), {"__name__": "__main__"})
+    fn = eval(f"lambda: open({m('dill_function_call')!r}, 'w').close()", {"__name__": "__main__"})
     add("dill_function_call", dill.dumps(Reduce(fn)), "dill",
         "dill: a function pickled by value and called at load time", "dill_function_call.dill")
     add("dill_os_system", dill.dumps({"model": sd, "hook": Reduce(os.system, _touch(m("dill_os_system")))}),
@@ -313,7 +313,7 @@ if __name__ == "__main__":
     # python tests/malicious.py FOLDER [CASE]: build the corpus; with CASE, load it like a victim.
     built = build_corpus(sys.argv[1])
     if len(sys.argv) > 2:
-        chosen = [c for c in built if c.name == sys.argv[2]][0]
+        chosen = next(c for c in built if c.name == sys.argv[2])
         try:
             load_like_a_victim(chosen)
         except Exception as exc:  # noqa: BLE001 - the payload ran or not; the marker tells

@@ -8,14 +8,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import torch
+from models import TinyMLP
 
 from ckpt_tool import gate
 from ckpt_tool.errors import UsageError
 from ckpt_tool.policy import Policy, load_policy, parse_size
-
-from models import TinyMLP
-
-TARGET = None  # set per test from fixtures_dir
 
 
 def target_spec(fixtures_dir) -> str:
@@ -86,7 +83,9 @@ def test_nan_or_inf_fails_naming_the_tensor(tmp_path, bad):
     torch.save(state, path)
     c = check(gate([str(path)]), "no_nan_inf")
     assert not c.passed
-    assert "head.bias" in c.detail and ("1 NaN" if bad != bad else "1 Inf") in c.detail
+    import math
+
+    assert "head.bias" in c.detail and ("1 NaN" if math.isnan(bad) else "1 Inf") in c.detail
     skipped = check(gate([str(path)], nan_check=False), "no_nan_inf")
     assert skipped.passed and skipped.skipped
 

@@ -15,12 +15,13 @@ import sys
 import zipfile
 
 import pytest
+from conftest import ROOT, run_subprocess
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from malicious import Case, Reduce, build_corpus, memo_stack_global
 
 from ckpt_tool import scan
 from ckpt_tool.scan import scan_pickle_bytes
-
-from conftest import ROOT, run_subprocess
-from malicious import Case, Reduce, build_corpus, memo_stack_global
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -338,7 +339,8 @@ def test_scan_does_not_import_torch(fixtures_dir):
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -370,7 +372,7 @@ def test_corpus_payloads_are_live(tmp_path_factory):
     victims = [c for c in cases if c.loader is not None]
     proc = subprocess.run(
         [sys.executable, "-c", LIVE, HERE, json.dumps([c.__dict__ for c in victims])],
-        capture_output=True, text=True, timeout=300, cwd=str(tmp_path_factory.getbasetemp()),
+        capture_output=True, text=True, timeout=300, check=False, cwd=str(tmp_path_factory.getbasetemp()),
     )
     dead = [c.name for c in victims if not os.path.exists(c.marker)]
     assert dead == [], proc.stderr[-3000:]
@@ -402,7 +404,7 @@ def test_no_payload_runs_during_scan_gate_inspect_diff_migrate(corpus, tmp_path,
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, str(ROOT), json.dumps(cases), str(fixtures_dir / "tiny_mlp.pth"),
          str(tmp_path)],
-        capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
+        capture_output=True, text=True, timeout=600, cwd=str(tmp_path), check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     codes = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -436,9 +438,6 @@ def test_in_memory_zip_member_scan_handles_deflate(tmp_path):
 
 
 # ------------------------------------------------------------------ properties
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _plain = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)

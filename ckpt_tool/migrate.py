@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
@@ -26,6 +27,9 @@ from .rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
 from .unpickle import DEFAULT_LIMITS, Limits
 from .writers.base import OutTensor, require_data
 from .writers.layout import dedupe, placeholders_in, safetensors_metadata, torch_root
+
+
+_SHARED_NOTE = re.compile(r"\d+ tensors share storage")
 
 
 class Progress(Protocol):
@@ -229,7 +233,8 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
              devices: Sequence[str] | None, shard_bytes: int | None, state_dict_only: bool, force: bool,
              dry_run: bool, verify: bool, limits: Limits, progress: Progress,
              on_rules: Callable[[RuleSet], None] | None, after_write: Callable[[str], None] | None) -> MigrateReport:
-    warnings = list(ck.warnings)
+    # ties are handled (kept, or stored once with aliases) and reported by migrate itself
+    warnings = [w for w in ck.warnings if not _SHARED_NOTE.match(w)]
     if not ck.tensors:
         raise UsageError("the source holds no tensors to migrate (use --key to pick the state_dict)", src)
     # 1. rules, inferred ones first

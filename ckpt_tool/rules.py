@@ -116,7 +116,11 @@ class RuleSet:
         return args
 
     def describe(self) -> str:
-        return " ".join(shlex.quote(a) for a in self.cli_args()) or "(no rules)"
+        """The rules as options (per-key casts, which only a rules file holds, in brackets)."""
+        text = " ".join(shlex.quote(a) for a in self.cli_args())
+        if self.casts:
+            text += (" " if text else "") + "[cast " + ", ".join(f"{g}={d}" for g, d in self.casts) + "]"
+        return text or "(no rules)"
 
     def then(self, other: RuleSet) -> RuleSet:
         """These rules followed by ``other``'s (used to merge CLI options over a rules file)."""

@@ -744,3 +744,13 @@ def test_placeholder_inside_the_state_dict_suggests_drop(tmp_path, run_cli):
     assert r.code == 2 and "--drop 'lin._extra_state'" in r.err
     r = run_cli("migrate", str(src), "-o", str(tmp_path / "o.pth"), "--drop", "lin._extra_state")
     assert r.code == 0, r
+
+
+def test_state_dict_module_metadata_follows_the_prefix_rules(tmp_path):
+    src = tmp_path / "dp.pth"
+    torch.save(torch.nn.DataParallel(TinyMLP()).state_dict(), src)
+    out = tmp_path / "bare.pth"
+    assert migrate(src, out, strip_prefix=["module."], devices=["cpu"]).ok
+    sd = torch.load(out, weights_only=True)
+    assert list(sd._metadata) == ["", "encoder", "norm", "head"]
+    assert list(sd._metadata) == list(TinyMLP().state_dict()._metadata)

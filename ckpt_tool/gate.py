@@ -154,8 +154,7 @@ def _listing(items: Sequence[str], limit: int = 5) -> str:
 def _loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
     from .scan import scan
 
-    scan_paths = [os.path.dirname(path) or "."] if path.endswith(".index.json") else [path]
-    report = scan(scan_paths, strict=pol.strict, limits=limits)
+    report = scan([path], strict=pol.strict, limits=limits)
     dangerous: list[str] = []
     suspicious: list[str] = []
     errors: list[str] = []

@@ -52,7 +52,7 @@ class PickleScan:
 
 def scan_pickle_bytes(data: bytes, where: str) -> PickleScan:
     """Walk one in-memory pickle (and the pickles nested in it)."""
-    scanner = _Scanner(where, DEFAULT_LIMITS)
+    scanner = _Scanner("", DEFAULT_LIMITS)
     scanner.pickles(Blob.from_bytes(data), where, 0, limit=1, strict=True)
     return PickleScan(where, list(scanner.globals), scanner.errors[0] if scanner.errors else None,
                       list(scanner.findings))
@@ -132,6 +132,8 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
             in_folder, skip = scan_folder(path, limits)
             files.extend(in_folder)
             skipped.extend(skip)
+        elif path.endswith(".index.json") and os.path.isfile(path):
+            files.extend(_scan_shards(path, limits))
         else:
             found = scan_file(path, limits=limits, explicit=not skip_other)
             if found is None:
@@ -139,6 +141,19 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
             else:
                 files.append(found)
     return ScanReport(tuple(files), tuple(skipped), strict)
+
+
+def _scan_shards(index: str, limits: Limits) -> list[FileScan]:
+    """The shards a ``*.index.json`` names (the index itself is JSON: nothing to scan)."""
+    from .formats.sharded import read_index
+
+    try:
+        weight_map = read_index(index)["weight_map"]
+    except CkptError as exc:
+        return [FileScan(index, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))]
+    folder = os.path.dirname(index)
+    shards = list(dict.fromkeys(weight_map.values()))
+    return [scan_file(os.path.join(folder, s), limits=limits) or _nothing(os.path.join(folder, s)) for s in shards]
 
 
 def _nothing(path: str) -> FileScan:
@@ -204,7 +219,8 @@ class _Scanner:
                         tuple(self.errors), self.walked)
 
     def error(self, where: str, message: str) -> None:
-        self.errors.append(f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}")
+        parts = [p for p in (self.path, where) if p]
+        self.errors.append(": ".join(parts + [message]))
 
     def finding(self, severity: str, message: str, where: str) -> None:
         self.findings.append(Finding(severity, message, where))

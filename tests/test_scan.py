@@ -78,6 +78,13 @@ def test_clean_folders_are_safe(fixtures_dir, folder):
     assert all(p.endswith(".json") for p in report.skipped)
 
 
+def test_shard_index_scans_its_shards(fixtures_dir):
+    report = only(fixtures_dir / "sharded_bin" / "pytorch_model.bin.index.json")
+    assert sorted(os.path.basename(f.path) for f in report.files) == [
+        "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+    assert report.exit_code == 0
+
+
 def test_whole_model_lists_its_classes_as_suspicious(fixtures_dir):
     (f,) = only(fixtures_dir / "whole_model.pth").files
     suspicious = {g.qualname for g in f.globals if g.severity == "suspicious"}

@@ -59,7 +59,7 @@ class Policy:
         unknown = set(given) - {f.name for f in fields(self)}
         if unknown:
             raise UsageError(f"unknown policy option(s): {', '.join(sorted(unknown))}")
-        return replace(self, **_normalise(given, "option"))
+        return replace(self, **_normalise(given, "", _OPTION_NAMES))
 
     def pin_for(self, path: str) -> str | None:
         """The sha256 pinned for ``path``: by the path as given, its absolute path, or its file name."""
@@ -140,31 +140,42 @@ def _relative_to(spec: str, base: str) -> str:
     return spec
 
 
-def _normalise(values: dict[str, Any], origin: str) -> dict[str, Any]:
+_OPTION_NAMES = {"allowed_float_dtypes": "--allow-dtype", "max_file_size": "--max-size",
+                 "required_metadata": "--require-metadata", "sha256": "--sha256", "target": "--target",
+                 "key": "--key", "target_kwargs": "--target-kwargs", "strict": "--strict",
+                 "nan_check": "--nan-check"}
+
+
+def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Validate and canonicalise policy values; messages name the option or the policy key."""
+
+    def label(name: str) -> str:
+        return names.get(name, name) if names is not None else f"{origin}: {name}"
+
     out = dict(values)
     for name in ("target", "key"):
         if name in out and not isinstance(out[name], str):
-            raise UsageError(f"{origin}: {name} must be a string")
+            raise UsageError(f"{label(name)} must be a string")
     for name in ("strict", "nan_check", "ignore_target_dtype"):
         if name in out and not isinstance(out[name], bool):
-            raise UsageError(f"{origin}: {name} must be true or false")
+            raise UsageError(f"{label(name)} must be true or false")
     if "target_kwargs" in out and not isinstance(out["target_kwargs"], Mapping):
-        raise UsageError(f"{origin}: target_kwargs must be a table of keyword arguments")
+        raise UsageError(f"{label('target_kwargs')} must be a table of keyword arguments")
     for name in ("allowed_float_dtypes", "allowed_dtypes"):
         if name in out:
-            out[name] = _dtype_list(out[name], f"{origin}: {name}")
+            out[name] = _dtype_list(out[name], label(name))
     if "required_metadata" in out:
         keys = out["required_metadata"]
         if isinstance(keys, str):
             keys = [keys]
         if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) and k for k in keys):
-            raise UsageError(f"{origin}: required_metadata must be a list of key names")
+            raise UsageError(f"{label('required_metadata')} must be a list of key names")
         out["required_metadata"] = tuple(keys)
     for name in ("max_file_size", "max_metadata_bytes"):
         if name in out:
-            out[name] = parse_size(out[name], f"{origin}: {name}")
+            out[name] = parse_size(out[name], label(name))
     if "sha256" in out and out["sha256"] is not None:
-        out["sha256"] = _sha(out["sha256"], f"{origin}: sha256")
+        out["sha256"] = _sha(out["sha256"], label("sha256"))
     return out
 
 

@@ -1,61 +1,65 @@
 """ckpt: inspect, diff, migrate, gate and scan PyTorch checkpoints without running them.
 
-The public API mirrors the commands and returns plain dataclasses. Importing
-this package does not import torch; only paths that need tensor data do.
+The public API mirrors the commands and returns plain dataclasses::
+
+    import ckpt_tool
+    report = ckpt_tool.inspect("model.pth")
+    result = ckpt_tool.diff("a.pth", target="pkg.mod:Net")
+
+Importing this package imports neither torch nor the command modules: each
+API function is imported on first use, so ``ckpt inspect`` stays fast.
 """
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load", "inspect", "diff", "migrate", "gate", "scan", "doctor"]
+# API name -> (module, function). The modules share the API's names
+# (ckpt_tool/diff.py holds diff()), which Python's import system would
+# otherwise bind over the functions when a submodule is first imported.
+_API: dict[str, tuple[str, str]] = {
+    "load": ("formats", "load"),
+    "inspect": ("inspect", "inspect"),
+    "diff": ("diff", "diff"),
+    "migrate": ("migrate", "migrate"),
+    "gate": ("gate", "gate"),
+    "scan": ("scan", "scan"),
+    "doctor": ("doctor", "run_doctor"),
+}
+
+__all__ = ["__version__", *_API]
 
 
-def load(*args: Any, **kwargs: Any) -> Any:
-    """Read a checkpoint's metadata (see ckpt_tool.formats.load)."""
-    from .formats import load as _load
-
-    return _load(*args, **kwargs)
-
-
-def inspect(*args: Any, **kwargs: Any) -> Any:
-    """Describe a checkpoint (see ckpt_tool.inspect.inspect)."""
-    from .inspect import inspect as _inspect
-
-    return _inspect(*args, **kwargs)
+def __getattr__(name: str) -> Any:
+    """Import an API function on first use (PEP 562)."""
+    target = _API.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f".{target[0]}", __name__)
+    return getattr(module, target[1])
 
 
-def diff(*args: Any, **kwargs: Any) -> Any:
-    """Compare a checkpoint with another or with a target module (see ckpt_tool.diff)."""
-    from .diff import diff as _diff
-
-    return _diff(*args, **kwargs)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
 
 
-def migrate(*args: Any, **kwargs: Any) -> Any:
-    """Rewrite keys and formats, atomically, with verification (see ckpt_tool.migrate)."""
-    from .migrate import migrate as _migrate
+class _Package(types.ModuleType):
+    """Keeps ``ckpt_tool.diff`` the function after ``ckpt_tool/diff.py`` is imported.
 
-    return _migrate(*args, **kwargs)
+    The import system records a submodule as an attribute of its package;
+    for the API names that record is skipped, so attribute access falls
+    through to ``__getattr__`` above. The submodules stay importable as
+    usual (``from ckpt_tool.diff import compare_tensors``).
+    """
 
-
-def gate(*args: Any, **kwargs: Any) -> Any:
-    """Run the pre-deploy checks (see ckpt_tool.gate)."""
-    from .gate import gate as _gate
-
-    return _gate(*args, **kwargs)
-
-
-def scan(*args: Any, **kwargs: Any) -> Any:
-    """Statically scan pickles for dangerous globals (see ckpt_tool.scan)."""
-    from .scan import scan as _scan
-
-    return _scan(*args, **kwargs)
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
 
 
-def doctor(*args: Any, **kwargs: Any) -> Any:
-    """Report the environment and check each device (see ckpt_tool.doctor)."""
-    from .doctor import doctor as _doctor
-
-    return _doctor(*args, **kwargs)
+sys.modules[__name__].__class__ = _Package

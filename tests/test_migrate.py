@@ -619,7 +619,8 @@ def test_failed_verification_exits_1_on_the_command_line(tmp_path, fixtures_dir)
     """The CLI path, through a subprocess whose migrate has a corrupting hook installed."""
     out = tmp_path / "o.pth"
     code = (
-        "import sys, ckpt_tool.migrate as m\n"
+        "import importlib, sys\n"
+        "m = importlib.import_module('ckpt_tool.migrate')\n"
         "orig = m.migrate\n"
         "from test_migrate import _flip_member_byte\n"
         "m.migrate = lambda *a, **k: orig(*a, _after_write=lambda p: _flip_member_byte(p, '/data/2'), **k)\n"

@@ -20,7 +20,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
-import sys, time, ckpt_tool.migrate as m
+import importlib, sys, time
+m = importlib.import_module("ckpt_tool.migrate")  # the module (ckpt_tool.migrate is the API function)
 marker = sys.argv[1]
 
 class Stall:

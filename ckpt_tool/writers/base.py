@@ -23,10 +23,20 @@ from ..model import StorageRef, TensorMeta, contiguous_strides
 from ..source import FileSource, pread_exact
 from ..tensordata import tensor_bytes
 
-CHUNK = 16 << 20  # bytes per read/write: large enough for disk speed, small enough for memory
-_BIG = 4 << 20  # tensors at least this large are streamed on their own
+CHUNK = 4 << 20  # bytes per read/write: large enough for disk speed, small enough to stay in cache
+_BIG = 1 << 20  # tensors at least this large are streamed on their own
 _GAP = 1 << 20  # bytes of other data a coalesced read may skip over
 _BY_NAME = dtypes.BY_NAME
+
+
+def _iov_max() -> int:
+    try:
+        return max(1, min(os.sysconf("SC_IOV_MAX"), 1024))
+    except (AttributeError, ValueError, OSError):
+        return 16  # unknown platform limit: small batches are always accepted
+
+
+_IOV_MAX = _iov_max()
 
 
 class OutTensor:
@@ -92,17 +102,52 @@ def out_bytes(t: OutTensor) -> bytes:
     return tensor_bytes(t.source)
 
 
-def out_chunks(t: OutTensor, chunk: int = CHUNK) -> Iterator[bytes]:
-    """``t``'s output bytes in pieces of at most ``chunk`` bytes (one piece when it must be built whole)."""
+def out_chunks(t: OutTensor, chunk: int = CHUNK) -> Iterator[bytes | bytearray]:
+    """``t``'s output bytes in pieces of at most ``chunk`` bytes (one piece when it must be built whole).
+
+    A streamed piece may be a buffer that the next piece overwrites: use it
+    (write it, hash it, compare it) before asking for the next.
+    """
     s = t.source
     if not t.streamable or t.nbytes <= chunk or s.storage is None:
         data = out_bytes(t)
         if data:
             yield data
         return
-    start = s.storage_offset * t.itemsize
-    for off in range(0, t.nbytes, chunk):
-        yield s.storage.source.read(s.storage.key, start + off, min(chunk, t.nbytes - off))
+    yield from stream_region(s.storage, s.storage_offset * t.itemsize, t.nbytes, chunk)
+
+
+def stream_region(ref: StorageRef, offset: int, length: int, chunk: int = CHUNK) -> Iterator[bytes | bytearray]:
+    """``length`` bytes of a storage from ``offset``, read into one reused buffer.
+
+    Full pieces are the buffer itself (a fresh allocation per piece costs a
+    page fault per 4 KiB, which dominated copying); the last, shorter piece
+    is a copy. Sources other than plain files are read the ordinary way.
+    """
+    source = ref.source
+    if type(source) is not FileSource:
+        for off in range(0, length, chunk):
+            yield source.read(ref.key, offset + off, min(chunk, length - off))
+        return
+    start, size = source.region(ref.key)
+    if offset < 0 or offset + length > size:
+        source.read(ref.key, offset, length)  # raises the reader's own out-of-bounds error
+    fd = source.fd()
+    buf = bytearray(min(chunk, length))
+    view = memoryview(buf)
+    pos = start + offset
+    left = length
+    while left:
+        want = min(len(buf), left)
+        got = 0
+        while got < want:
+            n = os.preadv(fd, [view[got:want]], pos + got)
+            if n <= 0:
+                raise InputError(f"truncated: needed {want} bytes at offset {pos}, the file ends first", source.path)
+            got += n
+        yield buf if want == len(buf) else bytes(view[:want])
+        pos += want
+        left -= want
 
 
 def _locate(t: OutTensor) -> tuple[FileSource, int] | None:
@@ -184,12 +229,7 @@ def storage_data(refs: Sequence[StorageRef]) -> Iterator[Iterable[bytes]]:
         elif ref.nbytes <= CHUNK:
             yield (ref.source.read(ref.key, 0, ref.nbytes),)
         else:
-            yield _ref_chunks(ref)
-
-
-def _ref_chunks(ref: StorageRef) -> Iterator[bytes]:
-    for off in range(0, ref.nbytes, CHUNK):
-        yield ref.source.read(ref.key, off, min(CHUNK, ref.nbytes - off))
+            yield stream_region(ref, 0, ref.nbytes)
 
 
 def require_data(t: OutTensor) -> None:
@@ -209,22 +249,24 @@ def write_all(fd: int, data: bytes | memoryview) -> int:
 
 
 class Output:
-    """Sequential writes to a file descriptor, small ones gathered into large writes."""
+    """Sequential writes to a file descriptor, small ones gathered into one ``writev``.
 
-    def __init__(self, fd: int, flush_at: int = 4 << 20) -> None:
+    Buffers that their producer reuses (bytearray, memoryview) are written at
+    once, never held.
+    """
+
+    def __init__(self, fd: int, flush_at: int = CHUNK) -> None:
         self.fd = fd
         self.pos = 0  # bytes accepted so far (written or buffered)
-        self.flushed = 0  # bytes actually written
         self._parts: list[bytes] = []
         self._buffered = 0
         self._flush_at = flush_at
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         n = len(data)
-        if n >= self._flush_at:
+        if n >= self._flush_at or type(data) is not bytes:
             self.flush()
             write_all(self.fd, data)
-            self.flushed += n
         else:
             self._parts.append(data)
             self._buffered += n
@@ -233,8 +275,17 @@ class Output:
         self.pos += n
 
     def flush(self) -> None:
-        if self._parts:
-            write_all(self.fd, b"".join(self._parts) if len(self._parts) > 1 else self._parts[0])
-            self.flushed += self._buffered
-            self._parts.clear()
-            self._buffered = 0
+        parts = self._parts
+        if not parts:
+            return
+        if len(parts) == 1:
+            write_all(self.fd, parts[0])
+        else:
+            for i in range(0, len(parts), _IOV_MAX):
+                batch = parts[i:i + _IOV_MAX]
+                total = sum(map(len, batch))
+                n = os.writev(self.fd, batch)
+                if n != total:  # a short writev: finish the rest plainly
+                    write_all(self.fd, b"".join(batch)[n:])
+        parts.clear()
+        self._buffered = 0

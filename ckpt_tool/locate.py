@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from math import prod
 from typing import Any, Iterator, Mapping
 
 from . import security
@@ -290,10 +291,14 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
             raise InputError(f"tensor {key!r} has an invalid shape, stride or offset")
         if st is None:
             return TensorMeta(key, obj.dtype.name, shape, stride, offset, None, "meta")
-        meta = TensorMeta(key, obj.dtype.name, shape, stride, offset, st.ref, st.location)
-        if meta.numel and meta.byte_span[1] > st.nbytes:
-            raise InputError(f"tensor {key!r} reaches past the end of its storage ({st.nbytes} bytes)")
-        return meta
+        numel = prod(shape)
+        if numel:
+            # the last element's byte, as TensorMeta.byte_span computes it (inlined: once per tensor)
+            last = offset + (numel - 1 if stride == contiguous_strides(shape)
+                             else sum((d - 1) * s for d, s in zip(shape, stride)))
+            if (last + 1) * obj.dtype.itemsize > st.nbytes:
+                raise InputError(f"tensor {key!r} reaches past the end of its storage ({st.nbytes} bytes)")
+        return TensorMeta(key, obj.dtype.name, shape, stride, offset, st.ref, st.location)
     if isinstance(obj, TensorMeta):
         return obj if obj.key == key else TensorMeta(key, obj.dtype, obj.shape, obj.stride,
                                                       obj.storage_offset, obj.storage, obj.device)
@@ -347,7 +352,8 @@ def summarize(obj: Any, depth: int = 0) -> Any:
 def detect_framework(root: Any) -> str | None:
     if not isinstance(root, Mapping):
         return None
-    keys = {str(k) for k in root}
+    # a flat state_dict can have 200,000 str keys: use its key view rather than a copy
+    keys = root.keys() if isinstance(root, dict) and set(map(type, root)) == {str} else {str(k) for k in root}
     if "pytorch-lightning_version" in keys or "lightning_version" in keys:
         return "lightning"
     if "ds_version" in keys or "ds_config" in keys or "buffer_names" in keys:

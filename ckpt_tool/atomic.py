@@ -18,7 +18,7 @@ import shutil
 import signal
 import stat
 import threading
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .errors import OutputExists, UsageError, WriteError
 
@@ -169,6 +169,27 @@ def _write_error(exc: OSError, path: str) -> WriteError:
     return WriteError(f"cannot write: {reason}; nothing was left behind", path)
 
 
+class _Background:
+    """Runs one function in a thread; ``wait()`` joins it and re-raises what it raised."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to wait(), which re-raises it
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="ckpt-fsync", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 class AtomicFile:
     """A temporary file beside ``final`` that becomes ``final`` only when published.
 
@@ -182,6 +203,7 @@ class AtomicFile:
         self.path = temp_name(self.final)
         self.fd: int | None = None
         self.published = False
+        self._sync: _Background | None = None
         self.mode = file_mode()
         if os.path.isfile(self.final):
             # replacing with --force keeps the old file's permissions, as editing it in place would
@@ -194,8 +216,15 @@ class AtomicFile:
             raise _write_error(exc, self.final) from None
         return self
 
-    def finish(self) -> None:
-        """Flush to disk and close; the bytes are final from here on."""
+    def finish(self, background: bool = False) -> None:
+        """Flush to disk and close; the bytes are final from here on.
+
+        With ``background`` the fsync runs while the caller verifies the
+        file (reading it back needs no fsync); publishing waits for it.
+        """
+        if background:
+            self._sync = _Background(self.finish)
+            return
         if self.fd is None:
             return
         try:
@@ -207,7 +236,13 @@ class AtomicFile:
             os.close(self.fd)
             self.fd = None
 
+    def _wait(self) -> None:
+        sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.wait()
+
     def publish(self) -> None:
+        self._wait()
         self.finish()
         try:
             os.replace(self.path, self.final)
@@ -217,6 +252,10 @@ class AtomicFile:
         fsync_dir(os.path.dirname(self.final))
 
     def discard(self) -> None:
+        try:
+            self._wait()
+        except (OSError, WriteError):
+            pass  # the file is being removed; why its fsync failed no longer matters
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -262,6 +301,7 @@ class AtomicDir:
         self.final = os.path.abspath(final.rstrip("/") or final)
         self.path = temp_name(self.final, suffix=".d")
         self.published = False
+        self._sync: _Background | None = None
 
     def __enter__(self) -> AtomicDir:
         try:
@@ -278,8 +318,11 @@ class AtomicDir:
         except OSError as exc:
             raise _write_error(exc, self.final) from None
 
-    def finish(self) -> None:
+    def finish(self, background: bool = False) -> None:
         """fsync every file and the folder, and give them their final permissions."""
+        if background:
+            self._sync = _Background(self.finish)
+            return
         try:
             for root, dirs, files in os.walk(self.path):
                 for name in files:
@@ -297,8 +340,16 @@ class AtomicDir:
         except OSError as exc:
             raise _write_error(exc, self.final) from None
 
+    def _wait(self) -> None:
+        sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.wait()
+
     def publish(self) -> None:
-        self.finish()
+        if self._sync is not None:
+            self._wait()
+        else:
+            self.finish()
         parent = os.path.dirname(self.final)
         try:
             if os.path.lexists(self.final):
@@ -325,6 +376,10 @@ class AtomicDir:
             raise _write_error(exc, self.final) from None
 
     def discard(self) -> None:
+        try:
+            self._wait()
+        except (OSError, WriteError):
+            pass  # the folder is being removed; why its fsync failed no longer matters
         shutil.rmtree(self.path, ignore_errors=True)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:

@@ -414,7 +414,7 @@ def _write(job: _Job) -> MigrateReport:
             p.start("writing", sum(t.nbytes for t in job.tensors))
             write_dcp(tmp.path, job.tensors, p.advance)
         p.done()
-        tmp.finish()
+        tmp.finish(background=job.verify)  # the fsync overlaps the verification's reads
         size = _size(tmp.path)
         if job.after_write is not None:
             job.after_write(tmp.path)

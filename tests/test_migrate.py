@@ -755,3 +755,54 @@ def test_state_dict_module_metadata_follows_the_prefix_rules(tmp_path):
     sd = torch.load(out, weights_only=True)
     assert list(sd._metadata) == ["", "encoder", "norm", "head"]
     assert list(sd._metadata) == list(TinyMLP().state_dict()._metadata)
+
+
+# ----------------------------------------------- large tensors (streamed paths)
+
+
+def _big_state_dict() -> dict:
+    g = torch.Generator().manual_seed(0)
+    big = torch.randn(1536, 1024, generator=g)  # 6 MiB: streamed in chunks, copied in the kernel
+    return {"module.small": torch.randn(7, generator=g), "module.big": big, "module.big_t": big.t(),
+            "module.half": torch.randn(1100, 1024, generator=g).to(torch.float16), "module.tail": torch.ones(3)}
+
+
+@pytest.mark.parametrize("kernel_copy", [True, False])
+@pytest.mark.parametrize("ext", [".pth", ".safetensors"])
+def test_large_tensors_stream_bit_for_bit(tmp_path, monkeypatch, ext, kernel_copy):
+    import zipfile
+
+    if not kernel_copy:
+        def refuse(*args, **kwargs):
+            raise OSError(18, "Invalid cross-device link")  # EXDEV: what an old kernel says across file systems
+        monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
+    sd = _big_state_dict()
+    src = tmp_path / "big.pth"
+    torch.save(sd, src)
+    out = tmp_path / f"big_out{ext}"
+    report = migrate(src, out, strip_prefix=["module."], devices=["cpu"])
+    assert report.ok and report.written, report.failures
+    want = {k[len("module."):]: v for k, v in sd.items()}
+    got = load_file(str(out)) if ext == ".safetensors" else torch.load(out, weights_only=True)
+    assert set(got) == set(want) and all(raw(got[k]) == raw(v) for k, v in want.items())
+    if ext == ".pth":
+        with zipfile.ZipFile(out) as z:
+            assert z.testzip() is None  # the CRC computed beside the kernel copy is right
+        assert got["big_t"].untyped_storage().data_ptr() == got["big"].untyped_storage().data_ptr()
+
+
+def test_a_flipped_byte_deep_in_a_large_tensor_is_caught(tmp_path):
+    src = tmp_path / "big.pth"
+    torch.save(_big_state_dict(), src)
+    out = tmp_path / "big.safetensors"
+
+    def corrupt(path: str) -> None:
+        with open(path, "r+b") as f:
+            f.seek(5 << 20)  # inside "big", in its second streamed chunk
+            b = f.read(1)
+            f.seek(5 << 20)
+            f.write(bytes([b[0] ^ 0x80]))
+
+    report = migrate(src, out, _after_write=corrupt, devices=["cpu"])
+    assert not report.ok and any("bytes differ" in f for f in report.failures)
+    assert not out.exists()

@@ -14,8 +14,11 @@ So memory stays near one chunk, or one tensor for casts and strided views.
 """
 from __future__ import annotations
 
+import errno
 import os
-from typing import Iterable, Iterator, Sequence
+import threading
+import zlib
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from .. import dtypes
 from ..errors import InputError
@@ -205,10 +208,24 @@ def coalesced(locs: Sequence[tuple[FileSource, int] | None], sizes: Sequence[int
         i = j
 
 
-def tensor_data(tensors: Sequence[OutTensor]) -> Iterator[tuple[OutTensor, Iterable[bytes]]]:
+class Region(NamedTuple):
+    """A large run of bytes in a source file, which a writer may copy inside the kernel."""
+
+    ref: StorageRef
+    offset: int
+    length: int
+
+    def chunks(self) -> Iterator[bytes | bytearray]:
+        return stream_region(self.ref, self.offset, self.length)
+
+
+def tensor_data(tensors: Sequence[OutTensor], *, regions: bool = False
+                ) -> Iterator[tuple[OutTensor, Iterable[bytes | bytearray] | Region]]:
     """Each tensor with its bytes, in order; neighbouring small tensors share one read.
 
-    The pieces of one tensor must be consumed before asking for the next.
+    With ``regions``, large tensors that are plain byte ranges of a file come
+    as a Region instead of bytes. The pieces of one tensor must be consumed
+    before asking for the next.
     """
     for i, data in coalesced([_locate(t) for t in tensors], [t.nbytes for t in tensors]):
         t = tensors[i]
@@ -216,20 +233,100 @@ def tensor_data(tensors: Sequence[OutTensor]) -> Iterator[tuple[OutTensor, Itera
             yield t, (data,)
         elif t.nbytes <= CHUNK:
             yield t, (out_bytes(t),)
+        elif regions and t.streamable and t.source.storage is not None \
+                and type(t.source.storage.source) is FileSource:
+            yield t, Region(t.source.storage, t.source.storage_offset * t.itemsize, t.nbytes)
         else:
             yield t, out_chunks(t)
 
 
-def storage_data(refs: Sequence[StorageRef]) -> Iterator[Iterable[bytes]]:
-    """The bytes of whole storages, in order, neighbours read together."""
+def storage_data(refs: Sequence[StorageRef], *, regions: bool = False
+                 ) -> Iterator[Iterable[bytes | bytearray] | Region]:
+    """The bytes of whole storages, in order, neighbours read together (large ones as Regions if asked)."""
     for i, data in coalesced([_storage_location(r) for r in refs], [r.nbytes for r in refs]):
         ref = refs[i]
         if data is not None:
             yield (data,)
         elif ref.nbytes <= CHUNK:
             yield (ref.source.read(ref.key, 0, ref.nbytes),)
+        elif regions and type(ref.source) is FileSource:
+            yield Region(ref, 0, ref.nbytes)
         else:
             yield stream_region(ref, 0, ref.nbytes)
+
+
+def _kernel_copy(src_fd: int, dst_fd: int, offset: int, length: int, on_bytes: Callable[[int], None] | None) -> int:
+    """Bytes copied with copy_file_range (no trip through user space); 0 where unsupported."""
+    copy = getattr(os, "copy_file_range", None)
+    if copy is None:
+        return 0
+    done = 0
+    while done < length:
+        try:
+            n = copy(src_fd, dst_fd, min(length - done, 64 << 20), offset + done)
+        except OSError as exc:
+            if exc.errno in _NO_KERNEL_COPY:
+                return done  # the rest goes through user space
+            raise
+        if n == 0:
+            return done
+        done += n
+        if on_bytes is not None:
+            on_bytes(n)
+    return done
+
+
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EBADF}
+
+
+def copy_region(out: Output, region: Region, *, crc: bool = False,
+                on_bytes: Callable[[int], None] | None = None) -> int:
+    """Append ``region`` to ``out``: in the kernel where possible; returns its CRC32 when asked (else 0).
+
+    The CRC is computed by a second thread reading the same bytes while the
+    kernel copies them (zlib and copy_file_range both release the GIL).
+    """
+    out.flush()
+    ref = region.ref
+    source = ref.source
+    start, size = source.region(ref.key)  # type: ignore[attr-defined]
+    if region.offset + region.length > size:
+        source.read(ref.key, region.offset, region.length)  # raises the reader's own error
+    result = {"crc": 0}
+    stop = threading.Event()
+    worker = None
+    if crc:
+        def checksum() -> None:
+            value = 0
+            try:
+                for piece in region.chunks():
+                    if stop.is_set():
+                        return
+                    value = zlib.crc32(piece, value)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
+                result["error"] = exc
+                return
+            result["crc"] = value
+
+        worker = threading.Thread(target=checksum, name="ckpt-crc", daemon=True)
+        worker.start()
+    try:
+        done = _kernel_copy(source.fd(), out.fd, start + region.offset, region.length, on_bytes)  # type: ignore[attr-defined]
+        if done < region.length:
+            for piece in stream_region(ref, region.offset + done, region.length - done):
+                write_all(out.fd, piece)
+                if on_bytes is not None:
+                    on_bytes(len(piece))
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        if worker is not None:
+            worker.join()
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    out.pos += region.length
+    return result["crc"]  # type: ignore[return-value]
 
 
 def require_data(t: OutTensor) -> None:

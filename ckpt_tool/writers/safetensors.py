@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 from .. import dtypes
 from ..errors import InputError, RuleConflict
-from .base import Output, OutTensor, tensor_data
+from .base import Output, OutTensor, Region, copy_region, tensor_data
 
 METADATA_KEY = "__metadata__"
 
@@ -66,7 +66,10 @@ def write_safetensors(fd: int, tensors: Sequence[OutTensor], metadata: Mapping[s
     check_dtypes(tensors)
     out = Output(fd)
     out.write(header_bytes(tensors, metadata))
-    for t, pieces in tensor_data(tensors):
+    for t, pieces in tensor_data(tensors, regions=True):
+        if isinstance(pieces, Region):
+            copy_region(out, pieces, on_bytes=on_bytes)
+            continue
         written = 0
         for piece in pieces:
             out.write(piece)

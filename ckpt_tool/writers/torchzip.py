@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ..errors import InputError
-from .base import Output, out_bytes, storage_data
+from .base import Output, Region, copy_region, out_bytes, storage_data
 from .torchpickle import StorageTable, TorchPickler
 
 ALIGNMENT = 64
@@ -70,6 +70,14 @@ class ZipWriter:
         """A member of known ``size``; a one-piece member gets its CRC up front, others have it patched in."""
         raw_name = f"{self.prefix}/{name}".encode("utf-8")
         offset = self.out.pos
+        if isinstance(pieces, Region):
+            if pieces.length != size:
+                raise InputError(f"{name}: expected {size} bytes but the source holds {pieces.length}")
+            self.out.write(self._header(raw_name, size, 0))
+            crc = copy_region(self.out, pieces, crc=True, on_bytes=on_bytes)
+            os.pwrite(self.out.fd, struct.pack("<I", crc), offset + 14)
+            self.entries.append(_Entry(raw_name, offset, size, crc))
+            return
         if isinstance(pieces, tuple):
             data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if len(data) != size:
@@ -149,7 +157,7 @@ def write_torch_zip(fd: int, final_path: str, data_pkl: bytes, table: StorageTab
     z.add(".format_version", b"1")
     z.add(".storage_alignment", str(ALIGNMENT).encode())
     z.add("byteorder", sys.byteorder.encode())
-    copies = storage_data([st.ref for st in table.storages if st.ref is not None])
+    copies = storage_data([st.ref for st in table.storages if st.ref is not None], regions=True)
     for st in table.storages:
         if st.ref is not None:
             data = next(copies)

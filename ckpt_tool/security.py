@@ -125,6 +125,9 @@ DANGEROUS_GLOBALS = frozenset(
 )
 # dill's Unpickler resolves this to the __main__ module's namespace for by-value functions.
 DILL_MAIN = frozenset([("__builtin__", "__main__"), ("builtins", "__main__")])
+# Inert names in otherwise dangerous modules that models carry (a ``self.logger`` pickles as
+# logging.getLogger(name)): unknown, not code execution.
+INERT_IN_DANGEROUS = frozenset([("logging", "getLogger"), ("logging", "Logger"), ("logging", "RootLogger")])
 DANGEROUS_BUILTINS = frozenset(
     ["exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
      "globals", "locals", "vars", "input", "breakpoint", "exit", "quit", "help", "execfile",
@@ -191,7 +194,7 @@ def _severity(module: str, name: str) -> str:
         return SAFE
     if (module, name) in DANGEROUS_GLOBALS:
         return DANGEROUS
-    if (module, name) in DILL_MAIN:
+    if (module, name) in DILL_MAIN or (module, name) in INERT_IN_DANGEROUS:
         return SUSPICIOUS
     if module == "torch" and (name.endswith("Storage") or _is_torch_dtype(name)):
         return SAFE

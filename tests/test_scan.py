@@ -105,6 +105,20 @@ def test_plain_pickle_of_tensors_is_safe_and_its_storages_are_followed(tmp_path)
     assert any("_load_from_bytes" in g.where for g in f.globals)
 
 
+def test_model_with_a_logger_attribute_is_not_dangerous(tmp_path):
+    import logging
+
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    model.logger = logging.getLogger("train")  # pickles as logging.getLogger("train")
+    path = tmp_path / "with_logger.pth"
+    torch.save(model, path)
+    (f,) = only(path).files
+    assert f.verdict == "suspicious", f
+    assert "logging.getLogger" in {g.qualname for g in f.globals}
+
+
 def test_dill_state_dict_is_safe(tmp_path):
     import dill
     import torch

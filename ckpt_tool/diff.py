@@ -186,6 +186,9 @@ def metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     ``only_b``: paths present on one side only. Paths are dotted
     (``optimizer.param_groups.0.lr``); list order matters.
     """
+    quick = _flat_metadata_diff(a, b)
+    if quick is not None:
+        return quick
     from deepdiff import DeepDiff
 
     tree = DeepDiff(dict(a), dict(b), view="tree", verbose_level=2, threshold_to_diff_deeper=0,
@@ -205,6 +208,32 @@ def metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
                 only_b.append({"path": path, "value": _safe(level.t2)})
             else:  # repetition changes and the like: show both sides
                 changed.append({"path": path, "a": _safe(level.t1), "b": _safe(level.t2)})
+    for items in (changed, only_a, only_b):
+        items.sort(key=lambda x: x["path"])
+        del items[_MAX_METADATA_ITEMS:]
+    return {"changed": changed, "only_a": only_a, "only_b": only_b}
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _flat_metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What DeepDiff reports when every key present on both sides holds a scalar; else None.
+
+    The common case (a safetensors ``__metadata__`` on one side only, equal
+    epochs) then needs no deepdiff import, which costs more than the whole
+    metadata diff of a multi-GB pair.
+    """
+    if not all(type(k) is str for k in (*a, *b)):
+        return None
+    common = [k for k in a if k in b]
+    if not all(type(a[k]) in _SCALARS and type(b[k]) in _SCALARS for k in common):
+        return None
+    # a type change (1 vs 1.0, True vs 1) counts as a change, as in DeepDiff; so does NaN vs NaN
+    changed = [{"path": k, "a": _safe(a[k]), "b": _safe(b[k])} for k in common
+               if type(a[k]) is not type(b[k]) or a[k] != b[k]]
+    only_a = [{"path": k, "value": _safe(v)} for k, v in a.items() if k not in b]
+    only_b = [{"path": k, "value": _safe(v)} for k, v in b.items() if k not in a]
     for items in (changed, only_a, only_b):
         items.sort(key=lambda x: x["path"])
         del items[_MAX_METADATA_ITEMS:]

@@ -12,7 +12,7 @@ from math import prod
 from typing import Any, Iterator, Mapping
 
 from . import security
-from .errors import InputError, UsageError
+from .errors import InputError, LimitExceeded, UsageError
 from .formats.base import Loaded
 from .model import Candidate, Checkpoint, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from .source import MemorySource
@@ -29,6 +29,8 @@ WELL_KNOWN_KEYS = (
 NOT_WEIGHTS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim", "scheduler",
                "lr_scheduler", "lr_schedulers", "scaler", "grad_scaler", "callbacks", "loops")
 MAX_DEPTH = 64
+MAX_SHARED_VISITS = 100_000  # revisits of shared submodules (tied weights need a handful)
+SUMMARY_NODES = 100_000  # values rendered by one summarize() call
 
 
 _TENSOR_TYPES = (LazyTensor, TensorMeta, NumpyArray)
@@ -42,10 +44,25 @@ def is_tensor(obj: Any) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
-    """nn.Module.state_dict() on a placeholder: params, persistent buffers, submodules."""
+def _module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth: int = 0,
+                    seen: dict[int, int] | None = None) -> None:
+    """nn.Module.state_dict() on a placeholder: params, persistent buffers, submodules.
+
+    A shared submodule is listed under every name, as torch does; ``seen``
+    counts such revisits so a pickle whose modules share each other
+    exponentially (a few hundred bytes) cannot expand without end.
+    """
     if depth > MAX_DEPTH:
         raise InputError("module nesting is too deep to read")
+    if seen is None:
+        seen = {}
+    if id(module) in seen:
+        seen[-1] = seen.get(-1, 0) + 1  # key -1 (never an id) counts the revisits
+        if seen[-1] > MAX_SHARED_VISITS:
+            raise LimitExceeded("the pickled modules reuse each other so often that their state_dict would be "
+                                f"enormous (over {MAX_SHARED_VISITS} visits of shared submodules): a corrupt or "
+                                "hostile file")
+    seen[id(module)] = 1
     attrs = module.attributes
     params = attrs.get("_parameters") or {}
     buffers = attrs.get("_buffers") or {}
@@ -62,7 +79,7 @@ def _module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth
     if isinstance(modules, Mapping):
         for name, child in modules.items():
             if is_module_placeholder(child):
-                _module_tensors(child, f"{prefix}{name}.", out, depth + 1)
+                _module_tensors(child, f"{prefix}{name}.", out, depth + 1, seen)
     for name, value in attrs.items():
         if is_tensor(value) and not name.startswith("_"):
             # plain tensor attributes never reach a state_dict; remembered for warnings
@@ -97,20 +114,26 @@ def tensors_of(obj: Any) -> "OrderedDict[str, Any] | None":
     return None
 
 
-def _tensor_tree(obj: Any, prefix: str, out: dict[str, Any], depth: int) -> bool:
+def _tensor_tree(obj: Any, prefix: str, out: dict[str, Any], depth: int, seen: set[int] | None = None) -> bool:
     """Flatten nested dicts/lists whose every leaf is a tensor ({"enc": {"w": t}} -> "enc.w").
 
     Pickled parameter trees (NumPy/JAX-style, lists of layers) name tensors by
-    their path, as torch's dotted state_dict keys do. False if any leaf is not a tensor.
+    their path, as torch's dotted state_dict keys do. False if any leaf is not a tensor,
+    or a container is reached twice (a pickle's shared lists would expand exponentially).
     """
     if depth > MAX_DEPTH:
         return False
+    if seen is None:
+        seen = set()
+    if id(obj) in seen:
+        return False
+    seen.add(id(obj))
     items = obj.items() if isinstance(obj, Mapping) else enumerate(obj)
     for k, v in items:
         if is_tensor(v):
             out[f"{prefix}{k}"] = v
         elif isinstance(v, (Mapping, list, tuple)) and v and not isinstance(v, Placeholder):
-            if not _tensor_tree(v, f"{prefix}{k}.", out, depth + 1):
+            if not _tensor_tree(v, f"{prefix}{k}.", out, depth + 1, seen):
                 return False
         else:
             return False
@@ -317,9 +340,16 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
     return torch_tensor_meta(key, obj, memory)
 
 
-def summarize(obj: Any, depth: int = 0) -> Any:
-    """A JSON-safe rendering of metadata: values kept, tensors and objects described."""
-    if depth > 12:
+def summarize(obj: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
+    """A JSON-safe rendering of metadata: values kept, tensors and objects described.
+
+    At most SUMMARY_NODES values are rendered per call: a pickle's shared
+    lists (each holding the next one 2,000 times) would otherwise take forever.
+    """
+    if budget is None:
+        budget = [SUMMARY_NODES]
+    budget[0] -= 1
+    if depth > 12 or budget[0] < 0:
         return "..."
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
@@ -333,16 +363,16 @@ def summarize(obj: Any, depth: int = 0) -> Any:
     if isinstance(obj, bytes):
         return f"<{len(obj)} bytes>"
     if isinstance(obj, Mapping):
-        return {str(k): summarize(v, depth + 1) for k, v in list(obj.items())[:2000]}
+        return {str(k): summarize(v, depth + 1, budget) for k, v in list(obj.items())[:2000]}
     if isinstance(obj, (list, tuple, set, frozenset)):
         items = list(obj)[:2000]
-        return [summarize(v, depth + 1) for v in items]
+        return [summarize(v, depth + 1, budget) for v in items]
     if isinstance(obj, Placeholder):
         out: dict[str, Any] = {"__class__": obj.qualname}
         if obj.attributes:
-            out.update({str(k): summarize(v, depth + 1) for k, v in obj.attributes.items()})
+            out.update({str(k): summarize(v, depth + 1, budget) for k, v in obj.attributes.items()})
         elif obj.args:
-            out["__args__"] = summarize(list(obj.args), depth + 1)
+            out["__args__"] = summarize(list(obj.args), depth + 1, budget)
         return out
     if is_tensor(obj):
         return f"<tensor {str(obj.dtype).replace('torch.', '')} {list(obj.shape)}>"
@@ -377,7 +407,8 @@ def reference_warnings(refs: list[GlobalRef]) -> list[str]:
     if suspicious:
         shown = ", ".join(suspicious[:8]) + (f" and {len(suspicious) - 8} more" if len(suspicious) > 8 else "")
         warnings.append(
-            f"{len(suspicious)} unknown pickled class(es) read as inert placeholders (not imported): {shown}"
+            f"{len(suspicious)} unknown pickled class(es) or function(s) read as inert placeholders "
+            f"(not imported, never called): {shown}"
         )
     return warnings
 

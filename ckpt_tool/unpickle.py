@@ -439,7 +439,7 @@ _ALLOWED: dict[tuple[str, str], Any] = {
 def _check_byte_source(name: str, args: tuple[Any, ...]) -> None:
     if args and not isinstance(args[0], (bytes, bytearray, str, list, tuple)):
         raise pickle.UnpicklingError(
-            f"{name}() of a {type(args[0]).__name__}: pickles rebuild {name} from bytes or a string "
+            f"{name}() called on {type(args[0]).__name__}: pickles rebuild {name} from bytes or a string "
             "(a count would allocate that many bytes)"
         )
 
@@ -459,7 +459,7 @@ def _safe_bytearray(*args: Any) -> bytearray:
 def _safe_str(*args: Any) -> str:
     """``str(...)`` of text or a number; the text of a (possibly self-sharing) container is never built."""
     if args and not isinstance(args[0], (str, bytes, bytearray, int, float, complex, type(None))):
-        raise pickle.UnpicklingError(f"str() of a {type(args[0]).__name__} is not rebuilt")
+        raise pickle.UnpicklingError(f"str() called on {type(args[0]).__name__} is not rebuilt")
     return str(*args)
 
 

@@ -12,7 +12,7 @@ from math import prod
 from typing import Any, Iterator, Mapping
 
 from . import security
-from .errors import InputError, LimitExceeded, UsageError
+from .errors import CkptError, InputError, LimitExceeded, UsageError
 from .formats.base import Loaded
 from .model import Candidate, Checkpoint, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from .source import MemorySource
@@ -415,6 +415,15 @@ def reference_warnings(refs: list[GlobalRef]) -> list[str]:
 
 def build(loaded: Loaded, path: str, key: str | None = None) -> Checkpoint:
     """Turn a reader's result into a Checkpoint with its state_dict located."""
+    try:
+        return _build(loaded, path, key)
+    except CkptError as exc:
+        if exc.path is None:
+            exc.path = path  # errors found deep inside the container still name the file
+        raise
+
+
+def _build(loaded: Loaded, path: str, key: str | None) -> Checkpoint:
     root = loaded.root
     chosen, obj, candidates = choose(root, key, path)
     memory = MemorySource(path)

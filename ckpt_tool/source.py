@@ -31,8 +31,17 @@ def open_regular(path: str) -> int:
         raise InputError(f"cannot open: {exc.strerror}", path) from None
 
 
+_CHECK_ABOVE = 1 << 20  # bytes; smaller reads cannot allocate much
+
+
 def pread_exact(fd: int, length: int, offset: int, path: str) -> bytes:
-    """Read exactly ``length`` bytes at ``offset`` or fail with a truncation error."""
+    """Read exactly ``length`` bytes at ``offset`` or fail with a truncation error.
+
+    A large ``length`` is checked against the file's size first: os.pread
+    allocates the whole length before reading, and lengths come from the file.
+    """
+    if length > _CHECK_ABOVE and offset + length > os.fstat(fd).st_size:
+        raise InputError(f"truncated: needed {length} bytes at offset {offset}, the file ends first", path)
     data = os.pread(fd, length, offset)
     if len(data) == length:
         return data

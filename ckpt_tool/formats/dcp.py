@@ -227,6 +227,9 @@ class DcpSource(DataSource):
         covered = sum(_prod(c.sizes) for c in chunks)
         if covered != numel:
             raise InputError(f"the chunks of tensor {key!r} cover {covered} of its {numel} elements", self.path)
+        stored = sum(c.length for c in chunks)
+        if stored < total:  # checked before allocating: the sizes come from .metadata
+            raise InputError(f"the chunks of tensor {key!r} hold {stored} bytes, fewer than its {total}", self.path)
         out = bytearray(total)
         for chunk in chunks:
             _place(out, self._chunk_bytes(key, dt, chunk), shape, chunk, itemsize)

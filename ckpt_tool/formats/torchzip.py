@@ -10,7 +10,7 @@ from collections import OrderedDict
 from typing import Any
 
 from .. import dtypes, security
-from ..errors import InputError
+from ..errors import InputError, LimitExceeded
 from ..source import FileSource
 from ..unpickle import LazyStorage, Placeholder, StorageType, restricted_loads
 from .base import Loaded, ReadOptions
@@ -163,13 +163,20 @@ def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, di
     return classes
 
 
+MAX_SCRIPT_MODULES = 1_000_000
+
+
 def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: str) -> "OrderedDict[str, Any]":
     classes = _script_classes(archive, prefix, path)
     out: OrderedDict[str, Any] = OrderedDict()
+    visits = [0]
 
     def walk(obj: Any, at: str, depth: int) -> None:
         if depth > 200 or not isinstance(obj, Placeholder):
             return
+        visits[0] += 1
+        if visits[0] > MAX_SCRIPT_MODULES:  # modules shared exponentially by a hostile data.pkl
+            raise LimitExceeded(f"TorchScript archive lists over {MAX_SCRIPT_MODULES} submodules", path)
         attrs = obj.attributes
         info = classes.get(obj.qualname)
         if info is None:

@@ -111,7 +111,8 @@ class DiffReport:
         if self.suggestion is None:
             return None
         target = kwargs = None
-        if self.b_kind == "target":
+        # --target makes migrate verify a strict load: only for a rewrite that leaves no key difference
+        if self.b_kind == "target" and self.suggestion.complete:
             import json
 
             target = self.b

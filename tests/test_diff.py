@@ -100,6 +100,19 @@ def test_v1_v2_suggests_the_unique_shape_preserving_rename(v1_v2):
     assert (s.reconciled, s.remaining_missing, s.remaining_unexpected, s.remaining_shape_mismatch) == (2, 2, 0, 2)
 
 
+def test_partial_fix_runs_and_leaves_only_what_renaming_cannot_fix(v1_v2, tmp_path, run_cli):
+    if not migrate_available():
+        pytest.skip("ckpt migrate is not implemented in this checkout yet")
+    a = v1_v2[0]
+    report = diff(str(a), target=f"{MODELS}:TinyMLPv2")
+    command = report.migrate_command(str(tmp_path / "renamed.pth"))
+    assert "--target" not in command  # a strict-load check would refuse a partial fix
+    assert run_suggested(run_cli, command).code == 0
+    after = diff(str(tmp_path / "renamed.pth"), target=f"{MODELS}:TinyMLPv2")
+    assert list(after.missing) == ["extra.weight", "extra.bias"] and after.unexpected == ()
+    assert [m.key for m in after.shape_mismatch] == ["head.weight", "head.bias"]
+
+
 def test_scalar_from_one_element_vector_is_not_a_mismatch():
     """load_state_dict's backward compatibility: a [1] tensor loads into a 0-d parameter."""
     a = [TensorMeta("s", "float32", (1,)), TensorMeta("t", "float32", (2,))]
@@ -540,11 +553,11 @@ def test_metadata_diff_of_multi_gib_files_reads_no_tensor_data(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc/self/status and sparse files as on Linux")
 def test_values_memory_stays_far_below_the_largest_tensor(tmp_path):
     a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
-    sparse_safetensors(a, 1, (8192, 4096))  # a 64 MiB tensor
-    sparse_safetensors(b, 1, (8192, 4096), dtype="F32", itemsize=4)  # 128 MiB: not bit-identical, compared in fp32
+    sparse_safetensors(a, 1, (4096, 4096))  # a 32 MiB tensor
+    sparse_safetensors(b, 1, (4096, 4096), dtype="F32", itemsize=4)  # 64 MiB: not bit-identical, compared in fp32
     baseline = peak_rss_mib("import torch, safetensors, ckpt_tool.diff, deepdiff")
     peak = peak_rss_mib(
         f"from ckpt_tool import diff\nr = diff({str(a)!r}, {str(b)!r}, values=True)\n"
-        "assert len(r.values) == 1 and not r.value_mismatch and r.values[0].numel == 8192 * 4096\n")
-    # reading the pair whole would add 192 MiB; chunk by chunk adds a few chunks (~25 MiB)
-    assert peak - baseline < 96, f"{peak - baseline:.0f} MiB above torch's own for 64/128 MiB tensors"
+        "assert len(r.values) == 1 and not r.value_mismatch and r.values[0].numel == 4096 * 4096\n")
+    # reading the pair whole would add 96 MiB (and more in temporaries); chunk by chunk adds ~25 MiB
+    assert peak - baseline < 64, f"{peak - baseline:.0f} MiB above torch's own for 32/64 MiB tensors"

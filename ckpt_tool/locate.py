@@ -16,7 +16,7 @@ from .errors import CkptError, InputError, LimitExceeded, UsageError
 from .formats.base import Loaded
 from .model import Candidate, Checkpoint, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from .source import MemorySource
-from .unpickle import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
+from .unpickle import DEFAULT_LIMITS, LazyTensor, Limits, NumpyArray, Placeholder, is_module_placeholder
 
 # Where training code conventionally keeps the weights, in order of preference.
 WELL_KNOWN_KEYS = (
@@ -413,17 +413,28 @@ def reference_warnings(refs: list[GlobalRef]) -> list[str]:
     return warnings
 
 
-def build(loaded: Loaded, path: str, key: str | None = None) -> Checkpoint:
+def build(loaded: Loaded, path: str, key: str | None = None, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
     """Turn a reader's result into a Checkpoint with its state_dict located."""
     try:
-        return _build(loaded, path, key)
+        return _build(loaded, path, key, limits)
     except CkptError as exc:
         if exc.path is None:
             exc.path = path  # errors found deep inside the container still name the file
         raise
 
 
-def _build(loaded: Loaded, path: str, key: str | None) -> Checkpoint:
+def _check_limits(held: Mapping[str, Any], limits: Limits) -> None:
+    """--max-tensors and --max-key-length, for every format (C-speed passes over the keys)."""
+    if len(held) > limits.max_tensors:
+        raise LimitExceeded(f"the state_dict holds {len(held)} tensors, over the limit of {limits.max_tensors} "
+                            "(raise it with --max-tensors)")
+    if held and max(map(len, held)) > limits.max_key_length:
+        key = next(k for k in held if len(k) > limits.max_key_length)
+        raise LimitExceeded(f"tensor key {key[:40]!r}... is {len(key)} characters long, over the limit of "
+                            f"{limits.max_key_length} (raise it with --max-key-length)")
+
+
+def _build(loaded: Loaded, path: str, key: str | None, limits: Limits) -> Checkpoint:
     root = loaded.root
     chosen, obj, candidates = choose(root, key, path)
     memory = MemorySource(path)
@@ -444,6 +455,7 @@ def _build(loaded: Loaded, path: str, key: str | None) -> Checkpoint:
                 warnings.append(
                     "tensors held as plain module attributes never reach a state_dict: " + ", ".join(extra[:8])
                 )
+    _check_limits(held, limits)
     values = list(held.values())
     if set(map(type, values)) == {TensorMeta} and [t.key for t in values] == list(held):
         tensors.extend(values)  # safetensors: already TensorMetas under their own keys

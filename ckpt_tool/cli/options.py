@@ -20,13 +20,18 @@ def limit_options(f: F) -> F:
     """--max-* options that raise the reader's safety limits (docs/reliability.md)."""
     from ..unpickle import DEFAULT_LIMITS
 
+    size = click.IntRange(min=1)
     opts = [
-        click.option("--max-header-bytes", type=int, default=DEFAULT_LIMITS.max_header_bytes, show_default=True,
-                     help="Largest safetensors header accepted."),
-        click.option("--max-pickle-bytes", type=int, default=DEFAULT_LIMITS.max_pickle_bytes, show_default=True,
+        click.option("--max-header-bytes", type=size, default=DEFAULT_LIMITS.max_header_bytes, show_default=True,
+                     help="Largest safetensors header (or shard index) accepted."),
+        click.option("--max-pickle-bytes", type=size, default=DEFAULT_LIMITS.max_pickle_bytes, show_default=True,
                      help="Largest pickle accepted."),
-        click.option("--max-tensors", type=int, default=DEFAULT_LIMITS.max_tensors, show_default=True,
+        click.option("--max-tensors", type=size, default=DEFAULT_LIMITS.max_tensors, show_default=True,
                      help="Most tensors accepted in one file."),
+        click.option("--max-key-length", type=size, default=DEFAULT_LIMITS.max_key_length, show_default=True,
+                     help="Longest tensor key accepted (characters)."),
+        click.option("--max-member-bytes", type=size, default=DEFAULT_LIMITS.max_member_bytes, show_default=True,
+                     help="Largest size a compressed zip member may inflate to."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -43,6 +48,8 @@ def limits_from(kwargs: dict[str, Any]) -> Any:
         max_header_bytes=kwargs.pop("max_header_bytes", DEFAULT_LIMITS.max_header_bytes),
         max_pickle_bytes=kwargs.pop("max_pickle_bytes", DEFAULT_LIMITS.max_pickle_bytes),
         max_tensors=kwargs.pop("max_tensors", DEFAULT_LIMITS.max_tensors),
+        max_key_length=kwargs.pop("max_key_length", DEFAULT_LIMITS.max_key_length),
+        max_member_bytes=kwargs.pop("max_member_bytes", DEFAULT_LIMITS.max_member_bytes),
     )
 
 

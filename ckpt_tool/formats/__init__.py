@@ -77,7 +77,7 @@ def load(
         raise InputError("no such file or folder", p)
     with gc_paused():
         loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe))
-        return build(loaded, p, key)
+        return build(loaded, p, key, limits)
 
 
 @contextlib.contextmanager

@@ -98,7 +98,8 @@ class MemoryZip:
         if m is None:
             raise InputError(f"{self.where}: archive member {name!r} is missing", self.path)
         if m.size > limit:
-            raise LimitExceeded(f"{self.where}: archive member {name!r} is over the limit of {limit} bytes",
+            raise LimitExceeded(f"{self.where}: archive member {name!r} is over the limit of {limit} bytes "
+                                "(raise it with --max-pickle-bytes)",
                                 self.path)
         if m.method == zipfile.ZIP_STORED:
             start, size = self.region(name)

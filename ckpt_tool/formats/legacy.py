@@ -192,7 +192,8 @@ def parse_legacy(
     if not isinstance(keys, list):
         raise InputError(f"{label}the list of storage keys is not a list", path)
     if len(keys) > limits.max_tensors:
-        raise LimitExceeded(f"{label}{len(keys)} storages, over the limit of {limits.max_tensors}", path)
+        raise LimitExceeded(f"{label}{len(keys)} storages, over the limit of {limits.max_tensors} "
+                            "(raise it with --max-tensors)", path)
 
     pos = stream.tell()
     for i, raw_key in enumerate(keys):

@@ -55,7 +55,7 @@ def read_header(path: str, options: ReadOptions) -> tuple[dict[str, Any], int, i
             # The format forbids duplicate keys (safetensors 0.8 keeps the last one
             # silently); the slow hook-based parse runs only when counts hint at one.
             json.loads(text, object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[[... nested
         raise InputError(f"bad safetensors header: invalid JSON ({exc})", path) from None
     if not isinstance(header, dict):
         raise InputError("bad safetensors header: not a JSON object", path)
@@ -70,7 +70,8 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     ):
         raise InputError("bad safetensors header: __metadata__ must map strings to strings", path)
     if len(header) > options.limits.max_tensors:
-        raise LimitExceeded(f"safetensors header lists {len(header)} tensors, over the limit", path)
+        raise LimitExceeded(f"safetensors header lists {len(header)} tensors, over the limit of "
+                            f"{options.limits.max_tensors} (raise it with --max-tensors)", path)
     fast = _entries_fast(header, data_len, options.limits.max_key_length)
     entries = fast if fast is not None else _entries_checked(header, data_len, options, path)
     regions = {e[2]: (start + e[0], e[1] - e[0]) for e in entries}
@@ -159,7 +160,8 @@ def _entries_checked(header: dict[str, Any], data_len: int, options: ReadOptions
                 path,
             )
         if len(key) > options.limits.max_key_length:
-            raise LimitExceeded(f"a tensor key is {len(key)} characters long, over the limit", path)
+            raise LimitExceeded(f"tensor key {key[:40]!r}... is {len(key)} characters long, over the limit of "
+                                f"{options.limits.max_key_length} (raise it with --max-key-length)", path)
         entries.append((begin, end, key, dt, shape))
     entries.sort(key=lambda e: (e[0], e[1]))
     cursor = 0

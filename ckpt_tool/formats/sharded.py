@@ -6,8 +6,10 @@ import os
 from collections import OrderedDict
 from typing import Any, Callable
 
-from ..errors import InputError
+from ..errors import InputError, LimitExceeded
 from ..model import TensorMeta
+from ..source import open_regular, pread_exact
+from ..unpickle import DEFAULT_LIMITS
 from .base import Loaded, ReadOptions
 from .detect import SHARDED, find_index
 
@@ -21,12 +23,19 @@ def index_path(path: str) -> str:
     return path
 
 
-def read_index(path: str) -> dict[str, Any]:
+def read_index(path: str, max_bytes: int = DEFAULT_LIMITS.max_header_bytes) -> dict[str, Any]:
+    fd = open_regular(path)  # a FIFO named *.index.json would block open()+read() forever
     try:
-        with open(path, "rb") as f:
-            raw = f.read(256 << 20)
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise LimitExceeded(f"shard index is {size} bytes, over the limit of {max_bytes} "
+                                "(raise it with --max-header-bytes)", path)
+        raw = pread_exact(fd, size, 0, path)
+    finally:
+        os.close(fd)
+    try:
         index = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputError(f"bad shard index: {exc}", path) from None
     if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
         raise InputError("bad shard index: no \"weight_map\" object", path)
@@ -43,7 +52,7 @@ def read_sharded(
     path: str, options: ReadOptions, read_file: Callable[[str, ReadOptions], Loaded], locate: Callable[[Loaded, str], list[TensorMeta]]
 ) -> Loaded:
     ipath = index_path(path)
-    index = read_index(ipath)
+    index = read_index(ipath, options.limits.max_header_bytes)
     folder = os.path.dirname(os.path.abspath(ipath))
     weight_map: dict[str, str] = index["weight_map"]
     shards = list(OrderedDict.fromkeys(weight_map.values()))

@@ -71,7 +71,7 @@ def storage_loader(archive: ZipArchive, prefix: str, source: FileSource, path: s
 
 
 def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
-    archive = ZipArchive(path)
+    archive = ZipArchive(path, options.limits.max_member_bytes)
     try:
         prefix = archive_prefix(archive)
         pkl = _join(prefix, "data.pkl")
@@ -153,7 +153,7 @@ def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, di
         if not name.startswith(code_prefix) or not name.endswith(".py"):
             continue
         module = name[len(code_prefix) : -3].replace("/", ".")
-        text = archive.read(name, 64 << 20).decode("utf-8", "replace")
+        text = archive.read(name, archive.member_limit, "--max-member-bytes").decode("utf-8", "replace")
         for match in _CLASS_RE.finditer(text):
             body = match.group(2)
             lists = {"__parameters__": [], "__buffers__": []}

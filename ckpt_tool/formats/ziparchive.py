@@ -40,8 +40,9 @@ class Member(NamedTuple):
 class ZipArchive:
     """The members of a zip file, by name, with lazily located data offsets."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, member_limit: int = 1 << 31) -> None:
         self.path = path
+        self.member_limit = member_limit  # largest size a deflated member may inflate to
         self._fd: int | None = open_regular(path)
         self.file_size = os.fstat(self._fd).st_size
         self.members: dict[str, Member] = {}
@@ -156,14 +157,21 @@ class ZipArchive:
             raise InputError(f"archive member {name!r} is compressed; torch stores tensors uncompressed", self.path)
         return self.data_offset(name), m.size
 
-    def read(self, name: str, limit: int = 1 << 31) -> bytes:
-        """A whole member's bytes (stored or deflated), size-limited."""
+    def read(self, name: str, limit: int = 1 << 31, option: str = "--max-pickle-bytes") -> bytes:
+        """A whole member's bytes (stored or deflated), size-limited.
+
+        ``option`` names the command-line option that raises ``limit``; a
+        deflated member is also held to ``member_limit`` (--max-member-bytes).
+        """
         m = self.members.get(name)
         if m is None:
             raise InputError(f"archive member {name!r} is missing", self.path)
+        if m.method != 0 and self.member_limit < limit:
+            limit, option = self.member_limit, "--max-member-bytes"
         if m.size > limit:
             raise LimitExceeded(
-                f"archive member {name!r} claims {m.size} bytes, over the limit of {limit}", self.path
+                f"archive member {name!r} claims {m.size} bytes, over the limit of {limit} (raise it with {option})",
+                self.path,
             )
         raw = pread_exact(self.fd, m.compressed_size, self.data_offset(name), self.path)
         if m.method == 0:
@@ -176,7 +184,8 @@ class ZipArchive:
                 raise InputError(f"archive member {name!r} is corrupt: {exc}", self.path) from None
             if len(out) > limit:
                 raise LimitExceeded(
-                    f"archive member {name!r} inflates past the limit of {limit} bytes", self.path
+                    f"archive member {name!r} inflates past the limit of {limit} bytes (raise it with {option})",
+                    self.path,
                 )
             return out
         raise InputError(f"archive member {name!r} uses unsupported compression {m.method}", self.path)

@@ -179,14 +179,12 @@ class ZipArchive:
         if m.method == 8:
             d = zlib.decompressobj(-15)
             try:
-                out = d.decompress(raw, limit + 1)
+                out = d.decompress(raw, m.size + 1)  # never more than it declared (checked above)
             except zlib.error as exc:
                 raise InputError(f"archive member {name!r} is corrupt: {exc}", self.path) from None
-            if len(out) > limit:
-                raise LimitExceeded(
-                    f"archive member {name!r} inflates past the limit of {limit} bytes (raise it with {option})",
-                    self.path,
-                )
+            if len(out) > m.size:
+                raise InputError(f"archive member {name!r} inflates past the {m.size} bytes it declares "
+                                 "(a corrupt archive or a zip bomb)", self.path)
             return out
         raise InputError(f"archive member {name!r} uses unsupported compression {m.method}", self.path)
 

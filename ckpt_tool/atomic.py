@@ -122,7 +122,7 @@ def check_replaceable_folder(out: str, allowed_suffixes: tuple[str, ...]) -> Non
     if not os.path.isdir(out):
         return
     foreign = []
-    for root, dirs, files in os.walk(out):
+    for root, _dirs, files in os.walk(out):
         rel = os.path.relpath(root, out)
         if rel != ".":
             foreign.append(rel + os.sep)

@@ -384,20 +384,21 @@ def _write(job: _Job) -> MigrateReport:
     folder = job.fmt in writers.FOLDER_FORMATS
     shards: list[str] = []
     p = job.progress
-    with (atomic.AtomicDir(job.out) if folder else atomic.AtomicFile(job.out)) as tmp:
-        if job.fmt == writers.TORCH_ZIP:
+    tmp: atomic.AtomicDir | atomic.AtomicFile = atomic.AtomicDir(job.out) if folder else atomic.AtomicFile(job.out)
+    with tmp:
+        if isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None and job.fmt == writers.TORCH_ZIP:
             from .writers.torchzip import write_torch_zip
 
             data_pkl, table = job.payload["pickle"]
             p.start("writing", sum(s.nbytes for s in table.storages))
             write_torch_zip(tmp.fd, job.out, data_pkl, table, p.advance)
-        elif job.fmt == writers.SAFETENSORS:
+        elif isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None and job.fmt == writers.SAFETENSORS:
             from .writers.safetensors import write_safetensors
 
             p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
             write_safetensors(tmp.fd, job.payload["stored"], {**job.payload["meta"], **job.payload["aliases"]},
                               p.advance)
-        elif job.fmt == writers.SHARDED:
+        elif isinstance(tmp, atomic.AtomicDir) and job.fmt == writers.SHARDED:
             from .writers.sharded import write_sharded
 
             limit = job.shard_bytes or 1
@@ -408,7 +409,7 @@ def _write(job: _Job) -> MigrateReport:
             if big:
                 job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "
                                     f"of their own: {', '.join(big[:3])}")
-        else:
+        elif isinstance(tmp, atomic.AtomicDir) and job.fmt == writers.DCP:
             from .writers.dcp import write_dcp
 
             p.start("writing", sum(t.nbytes for t in job.tensors))
@@ -457,9 +458,9 @@ def _verify(job: _Job, path: str) -> tuple[dict[str, bool], list[str]]:
             # everything pickled: structure, metadata values and every tensor's bytes
             problems = v.compare_tree(job.payload["root"], loaded.root, p.advance)
             held = resolve_key(loaded.root, job.payload["sd_key"], path) if job.payload["sd_key"] else loaded.root
-            actual = v.tensors_in(held)
             if not problems:
-                problems = v.compare_keys(job.tensors, list(actual))
+                problems = v.compare_keys(job.tensors, v.tensor_keys(held))
+            actual = v.tensors_in(held) if job.devices != ["cpu"] or job.target else {}
         elif job.fmt == writers.DCP:
             ck = build(loaded, path)
             actual = ck.by_key

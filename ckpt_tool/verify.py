@@ -15,17 +15,18 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .model import TensorMeta
 from .unpickle import DTypeRef, LazyTensor, NumpyArray, Placeholder
-from .writers.base import OutTensor, out_bytes, tensor_data
+from .writers.base import OutTensor, Region, out_bytes, tensor_data
 from .writers.torchpickle import as_meta
 
 MAX_REPORTED = 5
 Advance = Callable[[int], None]
 
 
-def same_stream(a: Iterable[bytes], b: Iterable[bytes]) -> int | None:
+def same_stream(a: Iterable[bytes | bytearray], b: Iterable[bytes | bytearray]) -> int | None:
     """None when both streams hold the same bytes, else the offset of the first difference."""
     ia, ib = iter(a), iter(b)
-    abuf = bbuf = b""
+    abuf: bytes | bytearray = b""
+    bbuf: bytes | bytearray = b""
     pos = 0
     while True:
         if not abuf:
@@ -42,7 +43,7 @@ def same_stream(a: Iterable[bytes], b: Iterable[bytes]) -> int | None:
         pos += n
 
 
-def _first_difference(a: bytes, b: bytes) -> int:
+def _first_difference(a: bytes | bytearray, b: bytes | bytearray) -> int:
     lo, hi = 0, min(len(a), len(b))
     while hi - lo > 64:
         mid = (lo + hi) // 2
@@ -71,6 +72,8 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
     expected = tensor_data([e for _, e, _ in to_read])
     actual = tensor_data([a for _, _, a in to_read])
     for (label, exp, _), (_, want), (_, got) in zip(to_read, expected, actual):
+        if isinstance(want, Region) or isinstance(got, Region):  # only writers ask for regions
+            raise TypeError("compare_pairs reads bytes, not regions")
         if type(want) is tuple and type(got) is tuple and len(want) == 1 and len(got) == 1:
             # the common case: both whole in memory, one memcmp
             a, b = want[0], got[0]
@@ -115,6 +118,13 @@ def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str
     extra = [k for k in keys if k not in set(want)]
     return [f"the output's state_dict differs in keys: missing {missing[:MAX_REPORTED]}, "
             f"unexpected {extra[:MAX_REPORTED]}"]
+
+
+def tensor_keys(mapping: Any) -> list[str]:
+    """The keys of a re-read state_dict mapping that hold tensors."""
+    if not isinstance(mapping, Mapping):
+        return []
+    return [str(k) for k, val in mapping.items() if isinstance(val, (LazyTensor, TensorMeta))]
 
 
 def tensors_in(mapping: Any) -> dict[str, TensorMeta]:

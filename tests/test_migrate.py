@@ -15,7 +15,6 @@ from safetensors.torch import load_file, load_model
 
 from ckpt_tool.errors import OutputExists, RuleConflict, UnsafeContentError, UsageError
 from ckpt_tool.migrate import migrate
-from conftest import run_subprocess
 from models import TinyMLP, TinyMLPv2
 
 MODELS = str(Path(__file__).resolve().parent.parent / "fixtures" / "models.py")

@@ -59,7 +59,8 @@ class _Bars:
               help="A TOML rules file (applied before the options above; see docs/migrate.md).")
 @click.option("--target", default=None, metavar="SPEC",
               help="Module the output must load into with strict=True: 'pkg.module:Name' or 'file.py:Name'.")
-@click.option("--target-kwargs", default=None, metavar="JSON", help="Constructor arguments for --target (JSON or @file).")
+@click.option("--target-kwargs", default=None, metavar="JSON",
+              help="Constructor arguments for --target (JSON or @file).")
 @click.option("--auto", is_flag=True, help="Infer the rules that make SRC match --target (printed before applying).")
 @click.option("--allow-missing", multiple=True, metavar="GLOB",
               help="Target keys that may be missing from the output (a new head the model initialises).")

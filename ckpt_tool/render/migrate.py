@@ -7,6 +7,7 @@ from ..migrate import MigrateReport
 from .common import human_bytes, shape_str
 
 _SHOWN = 12
+_PLAN_ROWS = 2000  # a dry run of a 200,000-tensor file prints this many rows; --json lists them all
 
 
 def _sample(items: list[str], n: int = _SHOWN) -> str:
@@ -16,12 +17,17 @@ def _sample(items: list[str], n: int = _SHOWN) -> str:
 def plan_table(report: MigrateReport) -> str:
     """One row per source tensor: old key -> new key, dtype change, or dropped."""
     rows = []
-    for e in report.plan.entries:
+    entries = report.plan.entries
+    for e in entries[:_PLAN_ROWS]:
         if e.output is None:
             rows.append([e.source, "(dropped)", e.dtype])
         else:
-            rows.append([e.source, e.output if e.output != e.source else "=", f"{e.dtype} -> {e.cast}" if e.cast else e.dtype])
-    return tabulate(rows, headers=["source key", "output key", "dtype"], tablefmt="simple", disable_numparse=True)
+            dtype = f"{e.dtype} -> {e.cast}" if e.cast else e.dtype
+            rows.append([e.source, e.output if e.output != e.source else "=", dtype])
+    table = tabulate(rows, headers=["source key", "output key", "dtype"], tablefmt="simple", disable_numparse=True)
+    if len(entries) > _PLAN_ROWS:
+        table += f"\n... and {len(entries) - _PLAN_ROWS} more (--json lists every key)"
+    return table
 
 
 def target_lines(report: MigrateReport) -> list[str]:
@@ -51,8 +57,8 @@ def target_lines(report: MigrateReport) -> list[str]:
 
 
 def verification_line(report: MigrateReport) -> str:
-    if not report.device_status:
-        return "verified: no"
+    if not report.verified:
+        return "verified: NO (--no-verify)"
     parts = [f"{dev} {state}" for dev, state in report.device_status.items()]
     what = "bit-for-bit re-read"
     if report.target is not None:
@@ -63,7 +69,8 @@ def verification_line(report: MigrateReport) -> str:
 
 def render(report: MigrateReport) -> str:
     out = [f"source:   {report.source} ({report.source_format})",
-           f"output:   {report.output or '-'} ({report.format})" + ("  [dry run: nothing written]" if report.dry_run else "")]
+           f"output:   {report.output or '-'} ({report.format})"
+           + ("  [dry run: nothing written]" if report.dry_run else "")]
     if report.inferred is not None:
         out.append(f"inferred: {report.inferred.describe()}")
     out.append(f"rules:    {report.rules.describe()}")

@@ -18,7 +18,7 @@ import errno
 import os
 import threading
 import zlib
-from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from .. import dtypes
 from ..errors import InputError
@@ -173,7 +173,8 @@ def _storage_location(ref: StorageRef) -> tuple[FileSource, int] | None:
     return (ref.source, start) if ref.nbytes <= size else None
 
 
-def coalesced(locs: Sequence[tuple[FileSource, int] | None], sizes: Sequence[int]) -> Iterator[tuple[int, bytes | None]]:
+def coalesced(locs: Sequence[tuple[FileSource, int] | None],
+              sizes: Sequence[int]) -> Iterator[tuple[int, bytes | None]]:
     """(index, bytes) for every located item, neighbours read together; (index, None) for the others.
 
     Items are visited in order; a read covers up to ``CHUNK`` bytes of one
@@ -292,7 +293,7 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
     start, size = source.region(ref.key)  # type: ignore[attr-defined]
     if region.offset + region.length > size:
         source.read(ref.key, region.offset, region.length)  # raises the reader's own error
-    result = {"crc": 0}
+    result: dict[str, Any] = {"crc": 0}
     stop = threading.Event()
     worker = None
     if crc:
@@ -335,7 +336,7 @@ def require_data(t: OutTensor) -> None:
                          "drop it with --drop or choose another source")
 
 
-def write_all(fd: int, data: bytes | memoryview) -> int:
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
     """os.write until every byte is written (regular files rarely write short, but may)."""
     view = memoryview(data)
     total = len(view)

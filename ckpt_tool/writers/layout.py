@@ -189,7 +189,8 @@ def _string_metadata(ck: Checkpoint) -> dict[str, str]:
     return {str(k): str(v) for k, v in meta.items() if not (k in keys and v in keys)}
 
 
-def safetensors_metadata(ck: Checkpoint, chosen: Any, state_dict_only: bool) -> tuple[dict[str, str], list[str], list[str]]:
+def safetensors_metadata(ck: Checkpoint, chosen: Any,
+                         state_dict_only: bool) -> tuple[dict[str, str], list[str], list[str]]:
     """(``__metadata__`` entries, kept keys, warnings): strings are kept, anything else is named."""
     meta: dict[str, str] = {}
     if state_dict_only:

@@ -123,26 +123,43 @@ def _int_tuple(values: tuple[int, ...]) -> bytes:
     return _P.MARK + body + _P.TUPLE
 
 
-class TorchPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
+# the pure-Python pickler: its save() dispatch can be extended, the C one's cannot
+_PurePickler: Any = pickle._Pickler  # type: ignore[attr-defined]
+
+
+class TorchPickler(_PurePickler):
     """The standard library's pure-Python pickler with torch's tensor encoding added."""
 
     def __init__(self, file: Any, table: StorageTable) -> None:
         super().__init__(file, protocol=2)
         self.table = table
-        self._globals: dict[tuple[str, str], int] = {}
+        self._globals: dict[tuple[str, str], bytes] = {}  # global -> the opcode that fetches it again
         self._keepalive: list[Any] = []
+        self._const: dict[str, bytes] = {}  # "storage", "cpu" -> the opcode that fetches them again
 
     # ---------------------------------------------------------------- helpers
     def _global(self, module: str, name: str) -> bytes:
-        idx = self._globals.get((module, name))
-        if idx is not None:
-            return self.get(idx)
+        again = self._globals.get((module, name))
+        if again is not None:
+            return again
         marker = _Global(module, name)
         self._keepalive.append(marker)
         idx = len(self.memo)
         self.memo[id(marker)] = idx, marker
-        self._globals[(module, name)] = idx
+        self._globals[(module, name)] = self.get(idx)
         return _P.GLOBAL + f"{module}\n{name}\n".encode("utf-8") + self.put(idx)
+
+    def _constant(self, s: str) -> bytes:
+        """A string written once and fetched from the memo afterwards."""
+        again = self._const.get(s)
+        if again is not None:
+            return again
+        encoded = s.encode("utf-8")
+        idx = len(self.memo)
+        self._keepalive.append(s)
+        self.memo[id(s)] = idx, s
+        self._const[s] = self.get(idx)
+        return _P.BINUNICODE + _pack_I(len(encoded)) + encoded + self.put(idx)
 
     def _str(self, s: str) -> None:
         found = self.memo.get(id(s))
@@ -228,14 +245,16 @@ class TorchPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
         dt = _BY_NAME.get(t.dtype) or dtypes.lookup(t.dtype)
         v3 = dt.storage is None
         g = self._global
-        self.write(g("torch._utils", "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2") + _P.MARK + _P.MARK)
-        # persistent id: ('storage', storage type, key, location, numel)
-        self._str("storage")
-        self.write(g("torch.storage", "UntypedStorage") if v3 else g("torch", dt.storage))  # type: ignore[arg-type]
-        self._str(storage.key)
-        self._str("cpu")
         numel = storage.nbytes if v3 else storage.nbytes // dt.itemsize
+        key = storage.key.encode("ascii")
+        # _rebuild_tensor_v2((('storage', torch.<X>Storage, key, 'cpu', numel)), offset, size, stride,
+        #                    requires_grad, OrderedDict()[, dtype]); the persistent id is not memoized
         self.write(b"".join((
+            g("torch._utils", "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2"), _P.MARK, _P.MARK,
+            self._constant("storage"),
+            g("torch.storage", "UntypedStorage") if v3 else g("torch", dt.storage),  # type: ignore[arg-type]
+            _P.BINUNICODE, _pack_I(len(key)), key,
+            self._constant("cpu"),
             _int(numel), _P.TUPLE, _P.BINPERSID,
             _int(offset), _int_tuple(tuple(t.shape)), _int_tuple(tuple(stride)),
             _P.NEWTRUE if requires_grad else _P.NEWFALSE,

@@ -65,7 +65,7 @@ class ZipWriter:
     def add(self, name: str, data: bytes) -> None:
         self.add_stream(name, len(data), (data,))
 
-    def add_stream(self, name: str, size: int, pieces: Iterable[bytes],
+    def add_stream(self, name: str, size: int, pieces: Iterable[bytes | bytearray] | Region,
                    on_bytes: Callable[[int], None] | None = None) -> None:
         """A member of known ``size``; a one-piece member gets its CRC up front, others have it patched in."""
         raw_name = f"{self.prefix}/{name}".encode("utf-8")

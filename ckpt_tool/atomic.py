@@ -241,11 +241,19 @@ class AtomicFile:
         if sync is not None:
             sync.wait()
 
-    def publish(self) -> None:
+    def publish(self, replace: bool = True) -> None:
+        """Rename into place. Without ``replace`` an output that appeared meanwhile
+        (another job writing the same OUT) is never overwritten: it is an error.
+        """
         self._wait()
         self.finish()
         try:
-            os.replace(self.path, self.final)
+            if replace:
+                os.replace(self.path, self.final)
+            else:
+                _place_new(self.path, self.final, is_dir=False)
+        except FileExistsError:
+            raise _exists(self.final) from None
         except OSError as exc:
             raise _write_error(exc, self.final) from None
         self.published = True
@@ -269,25 +277,54 @@ class AtomicFile:
             raise _write_error(exc, self.final) from exc
 
 
+_RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def _exchange(a: str, b: str) -> bool:
-    """Atomically swap two paths (Linux renameat2); False where unsupported."""
+def _exists(final: str) -> OutputExists:
+    return OutputExists(f"the output {final} appeared while this migration ran (another job?); it was left as it "
+                        "was and nothing was written; pass --force to replace it")
+
+
+def _renameat2(a: str, b: str, flags: int) -> bool:
+    """renameat2(2) where the C library has it; False where the call or the flag is unsupported."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
+        call = libc.renameat2
     except (OSError, AttributeError):
         return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    if rc == 0:
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
         return True
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):
         return False
     raise OSError(err, os.strerror(err), b)
+
+
+def _place_new(path: str, final: str, *, is_dir: bool) -> None:
+    """Move ``path`` to ``final`` only if ``final`` does not exist (FileExistsError otherwise)."""
+    if _renameat2(path, final, _RENAME_NOREPLACE):
+        return
+    if not is_dir:
+        try:
+            os.link(path, final)  # fails if final exists: no window for a race
+        except FileExistsError:
+            raise
+        except OSError:
+            pass  # no hard links here (some network file systems): check, then rename
+        else:
+            os.unlink(path)
+            return
+    if os.path.lexists(final):
+        raise FileExistsError(errno.EEXIST, "exists", final)
+    os.rename(path, final)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two paths (Linux renameat2); False where unsupported."""
+    return _renameat2(a, b, _RENAME_EXCHANGE)
 
 
 class AtomicDir:
@@ -345,13 +382,18 @@ class AtomicDir:
         if sync is not None:
             sync.wait()
 
-    def publish(self) -> None:
+    def publish(self, replace: bool = True) -> None:
         if self._sync is not None:
             self._wait()
         else:
             self.finish()
         parent = os.path.dirname(self.final)
         try:
+            if not replace:
+                _place_new(self.path, self.final, is_dir=True)
+                self.published = True
+                fsync_dir(parent)
+                return
             if os.path.lexists(self.final):
                 if _exchange(self.path, self.final):
                     self.published = True
@@ -372,7 +414,11 @@ class AtomicDir:
             os.rename(self.path, self.final)
             self.published = True
             fsync_dir(parent)
+        except FileExistsError:
+            raise _exists(self.final) from None
         except OSError as exc:
+            if exc.errno == errno.ENOTEMPTY:
+                raise _exists(self.final) from None
             raise _write_error(exc, self.final) from None
 
     def discard(self) -> None:

@@ -322,7 +322,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
 
         atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
     job = _Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
-               allow_missing, verify, limits, progress, after_write, report_args, warnings)
+               allow_missing, verify, limits, progress, after_write, report_args, warnings, force)
     # 5. write, verify, publish
     with atomic.interrupts_as_exceptions():
         return _write(job)
@@ -378,6 +378,7 @@ class _Job:
     after_write: Callable[[str], None] | None
     report_args: dict[str, Any]
     warnings: list[str]
+    force: bool = False
 
 
 def _write(job: _Job) -> MigrateReport:
@@ -427,7 +428,7 @@ def _write(job: _Job) -> MigrateReport:
         if failures:
             return MigrateReport(**job.report_args, verified=verified, device_status=status,
                                  failures=tuple(failures), shards=tuple(shards), warnings=tuple(job.warnings))
-        tmp.publish()
+        tmp.publish(replace=job.force)
     return MigrateReport(**job.report_args, written=True, verified=verified, device_status=status,
                          shards=tuple(shards), bytes_written=size, warnings=tuple(job.warnings))
 

@@ -441,12 +441,14 @@ def test_numpy_state_dict_becomes_torch_tensors(tmp_path, fixtures_dir):
 
 
 @pytest.mark.parametrize("fixture", ["tiny_mlp.safetensors", "sharded", "sharded_bin", "legacy.pth", "torchscript.pt",
-                                     "whole_model.pth"])
-def test_every_input_format_migrates(tmp_path, fixtures_dir, fixture):
-    out = tmp_path / "out.safetensors"
-    report = migrate(fixtures_dir / fixture, out)
+                                     "whole_model.pth", "dcp", "numpy_dict.pkl"])
+@pytest.mark.parametrize("ext", [".safetensors", ".pth"])
+def test_every_input_format_migrates(tmp_path, fixtures_dir, fixture, ext):
+    out = tmp_path / f"out{ext}"
+    report = migrate(fixtures_dir / fixture, out, state_dict_only=True, devices=["cpu"])
     assert report.ok and report.written, report.failures
-    assert set(load_file(str(out))) == {t.key for t in report.tensors}
+    got = load_file(str(out)) if ext == ".safetensors" else torch.load(out, weights_only=True)
+    assert set(got) == {t.key for t in report.tensors}
 
 
 # ------------------------------------------------------- folder outputs
@@ -805,3 +807,38 @@ def test_a_flipped_byte_deep_in_a_large_tensor_is_caught(tmp_path):
     report = migrate(src, out, _after_write=corrupt, devices=["cpu"])
     assert not report.ok and any("bytes differ" in f for f in report.failures)
     assert not out.exists()
+
+
+def test_key_picks_one_state_dict_and_keeps_the_others(tmp_path, run_cli):
+    torch.manual_seed(0)
+    a, b = TinyMLP().state_dict(), TinyMLP().state_dict()
+    src = tmp_path / "ema.pth"
+    torch.save({"model": a, "ema": {f"module.{k}": v for k, v in b.items()}, "step": 5}, src)
+    out = tmp_path / "out.pth"
+    r = run_cli("migrate", str(src), "-o", str(out), "--key", "ema", "--strip-prefix", "module.")
+    assert r.code == 0, r
+    got = torch.load(out, weights_only=True)
+    assert list(got) == ["model", "ema", "step"] and got["step"] == 5
+    assert same_bits(dict(got["ema"]), dict(b)) and same_bits(dict(got["model"]), dict(a))
+
+
+@pytest.mark.parametrize("out_name", ["late.pth", "late_shards"])
+def test_an_output_that_appears_during_the_run_is_not_overwritten(tmp_path, fixtures_dir, out_name):
+    """Another job creates OUT while this one writes: without --force, it is left alone."""
+    out = tmp_path / out_name
+
+    def someone_else_writes(path: str) -> None:
+        if out_name.endswith(".pth"):
+            out.write_bytes(b"the other job's output")
+        else:
+            out.mkdir()
+            (out / "theirs.safetensors").write_bytes(b"x")
+
+    with pytest.raises(OutputExists):
+        migrate(fixtures_dir / "tiny_mlp.pth", out, max_shard_size="1GB" if "shards" in out_name else None,
+                _after_write=someone_else_writes)
+    if out_name.endswith(".pth"):
+        assert out.read_bytes() == b"the other job's output"
+    else:
+        assert os.listdir(out) == ["theirs.safetensors"]
+    assert not leftovers(tmp_path)

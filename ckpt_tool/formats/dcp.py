@@ -48,7 +48,8 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
         size = os.fstat(fd).st_size
         if size > options.limits.max_pickle_bytes:
             raise LimitExceeded(
-                f".metadata is {size} bytes, over the pickle limit of {options.limits.max_pickle_bytes}", meta_path
+                f".metadata is {size} bytes, over the pickle limit of {options.limits.max_pickle_bytes} "
+                "(raise it with --max-pickle-bytes)", meta_path
             )
         data = pread_exact(fd, size, 0, meta_path)
     finally:

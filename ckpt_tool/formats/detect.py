@@ -104,6 +104,9 @@ def detect_bytes(head: bytes, size: int, path: str) -> str:
         (n,) = struct.unpack_from("<Q", head)
         if 2 <= n <= size - 8 and head[8:9] == b"{":
             return SAFETENSORS
+        if n > size - 8 and head[8:9] == b"{" and path.endswith(".safetensors"):
+            raise InputError(f"truncated safetensors file: its header claims {n} bytes but only {size - 8} follow "
+                             "(an interrupted download?)", path)
     if head[:1] == b"{" and path.endswith(".json"):
         return SHARDED
     if head[:1] == b"\x80" and len(head) > 1 and 0 <= head[1] <= 5:

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from . import atomic, writers
-from .errors import CkptError, UsageError
-from .formats import load, read_file
-from .formats.base import ReadOptions
-from .locate import build, resolve_key
+from .errors import UsageError
+from .formats import load
+from .locate import resolve_key
 from .model import Checkpoint, TensorMeta
 from .rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
 from .unpickle import DEFAULT_LIMITS, Limits
@@ -441,58 +440,11 @@ def _size(path: str) -> int:
 
 def _verify(job: _Job, path: str) -> tuple[dict[str, bool], list[str]]:
     """(device -> passed, first problems) for the temporary output at ``path``."""
-    from . import verify as v
-
     if not job.verify:
         return {}, []
-    p = job.progress
-    results: dict[str, bool] = {}
-    try:
-        loaded = read_file(path, ReadOptions(limits=job.limits))
-    except CkptError as exc:  # what was written cannot be read back: that is a failed verification
-        p.done()
-        return {"cpu": False}, [f"the output cannot be read back: {exc.message}"]
-    ck = None
-    try:
-        p.start("verifying", sum(t.nbytes for t in job.tensors))
-        if job.fmt == writers.TORCH_ZIP:
-            # everything pickled: structure, metadata values and every tensor's bytes
-            problems = v.compare_tree(job.payload["root"], loaded.root, p.advance)
-            held = resolve_key(loaded.root, job.payload["sd_key"], path) if job.payload["sd_key"] else loaded.root
-            if not problems:
-                problems = v.compare_keys(job.tensors, v.tensor_keys(held))
-            actual = v.tensors_in(held) if job.devices != ["cpu"] or job.target else {}
-        elif job.fmt == writers.DCP:
-            ck = build(loaded, path)
-            actual = ck.by_key
-            problems = v.compare_state_dict(job.tensors, actual, p.advance)
-        else:
-            actual = dict(loaded.root)  # safetensors readers hold TensorMetas by key
-            problems = v.compare_state_dict(job.tensors, actual, p.advance)
-        p.done()
-        results["cpu"] = not problems
-        if problems:
-            return results, problems
-        module = None
-        for device in job.devices:
-            if job.target and module is None:
-                from .target import build_target
+    from .verify import verify_output
 
-                module = build_target(job.target, job.target_kwargs, meta=False).module
-            p.start(f"verifying on {device}", sum(t.nbytes for t in job.tensors))
-            found: list[str] = []
-            if device != "cpu":
-                found = v.roundtrip_device(actual, job.tensors, device, p.advance)
-            if module is not None and not found:
-                found = v.load_into_target(module, actual, device, job.allow_missing)
-            p.done()
-            results[device] = not found
-            if found:
-                return results, found
-    finally:
-        if ck is not None:
-            ck.close()
-        else:
-            for s in loaded.sources:
-                s.close()
-    return results, []
+    return verify_output(path, job.fmt, job.tensors, pickled_root=job.payload.get("root"),
+                         sd_key=job.payload.get("sd_key", ""), devices=job.devices, target=job.target,
+                         target_kwargs=job.target_kwargs, allow_missing=job.allow_missing, limits=job.limits,
+                         progress=job.progress)

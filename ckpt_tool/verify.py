@@ -349,3 +349,75 @@ def load_into_target(module: Any, actual: Mapping[str, TensorMeta], device: str,
             break
     module.to("cpu")
     return problems
+
+
+# ------------------------------------------------------------- the whole check
+
+
+def verify_output(path: str, fmt: str, tensors: Sequence[OutTensor], *, pickled_root: Any, sd_key: str,
+                  devices: Sequence[str], target: str | None, target_kwargs: dict[str, Any] | None,
+                  allow_missing: Sequence[str], limits: Any, progress: Any) -> tuple[dict[str, bool], list[str]]:
+    """Re-read a written (temporary) output with ckpt's readers and prove it on every device.
+
+    Returns (device -> passed, the first problems). An output that cannot be
+    read back is a failed verification, not an error.
+    """
+    from . import writers
+    from .errors import CkptError
+    from .formats import read_file
+    from .formats.base import ReadOptions
+    from .locate import build, resolve_key
+
+    p = progress
+    results: dict[str, bool] = {}
+    try:
+        loaded = read_file(path, ReadOptions(limits=limits))
+    except CkptError as exc:
+        p.done()
+        return {"cpu": False}, [f"the output cannot be read back: {exc.message}"]
+    ck = None
+    try:
+        p.start("verifying", sum(t.nbytes for t in tensors))
+        if fmt == writers.TORCH_ZIP:
+            # everything pickled: structure, metadata values and every tensor's bytes
+            problems = compare_tree(pickled_root, loaded.root, p.advance)
+            held = resolve_key(loaded.root, sd_key, path) if sd_key else loaded.root
+            if not problems:
+                problems = compare_keys(tensors, tensor_keys(held))
+            actual = tensors_in(held) if list(devices) != ["cpu"] or target else {}
+        elif fmt == writers.DCP:
+            ck = build(loaded, path)
+            actual = ck.by_key
+            problems = compare_state_dict(tensors, actual, p.advance)
+        else:
+            actual = dict(loaded.root)  # the safetensors readers hold TensorMetas by key
+            problems = compare_state_dict(tensors, actual, p.advance)
+        p.done()
+        results["cpu"] = not problems
+        if problems:
+            return results, problems
+        module = None
+        for device in devices:
+            if device == "cpu" and not target:
+                continue  # the re-read above ran on the CPU
+            if target and module is None:
+                from .target import build_target
+
+                module = build_target(target, target_kwargs, meta=False).module
+            p.start(f"on {device}", sum(t.nbytes for t in tensors))
+            found: list[str] = []
+            if device != "cpu":
+                found = roundtrip_device(actual, tensors, device, p.advance)
+            if module is not None and not found:
+                found = load_into_target(module, actual, device, allow_missing, p.advance)
+            p.done()
+            results[device] = not found
+            if found:
+                return results, found
+    finally:
+        if ck is not None:
+            ck.close()
+        else:
+            for s in loaded.sources:
+                s.close()
+    return results, []

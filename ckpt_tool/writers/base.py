@@ -293,6 +293,7 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
     start, size = source.region(ref.key)  # type: ignore[attr-defined]
     if region.offset + region.length > size:
         source.read(ref.key, region.offset, region.length)  # raises the reader's own error
+    src_fd = source.fd()  # type: ignore[attr-defined] # opened here, before a second thread could race to open it
     result: dict[str, Any] = {"crc": 0}
     stop = threading.Event()
     worker = None
@@ -312,7 +313,7 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
         worker = threading.Thread(target=checksum, name="ckpt-crc", daemon=True)
         worker.start()
     try:
-        done = _kernel_copy(source.fd(), out.fd, start + region.offset, region.length, on_bytes)  # type: ignore[attr-defined]
+        done = _kernel_copy(src_fd, out.fd, start + region.offset, region.length, on_bytes)
         if done < region.length:
             for piece in stream_region(ref, region.offset + done, region.length - done):
                 write_all(out.fd, piece)

@@ -636,7 +636,7 @@ def _run(unpickler: RestrictedUnpickler, where: str, path: str) -> UnpickleResul
         raise InputError(f"{where} is nested too deeply to read", path) from None
     except MemoryError:
         raise LimitExceeded(f"{where} asks for more memory than is available", path) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, LookupError,
             AttributeError, UnicodeDecodeError, OverflowError, struct_error()) as exc:
         # Any of these means the bytes are not a well-formed pickle of the
         # shapes we rebuild; the message names the file, never a traceback.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import sys
 import traceback
 from typing import Sequence
@@ -65,6 +66,15 @@ def _register(only: str | None = None) -> None:
                 cli.add_command(command)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """An error message as one printable line: names and bytes from a hostile file may hold
+    newlines or terminal escape sequences."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def _debugging() -> bool:
     return _DEBUG["on"] or os.environ.get("CKPT_DEBUG", "") not in ("", "0")
 
@@ -103,7 +113,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except CkptError as exc:
         if _debugging():
             traceback.print_exc()
-        click.echo(f"ckpt: error: {exc.message}", err=True)
+        click.echo(f"ckpt: error: {one_line(exc.message)}", err=True)
         return exc.exit_code
     except BrokenPipeError:
         return 0

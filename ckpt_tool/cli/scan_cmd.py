@@ -6,6 +6,7 @@ from typing import Any
 import click
 
 from ..render.common import dumps
+from . import one_line
 from .options import json_option, limit_options, limits_from, quiet_option
 
 
@@ -33,7 +34,7 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
     report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other)
     for f in report.files:
         for e in f.errors:
-            click.echo(f"ckpt: error: {e}", err=True)
+            click.echo(f"ckpt: error: {one_line(str(e))}", err=True)
     if as_json:
         click.echo(dumps(report.to_json()))
     else:

@@ -11,8 +11,9 @@ import os
 import re
 import shlex
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from .model import TensorMeta
 from .rules import KNOWN_PREFIXES, RuleSet, detect_prefixes
@@ -119,8 +120,7 @@ def _mapper(rules: RuleSet) -> Callable[[str], str]:
 
     def new_key(key: str) -> str:
         for p in strips:
-            if key.startswith(p):
-                key = key[len(p):]
+            key = key.removeprefix(p)
         key = add + key
         for pattern, repl in renames:
             out, n = pattern.subn(repl, key, count=1)

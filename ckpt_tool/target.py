@@ -15,8 +15,9 @@ import inspect
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import TargetError, UsageError
 from .model import TensorMeta

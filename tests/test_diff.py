@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 import torch
+from conftest import ROOT
+from models import Stack, TinyMLP, TinyMLPv2
 from safetensors.torch import save_file
 
 from ckpt_tool import diff
@@ -19,9 +21,6 @@ from ckpt_tool.diff import compare_tensors
 from ckpt_tool.infer import suggest
 from ckpt_tool.model import TensorMeta
 from ckpt_tool.render.common import fold_keys, fold_labeled
-
-from conftest import ROOT
-from models import Stack, TinyMLP, TinyMLPv2
 
 MODELS = str(ROOT / "fixtures" / "models.py")
 
@@ -66,7 +65,7 @@ def v1_v2(tmp_path):
 
 
 def test_v1_v2_target_matches_load_state_dict(v1_v2, run_cli):
-    a, _, v1, v2 = v1_v2
+    a = v1_v2[0]
     missing, unexpected, size = torch_load_report(TinyMLPv2(), torch.load(a, weights_only=True))
     r = run_cli("diff", str(a), "--target", f"{MODELS}:TinyMLPv2", "--json")
     assert r.code == 1, r
@@ -117,7 +116,7 @@ def test_scalar_from_one_element_vector_is_not_a_mismatch():
     """load_state_dict's backward compatibility: a [1] tensor loads into a 0-d parameter."""
     a = [TensorMeta("s", "float32", (1,)), TensorMeta("t", "float32", (2,))]
     b = [TensorMeta("s", "float32", ()), TensorMeta("t", "float32", ())]
-    missing, unexpected, shape, dtype = compare_tensors(a, b)
+    _, _, shape, _ = compare_tensors(a, b)
     assert [m.key for m in shape] == ["t"]
     model = torch.nn.Module()
     model.s = torch.nn.Parameter(torch.tensor(0.0))
@@ -381,7 +380,7 @@ def test_metadata_only_diff_does_not_import_torch(fixtures_dir):
         assert "torch" not in sys.modules, "torch was imported"
         sys.exit(10 + sum(c * 3 ** i for i, c in enumerate(codes)))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120, check=False)
     assert "torch was imported" not in r.stderr
     assert r.returncode == 10 + 0 + 1 * 3 + 1 * 9, r.stderr
 
@@ -534,7 +533,7 @@ def peak_rss_mib(code: str) -> float:
     """
     wrapper = code + ("\nhwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]"
                       "\nprint('PEAK', hwm.split()[1])\n")
-    r = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, cwd=str(ROOT), timeout=300)
+    r = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, cwd=str(ROOT), timeout=300, check=False)
     assert r.returncode == 0, r.stderr
     return int(r.stdout.split("PEAK")[-1]) / 1024
 

@@ -6,11 +6,10 @@ import textwrap
 
 import pytest
 import torch
+from models import TinyMLP
 
 from ckpt_tool.errors import TargetError, UsageError
 from ckpt_tool.target import build_target, parse_target_kwargs
-
-from models import TinyMLP
 
 MODELS = "fixtures/models.py"
 

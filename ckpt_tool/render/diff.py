@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+import math
+from collections.abc import Sequence
+from typing import Any
 
 from ..diff import DiffReport, ValueDiff
 from .common import fold_labeled, shape_str, simple_table
@@ -30,7 +32,7 @@ def _folded(items: Sequence[tuple[str, Any]], fmt: Any) -> list[str]:
 
 
 def _fmt_float(x: float) -> str:
-    return f"{x:.3g}" if x == x and x not in (float("inf"), float("-inf")) else str(x)
+    return f"{x:.3g}" if math.isfinite(x) else str(x)
 
 
 def _value_table(diffs: Sequence[ValueDiff]) -> str:

@@ -9,8 +9,9 @@ the meta device (target.py), which of course imports torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence, cast
+from typing import Any, cast
 
 from .errors import UsageError
 from .infer import Suggestion, shapes_compatible, suggest
@@ -458,7 +459,7 @@ def diff(
         suggestion = None
         if missing or unexpected or shape_mm:
             suggestion = suggest(ckpt_a.tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
-        meta = {"changed": [], "only_a": [], "only_b": []}
+        meta: dict[str, Any] = {"changed": [], "only_a": [], "only_b": []}
         if ckpt_b is not None:
             meta = metadata_diff(content_metadata(ckpt_a), content_metadata(ckpt_b))
         value_diffs: list[ValueDiff] = []

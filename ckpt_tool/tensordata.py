@@ -71,7 +71,7 @@ def iter_chunks(t: TensorMeta, elements: int) -> Iterator[torch.Tensor]:
     if t.numel == 0:
         return
     if not t.is_contiguous:
-        flat = _gather(t).reshape(-1)
+        flat = _gather(t).contiguous().reshape(-1)  # a view of a view can stay strided
         for start in range(0, t.numel, elements):
             yield flat[start:start + elements]
         return

@@ -322,6 +322,20 @@ def test_checkpoint_equals_itself_with_values(fixtures_dir, run_cli):
         assert r.code == 0, r
 
 
+def test_values_of_strided_views(tmp_path):
+    """Saved views (a transposed weight, a slice of a shared storage) compare by their elements."""
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    torch.save({"t": base.t(), "s": base[1:3, ::2]}, tmp_path / "views.pth")
+    save_file({"t": base.t().contiguous(), "s": base[1:3, ::2].contiguous()}, tmp_path / "dense.safetensors")
+    report = diff(str(tmp_path / "views.pth"), str(tmp_path / "dense.safetensors"), values=True, atol=0, rtol=0)
+    assert report.equal and len(report.values) == 2
+    other = base.t().contiguous()
+    other[5, 3] += 0.5
+    save_file({"t": other, "s": base[1:3, ::2].contiguous()}, tmp_path / "moved.safetensors")
+    report = diff(str(tmp_path / "views.pth"), str(tmp_path / "moved.safetensors"), values=True)
+    assert [(v.key, v.max_abs, v.mismatched) for v in report.value_mismatch] == [("t", 0.5, 1)]
+
+
 def test_values_across_formats(fixtures_dir, run_cli):
     r = run_cli("diff", str(fixtures_dir / "tiny_mlp.pth"), str(fixtures_dir / "tiny_mlp.safetensors"),
                 "--values", "--atol", "0", "--rtol", "0")
@@ -483,6 +497,7 @@ def assert_one_line_error(r, *needles):
     (["B_PLACEHOLDER", "--target", f"{MODELS}:TinyMLP"], ["exactly one"]),
     (["--target-kwargs", '{"a": 1}', "B_PLACEHOLDER"], ["--target-kwargs needs --target"]),
     (["B_PLACEHOLDER", "--values", "--atol", "-1"], ["non-negative"]),
+    (["--target", f"{MODELS}:TinyMLP", "--key-b", "model"], ["--key-b selects inside a second checkpoint"]),
 ])
 def test_bad_input_is_one_line_exit_2(fixtures_dir, run_cli, extra, needles):
     extra = [str(fixtures_dir / "tiny_mlp.pth") if x == "B_PLACEHOLDER" else x for x in extra]

@@ -67,6 +67,8 @@ def _module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth
     params = attrs.get("_parameters") or {}
     buffers = attrs.get("_buffers") or {}
     non_persistent = attrs.get("_non_persistent_buffers_set") or set()
+    if not isinstance(non_persistent, (set, frozenset, list, tuple)):
+        non_persistent = set()  # a corrupt file can put anything here
     if isinstance(params, Mapping):
         for name, value in params.items():
             if value is not None:

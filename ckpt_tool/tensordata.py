@@ -5,7 +5,8 @@ gathered with torch, imported only here and only then.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Generator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .model import TensorMeta
@@ -83,3 +84,178 @@ def iter_chunks(t: TensorMeta, elements: int) -> Iterator[torch.Tensor]:
         count = min(elements, t.numel - start)
         raw = bytearray(t.storage.source.read(t.storage.key, base + start * itemsize, count * itemsize))
         yield torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
+
+
+# ------------------------------------------------------------ raw byte scans
+#
+# The data paths of diff --values, gate and migrate spend their time here on
+# multi-GB files: reading at page-cache speed and deciding "equal and all
+# finite" without torch. torch.equal compares at ~1 GB/s and torch.isfinite
+# runs at ~0.4 GB/s on this machine, against ~14 GB/s for comparing bytes
+# and ~5 GB/s for the bit test below (NumPy, no torch import).
+
+RAW_CHUNK = 8 << 20  # bytes per read: large enough for full-speed preads, small next to any RAM
+
+
+def iter_raw(t: TensorMeta, chunk_bytes: int = RAW_CHUNK, buffer: bytearray | None = None) -> Iterator[Any]:
+    """The tensor's bytes in C order, at most ``chunk_bytes`` (whole elements) at a time.
+
+    A contiguous tensor costs one pread per chunk, the single copy out of the
+    page cache that ``cat`` also makes; a strided view is gathered whole first.
+    With ``buffer`` (at least ``chunk_bytes`` long) every chunk is read into
+    it and yielded as a memoryview that is valid until the next chunk:
+    no allocation per chunk.
+    """
+    if t.storage is None:
+        raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+    if t.numel == 0:
+        return
+    if not t.is_contiguous:
+        yield tensor_bytes(t)
+        return
+    itemsize = t.itemsize
+    step = max(itemsize, chunk_bytes - chunk_bytes % itemsize)
+    base = t.storage_offset * itemsize
+    total = t.nbytes
+    source, key = t.storage.source, t.storage.key
+    if buffer is None:
+        for offset in range(0, total, step):
+            yield source.read(key, base + offset, min(step, total - offset))
+        return
+    view = memoryview(buffer)
+    for offset in range(0, total, step):
+        chunk = view[:min(step, total - offset)]
+        source.read_into(key, base + offset, chunk)
+        yield chunk
+
+
+# dtype -> (unsigned NumPy code of the same width, mask without the sign bit, smallest non-finite
+# pattern under the mask): an IEEE-style value is NaN or Inf iff its exponent bits are all ones.
+_NONFINITE: dict[str, tuple[str, int, int]] = {
+    "float16": ("<u2", 0x7FFF, 0x7C00),
+    "bfloat16": ("<u2", 0x7FFF, 0x7F80),
+    "float32": ("<u4", 0x7FFF_FFFF, 0x7F80_0000),
+    "float64": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000),
+    "complex64": ("<u4", 0x7FFF_FFFF, 0x7F80_0000),  # real and imaginary parts are float32s
+    "complex128": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000),
+    "float8_e5m2": ("u1", 0x7F, 0x7C),
+    "float8_e4m3fn": ("u1", 0x7F, 0x7F),  # no Inf; NaN is S.1111.111
+}
+_FNUZ = frozenset(("float8_e4m3fnuz", "float8_e5m2fnuz"))  # no Inf; the one NaN is 0x80 ("-0")
+_BLOCK = 1 << 18  # bytes per NumPy step: the masked copy stays in cache
+
+
+def all_finite(raw: Any, dtype: str) -> bool | None:
+    """True if no element of ``raw`` (little-endian ``dtype`` values) is NaN or Inf.
+
+    None when ``dtype`` has no such test (integers, bool): callers count
+    those the slow way or skip them. Exact, bit-level, never converts values.
+    """
+    import numpy as np
+
+    if dtype in _FNUZ:
+        return not bool((np.frombuffer(raw, dtype="u1") == 0x80).any())
+    spec = _NONFINITE.get(dtype)
+    if spec is None:
+        return None
+    code, mask, first = spec
+    values = np.frombuffer(raw, dtype=code)
+    per_block = max(1, _BLOCK // values.itemsize)
+    scratch = np.empty(min(per_block, values.size), dtype=code)
+    for start in range(0, values.size, per_block):
+        block = values[start:start + per_block]
+        out = scratch[:block.size]
+        np.bitwise_and(block, mask, out=out)
+        if int(out.max()) >= first:
+            return False
+    return True
+
+
+def raw_reads(t: TensorMeta, chunk_bytes: int = RAW_CHUNK) -> list[tuple[TensorMeta, int, int]]:
+    """(tensor, byte offset into its data, length) per chunk of a contiguous tensor, for read_ahead."""
+    itemsize = t.itemsize
+    step = max(itemsize, chunk_bytes - chunk_bytes % itemsize)
+    total = t.nbytes
+    return [(t, offset, min(step, total - offset)) for offset in range(0, total, step)]
+
+
+def read_ahead(reads: Iterable[tuple[TensorMeta, int, int]], chunk_bytes: int = RAW_CHUNK,
+               group: int = 1) -> Generator[tuple[memoryview, ...], None, None]:
+    """The bytes of each (contiguous tensor, offset, length) read, read by a background thread.
+
+    Yields the chunks ``group`` at a time (a tuple of memoryviews: ``group=2``
+    for the two sides of a comparison), valid until the next tuple is asked
+    for. Reading (one copy out of the page cache, as ``cat`` makes) overlaps
+    whatever the caller does with the previous chunks: on two cores a bit
+    test or a comparison then costs little on top of reading. 2 x ``group``
+    + 1 buffers of ``chunk_bytes`` are reused: memory stays at a few chunks.
+    """
+    import queue
+    import threading
+
+    free: queue.Queue[bytearray] = queue.Queue()
+    for _ in range(2 * group + 1):
+        free.put(bytearray(chunk_bytes))
+    ready: queue.Queue[Any] = queue.Queue()
+    stop = threading.Event()
+    done = object()
+
+    def reader() -> None:
+        try:
+            for t, offset, length in reads:
+                buf = free.get()
+                if stop.is_set():
+                    return
+                if length > len(buf):
+                    buf = bytearray(length)
+                view = memoryview(buf)[:length]
+                if t.storage is None:
+                    raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+                t.storage.source.read_into(t.storage.key, t.storage_offset * t.itemsize + offset, view)
+                ready.put((buf, view))
+            ready.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            ready.put(exc)
+
+    thread = threading.Thread(target=reader, name="ckpt-read-ahead", daemon=True)
+    thread.start()
+    held: list[bytearray] = []
+    try:
+        while True:
+            for buf in held:
+                free.put(buf)  # asking for the next chunks means the caller is done with these
+            held = []
+            views = []
+            for _ in range(group):
+                item = ready.get()
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                held.append(item[0])
+                views.append(item[1])
+            yield tuple(views)
+    finally:
+        stop.set()
+        free.put(bytearray(0))  # wake the reader if it waits for a buffer
+        thread.join()
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    """Whether two buffers hold the same bytes, at memcmp speed.
+
+    ``memoryview == memoryview`` compares element by element (~0.15 GB/s
+    here); whole bytearrays compare with memcmp, and a slice is compared as
+    8-byte words with NumPy.
+    """
+    if len(a) != len(b):
+        return False
+    oa, ob = getattr(a, "obj", a), getattr(b, "obj", b)
+    if isinstance(oa, (bytes, bytearray)) and isinstance(ob, (bytes, bytearray)) and len(oa) == len(ob) == len(a):
+        return oa == ob
+    import numpy as np
+
+    x, y = np.frombuffer(a, dtype="u1"), np.frombuffer(b, dtype="u1")
+    words = len(x) - len(x) % 8
+    return bool(np.array_equal(x[:words].view("<u8"), y[:words].view("<u8"))) and bool(
+        np.array_equal(x[words:], y[words:]))

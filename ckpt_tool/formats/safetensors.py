@@ -8,7 +8,7 @@ from collections import OrderedDict
 from itertools import chain
 from math import prod
 from operator import itemgetter, mul, sub
-from typing import Any, Tuple
+from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
@@ -90,7 +90,7 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
 
 _KEY = itemgetter(2)
 _INT = {int}
-Entry = Tuple[int, int, str, dtypes.DType, Tuple[int, ...]]
+Entry = tuple[int, int, str, dtypes.DType, tuple[int, ...]]
 
 
 def _entries_fast(header: dict[str, Any], data_len: int, max_key: int) -> list[Entry] | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import platform
 import shutil
@@ -32,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-import generate  # noqa: E402  (benchmarks/generate.py, beside this file)
+import generate  # noqa: E402 - benchmarks/generate.py, importable once HERE is on the path
 
 PY = sys.executable
 MIB = 1 << 20
@@ -89,22 +88,33 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
+TIME = "/usr/bin/time"
+
+
 def run_once(cmd: Cmd, env: dict[str, str]) -> tuple[float, int, int, str]:
-    """(wall seconds, peak RSS bytes of this process, exit code, stderr tail)."""
+    """(wall seconds, peak RSS bytes of this process alone, exit code, stderr tail).
+
+    The peak comes from GNU time, which forks the command: a process started
+    straight from this one would inherit this process's own high-water mark
+    at exec (Linux keeps the larger of the two in ru_maxrss).
+    """
     for out in cmd.outputs:
         _remove(out)
-    with tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as rss_file:
+        argv = [TIME, "-o", rss_file.name, "-f", "%M", *cmd.argv] if os.path.exists(TIME) else cmd.argv
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=err, env=env, cwd=ROOT)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        code = os.waitstatus_to_exitcode(status)
         err.seek(0)
         tail = err.read()[-2000:].decode("utf-8", "replace")
+        lines = [ln for ln in rss_file.read().splitlines() if ln.strip().isdigit()]
+        peak_kib = int(lines[-1]) if lines else usage.ru_maxrss  # both in KiB on Linux
     for out in cmd.outputs:
         _remove(out)
-    return wall, usage.ru_maxrss * 1024, proc.returncode, tail  # ru_maxrss is KiB on Linux
+    return wall, peak_kib * 1024, code, tail
 
 
 def measure(group: Group, env: dict[str, str], log: Callable[[str], None]) -> None:
@@ -546,7 +556,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     load0 = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     log("generating inputs (reused when present)...")
-    inputs = generate.generate(args.data, args.quick)
+    # in a child process: this one stays small (see run_once) and never imports torch
+    subprocess.run([PY, os.path.join(HERE, "generate.py"), "--data", args.data] + (["--quick"] if args.quick else []),
+                   check=True, stdout=subprocess.DEVNULL)
+    names = ["small-200k", "lm-1g"] + ([] if args.quick else ["lm-4g"])
+    inputs = {n: os.path.join(args.data, n) for n in names}
     order = ["lm-1g", "lm-4g", "small-200k"]
     inputs = {k: inputs[k] for k in order if k in inputs}
     env = child_env()

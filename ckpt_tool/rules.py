@@ -59,11 +59,11 @@ class RuleSet:
     casts: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        try:
-            compiled = _compiled_renames(self.rename)
-        except re.error as exc:
-            raise UsageError(f"--rename {exc.pattern!r}: invalid regular expression ({exc})") from None
-        del compiled  # compiled once here so a bad pattern is a usage error, not a traceback
+        for pattern, _ in self.rename:
+            try:
+                re.compile(rf"\A(?:{pattern})\Z")  # the anchored form new_key uses
+            except re.error as exc:
+                raise UsageError(f"--rename {pattern!r}: invalid regular expression ({exc})") from None
         for name in [self.dtype] + [d for _, d in self.casts]:
             if name is not None and not dtypes.is_known(name):
                 raise UsageError(f"unknown dtype {name!r}")

@@ -144,12 +144,15 @@ def inspect(
     stats: bool = False,
     limits: Limits = DEFAULT_LIMITS,
     progress: Callable[[TensorMeta], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> InspectReport:
     """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true."""
     ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
     per_tensor = None
     if stats:
         per_tensor = {}
+        if on_start is not None:
+            on_start(len(ckpt.tensors))
         for t in ckpt.tensors:
             if t.storage is not None:
                 per_tensor[t.key] = compute_stats(t)

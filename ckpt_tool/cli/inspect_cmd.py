@@ -27,13 +27,17 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
     from ..inspect import inspect
     from ..render.inspect import render
 
-    bar = None
-    if stats and not quiet and not as_json and sys.stderr.isatty():
-        bar = click.progressbar(length=1, label="reading tensors", file=sys.stderr)
+    bars: list = []
+    show_bar = stats and not quiet and sys.stderr.isatty()
+
+    def start(n: int) -> None:
+        if show_bar:
+            bars.append(click.progressbar(length=n, label="reading tensors", file=sys.stderr))
+
     report = inspect(path, key=key, unsafe=unsafe, stats=stats, limits=limits_from(kwargs),
-                     progress=(lambda t: bar.update(1)) if bar else None)
-    if bar is not None:
-        bar.render_finish()
+                     on_start=start, progress=lambda t: bars[0].update(1) if bars else None)
+    if bars:
+        bars[0].render_finish()
     if as_json:
         click.echo(dumps(report.to_json()))
     else:

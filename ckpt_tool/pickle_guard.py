@@ -47,8 +47,8 @@ class NeedMore(Exception):
     """The bytes given so far end inside an opcode (streams read more and retry)."""
 
 
-@functools.lru_cache(maxsize=None)
-def _run_pattern(memo_bits: int) -> Callable[[Any, int], Any]:
+@functools.cache
+def _run_pattern(memo_bits: int) -> Callable[..., Any]:
     """A regex matching a maximal run of opcodes that need no check beyond their syntax.
 
     LONG_BINPUT is in the run only with an index below 2**memo_bits; counted

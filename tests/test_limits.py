@@ -14,9 +14,8 @@ import zipfile
 
 import pytest
 import torch
-from safetensors.torch import save_file
-
 from reliability_helpers import assert_one_line_error, problems, run_ckpt, run_main
+from safetensors.torch import save_file
 
 COMMANDS_WITH_LIMITS = ["inspect", "diff", "migrate", "gate", "scan"]
 LIMIT_OPTIONS = ["--max-header-bytes", "--max-pickle-bytes", "--max-tensors", "--max-key-length",
@@ -224,11 +223,13 @@ def test_pickle_frame_claims_2_40(tmp_path):
 def test_legacy_main_pickle_string_length_claims_2_62(tmp_path):
     # the legacy reader streams its pickles: the stream path is guarded too
     p = _write(tmp_path, "legacy", _sd(2))
-    data = bytearray(open(p, "rb").read())
+    with open(p, "rb") as f:
+        data = bytearray(f.read())
     at = data.find(b"X", 40)  # a BINUNICODE in the main pickle
     data[at: at + 5] = b"\x8d" + b"\x00\x00\x00\x00"  # becomes BINUNICODE8 ...
     data[at + 5: at + 5] = struct.pack("<Q", 1 << 62)[4:]  # ... claiming 2**62 bytes
-    open(p, "wb").write(bytes(data))
+    with open(p, "wb") as f:
+        f.write(bytes(data))
     r = run_main(["inspect", p])
     assert r.code == 2 and not problems(r) and "memory" not in r.err, r
 
@@ -332,9 +333,9 @@ def test_dcp_metadata_claims_a_huge_tensor(tmp_path, fixtures_dir):
     """A .metadata whose chunks claim 2**40 elements: refused before a tensor buffer is allocated."""
     import shutil
 
-    from ckpt_tool.formats.dcp import Chunk, DcpSource
     from ckpt_tool import dtypes
     from ckpt_tool.errors import InputError
+    from ckpt_tool.formats.dcp import Chunk, DcpSource
     from ckpt_tool.unpickle import DEFAULT_LIMITS
 
     folder = tmp_path / "dcp"

@@ -23,7 +23,7 @@ from .errors import CkptError, InputError
 from .formats.detect import LEGACY_MAGIC
 from .model import GlobalRef
 from .pickle_walk import BytesRef, Finding, Walk, walk
-from .unpickle import DEFAULT_LIMITS, Limits
+from .limits import DEFAULT_LIMITS, Limits
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file

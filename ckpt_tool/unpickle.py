@@ -488,18 +488,7 @@ def _torch_global(name: str) -> Any:
 # --------------------------------------------------------------------- unpickler
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Ceilings that keep a hostile file from exhausting memory (docs/reliability.md)."""
-
-    max_pickle_bytes: int = 1 << 30
-    max_tensors: int = 10_000_000
-    max_key_length: int = 65_536
-    max_header_bytes: int = 100_000_000
-    max_member_bytes: int = 1 << 31  # decompressed size of a deflated zip member
-
-
-DEFAULT_LIMITS = Limits()
+from .limits import DEFAULT_LIMITS, Limits  # noqa: E402 - defined in limits.py, importable from here as before
 
 
 @dataclass

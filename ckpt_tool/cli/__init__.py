@@ -9,7 +9,6 @@ import gc
 import os
 import re
 import sys
-import traceback
 from typing import Sequence
 
 import click
@@ -112,6 +111,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
     except CkptError as exc:
         if _debugging():
+            import traceback  # only here: an import on every run costs 2-3 ms
+
             traceback.print_exc()
         click.echo(f"ckpt: error: {one_line(exc.message)}", err=True)
         return exc.exit_code
@@ -119,6 +120,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     except Exception as exc:  # noqa: BLE001 - last line of defence: one line, never a traceback
         if _debugging():
+            import traceback  # only here: an import on every run costs 2-3 ms
+
             traceback.print_exc()
         text = str(exc).splitlines()[0] if str(exc) else ""
         click.echo(

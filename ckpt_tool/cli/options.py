@@ -18,7 +18,7 @@ quiet_option = click.option("-q", "--quiet", is_flag=True, help="Print less; no 
 
 def limit_options(f: F) -> F:
     """--max-* options that raise the reader's safety limits (docs/reliability.md)."""
-    from ..unpickle import DEFAULT_LIMITS
+    from ..limits import DEFAULT_LIMITS
 
     size = click.IntRange(min=1)
     opts = [
@@ -41,7 +41,7 @@ def limit_options(f: F) -> F:
 def limits_from(kwargs: dict[str, Any]) -> Any:
     from dataclasses import replace
 
-    from ..unpickle import DEFAULT_LIMITS
+    from ..limits import DEFAULT_LIMITS
 
     return replace(
         DEFAULT_LIMITS,

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 from ..errors import InputError
 from ..model import Checkpoint, TensorMeta
-from ..unpickle import DEFAULT_LIMITS, Limits
+from ..limits import DEFAULT_LIMITS, Limits
 from . import detect as _detect
 from .base import Loaded, ReadOptions
 

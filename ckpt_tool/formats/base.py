@@ -6,7 +6,7 @@ from typing import Any
 
 from ..model import GlobalRef
 from ..source import DataSource
-from ..unpickle import DEFAULT_LIMITS, Limits
+from ..limits import DEFAULT_LIMITS, Limits
 
 
 @dataclass

@@ -117,14 +117,15 @@ def simple_table(rows: list[list[str]], headers: list[str]) -> str:
     printable ASCII, as ckpt's tables hold) and hands anything else (wide
     characters, newlines, escape codes, non-string cells) to tabulate.
     """
-    columns = list(zip(*rows)) if rows else [() for _ in headers]
-    for col in columns:
-        joined = "".join(col) if all(type(c) is str for c in col) else None
+    columns: list[Any] = list(zip(*rows)) if rows else [() for _ in headers]
+    for i, col in enumerate(columns):
+        joined = "".join(col) if set(map(type, col)) <= {str} else None
         if joined is None or not joined.isascii() or not joined.isprintable():
             from tabulate import tabulate
 
             return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-    columns = [[c.strip() for c in col] if any(c != c.strip() for c in col) else col for col in columns]
+        if " " in joined:  # tabulate strips each cell (only spaces can be there: the text is printable)
+            columns[i] = list(map(str.strip, col))
     widths = [max(len(h) + 2, max(map(len, col), default=0)) for h, col in zip(headers, columns)]
     template = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [template.format(*headers).rstrip(), "  ".join("-" * w for w in widths)]

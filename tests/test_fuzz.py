@@ -167,3 +167,21 @@ def test_zip_member_name_holds_the_next_central_record(tmp_path):
     struct.pack_into("<H", data, at + 28, 0xFFFF)
     p.write_bytes(bytes(data))
     assert_one_line_error(run_main(["inspect", str(p)]), str(p))
+
+
+def test_dcp_chunk_zip_claims_a_newer_zip_version(tmp_path):
+    # found by the long fuzz run: zipfile raised NotImplementedError("zip file version 12.8") for a chunk
+    import shutil
+
+    folder = tmp_path / "dcp"
+    shutil.copytree(ROOT / "fixtures" / "dcp", folder)
+    shard = folder / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    at = data.find(b"PK\x01\x02")
+    while at >= 0:
+        data[at + 6] = 128  # every central record's "version needed to extract": 12.8
+        at = data.find(b"PK\x01\x02", at + 1)
+    shard.write_bytes(bytes(data))
+    r = run_main(["migrate", str(folder), "-o", str(tmp_path / "out.safetensors"), "--device", "cpu"])
+    assert_one_line_error(r, "not a readable zip archive")
+    assert not (tmp_path / "out.safetensors").exists()

@@ -63,7 +63,8 @@ class MemoryZip:
         try:
             zf = zipfile.ZipFile(io.BytesIO(blob))
             infos = zf.infolist()
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
+            # NotImplementedError: zipfile refuses records that claim a newer zip version
             raise InputError(f"{where} is not a readable zip archive: {exc}", path) from None
         self.members: dict[str, _MemberInfo] = {}
         self.duplicates: list[str] = []

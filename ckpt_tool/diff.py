@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from .errors import UsageError
 from .infer import Suggestion, shapes_compatible, suggest
-from .model import Checkpoint, TensorMeta
+from .model import Checkpoint, TensorMeta, json_safe
 from .unpickle import DEFAULT_LIMITS, Limits
 
 # Metadata a reader adds about the file's layout, not about its contents: not diffed.
@@ -202,14 +202,14 @@ def metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
         for level in levels:
             path = _dotted(level.path(output_format="list"))
             if kind in ("values_changed", "type_changes"):
-                changed.append({"path": path, "a": _safe(level.t1), "b": _safe(level.t2)})
+                changed.append({"path": path, "a": json_safe(level.t1), "b": json_safe(level.t2)})
             elif kind in ("dictionary_item_removed", "iterable_item_removed", "attribute_removed",
                           "set_item_removed"):
-                only_a.append({"path": path, "value": _safe(level.t1)})
+                only_a.append({"path": path, "value": json_safe(level.t1)})
             elif kind in ("dictionary_item_added", "iterable_item_added", "attribute_added", "set_item_added"):
-                only_b.append({"path": path, "value": _safe(level.t2)})
+                only_b.append({"path": path, "value": json_safe(level.t2)})
             else:  # repetition changes and the like: show both sides
-                changed.append({"path": path, "a": _safe(level.t1), "b": _safe(level.t2)})
+                changed.append({"path": path, "a": json_safe(level.t1), "b": json_safe(level.t2)})
     for items in (changed, only_a, only_b):
         items.sort(key=lambda x: x["path"])
         del items[_MAX_METADATA_ITEMS:]
@@ -232,10 +232,10 @@ def _flat_metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str,
     if not all(type(a[k]) in _SCALARS and type(b[k]) in _SCALARS for k in common):
         return None
     # a type change (1 vs 1.0, True vs 1) counts as a change, as in DeepDiff; so does NaN vs NaN
-    changed = [{"path": k, "a": _safe(a[k]), "b": _safe(b[k])} for k in common
+    changed = [{"path": k, "a": json_safe(a[k]), "b": json_safe(b[k])} for k in common
                if type(a[k]) is not type(b[k]) or a[k] != b[k]]
-    only_a = [{"path": k, "value": _safe(v)} for k, v in a.items() if k not in b]
-    only_b = [{"path": k, "value": _safe(v)} for k, v in b.items() if k not in a]
+    only_a = [{"path": k, "value": json_safe(v)} for k, v in a.items() if k not in b]
+    only_b = [{"path": k, "value": json_safe(v)} for k, v in b.items() if k not in a]
     for items in (changed, only_a, only_b):
         items.sort(key=lambda x: x["path"])
         del items[_MAX_METADATA_ITEMS:]
@@ -244,18 +244,6 @@ def _flat_metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str,
 
 def _dotted(parts: Sequence[Any]) -> str:
     return ".".join(str(p) for p in parts) or "<root>"
-
-
-def _safe(obj: Any) -> Any:
-    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
-        return str(obj)
-    if isinstance(obj, Mapping):
-        return {str(k): _safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_safe(v) for v in obj]
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return str(obj)
 
 
 def content_metadata(ckpt: Checkpoint) -> dict[str, Any]:

@@ -1,7 +1,6 @@
 """``ckpt inspect``: what is in a checkpoint, from metadata alone (stats on request)."""
 from __future__ import annotations
 
-import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -9,7 +8,7 @@ from typing import Any, Callable, Iterable
 
 from . import rules
 from .formats import load
-from .model import Checkpoint, TensorMeta
+from .model import Checkpoint, TensorMeta, json_safe
 from .unpickle import DEFAULT_LIMITS, Limits
 
 
@@ -66,7 +65,7 @@ class InspectReport:
             "file_bytes": self.file_bytes,
             "dtypes": self.dtype_counts,
             "metadata_keys": sorted(str(k) for k in c.metadata),
-            "metadata": _json_safe(dict(c.metadata)),
+            "metadata": json_safe(dict(c.metadata)),
             "prefixes": list(self.prefixes),
             "references": [
                 {"module": r.module, "name": r.name, "severity": r.severity, "where": r.where}
@@ -75,17 +74,6 @@ class InspectReport:
             "warnings": list(self.warnings),
         }
 
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return str(obj)
 
 
 def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from . import security
 from .blob import Blob
 from .errors import InputError, LimitExceeded
+from .formats.ziparchive import zip64_extra as _zip64_extra
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -108,21 +109,6 @@ def _parse_directory(blob: Blob, data: bytes, count: int, concat: int) -> list[E
     if len(entries) < min(count, 1):
         raise CorruptZip("corrupt zip: the central directory lists no readable entry")
     return entries
-
-
-def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, int, int]:
-    pos = 0
-    while pos + 4 <= len(extra):
-        tag, size = struct.unpack_from("<HH", extra, pos)
-        if tag == 0x0001:
-            body = extra[pos + 4 : pos + 4 + size]
-            vals = iter(struct.unpack_from("<Q", body, i)[0] for i in range(0, len(body) - 7, 8))
-            usize = next(vals, usize) if usize == 0xFFFFFFFF else usize
-            csize = next(vals, csize) if csize == 0xFFFFFFFF else csize
-            hoff = next(vals, hoff) if hoff == 0xFFFFFFFF else hoff
-            break
-        pos += 4 + size
-    return usize, csize, hoff
 
 
 def sweep_local_headers(blob: Blob) -> list[Entry]:

@@ -159,3 +159,19 @@ class MemorySource(DataSource):
         if offset + length > len(data):
             raise InputError(f"storage {key!r} is shorter than its tensor", self.path)
         return bytes(data[offset : offset + length])
+
+
+def read_pickle_file(path: str, limit: int, what: str) -> bytes:
+    """A whole (pickle) file, refused before reading when it is over ``limit`` bytes."""
+    from .errors import LimitExceeded
+
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise LimitExceeded(
+                f"{what} is {size} bytes, over the pickle limit of {limit} (raise it with --max-pickle-bytes)", path
+            )
+        return pread_exact(fd, size, 0, path)
+    finally:
+        os.close(fd)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import dtypes
-from ..errors import InputError, LimitExceeded
+from ..errors import InputError
 from ..model import StorageRef, TensorMeta, contiguous_strides
-from ..source import DataSource, open_regular, pread_exact
+from ..source import DataSource, open_regular, pread_exact, read_pickle_file
 from ..unpickle import DTypeRef, Limits, Placeholder, restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import DCP
@@ -43,17 +43,7 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     explicit = not os.path.isdir(path)
     folder = os.path.dirname(os.path.abspath(path)) if explicit else path
     meta_path = path if explicit else os.path.join(path, METADATA)
-    fd = open_regular(meta_path)
-    try:
-        size = os.fstat(fd).st_size
-        if size > options.limits.max_pickle_bytes:
-            raise LimitExceeded(
-                f".metadata is {size} bytes, over the pickle limit of {options.limits.max_pickle_bytes} "
-                "(raise it with --max-pickle-bytes)", meta_path
-            )
-        data = pread_exact(fd, size, 0, meta_path)
-    finally:
-        os.close(fd)
+    data = read_pickle_file(meta_path, options.limits.max_pickle_bytes, ".metadata")
     if not data:
         raise InputError("empty .metadata file (the save did not finish?)", meta_path)
     result = restricted_loads(data, where=".metadata", path=meta_path, limits=options.limits)

@@ -12,11 +12,10 @@ from __future__ import annotations
 import io
 import os
 
-from ..errors import LimitExceeded
-from ..source import open_regular, pread_exact
+from ..model import GlobalRef
+from ..source import read_pickle_file
 from ..unpickle import restricted_load_stream
 from .base import Loaded, ReadOptions
-from ..model import GlobalRef
 from .detect import DILL, PICKLE
 
 DILL_MODULES = ("dill._dill", "dill.dill", "dill")
@@ -24,18 +23,8 @@ DILL_MODULES = ("dill._dill", "dill.dill", "dill")
 
 def read_pickle(path: str, options: ReadOptions) -> Loaded:
     """A pickle or dill file as a container tree (format "dill" when dill's globals appear)."""
-    fd = open_regular(path)
-    try:
-        size = os.fstat(fd).st_size
-        if size > options.limits.max_pickle_bytes:
-            raise LimitExceeded(
-                f"pickle file is {size} bytes, over the pickle limit of {options.limits.max_pickle_bytes} "
-                "(raise it with --max-pickle-bytes)",
-                path,
-            )
-        data = pread_exact(fd, size, 0, path)
-    finally:
-        os.close(fd)
+    data = read_pickle_file(path, options.limits.max_pickle_bytes, "pickle file")
+    size = len(data)
     stream = io.BytesIO(data)
     result = restricted_load_stream(stream, where=os.path.basename(path) or "pickle", path=path,
                                     limits=options.limits)

@@ -96,7 +96,7 @@ class ZipArchive:
             name_bytes = data[pos + 46 : pos + 46 + nlen]
             if csize == 0xFFFFFFFF or usize == 0xFFFFFFFF or hoff == 0xFFFFFFFF:
                 extra = data[pos + 46 + nlen : pos + 46 + nlen + xlen]
-                usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff)
+                usize, csize, hoff = zip64_extra(extra, usize, csize, hoff)
             pos += 46 + nlen + xlen + clen
             name = name_bytes.decode("utf-8", "replace")
             if hoff + 30 > file_size or hoff + csize > file_size:
@@ -189,7 +189,8 @@ class ZipArchive:
         raise InputError(f"archive member {name!r} uses unsupported compression {m.method}", self.path)
 
 
-def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, int, int]:
+def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, int, int]:
+    """Sizes and offset from a zip64 extra field, for the fields the entry marked 0xFFFFFFFF."""
     pos = 0
     while pos + 4 <= len(extra):
         tag, size = struct.unpack_from("<HH", extra, pos)

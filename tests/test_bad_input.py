@@ -143,3 +143,16 @@ def test_debug_shows_traceback(run_cli, tmp_path):
     r = run_cli("--debug", "inspect", str(p))
     assert r.code == 2
     assert "Traceback" in r.err
+
+
+def test_zip_with_wrong_classic_directory_offset_reads_like_torch(run_cli, tmp_path, fixtures_dir):
+    # torch reads the zip64 end record; a wrong classic record must not hide the archive
+    raw = bytearray((fixtures_dir / "tiny_mlp.pth").read_bytes())
+    eocd = bytes(raw).rfind(b"PK\x05\x06")
+    struct.pack_into("<L", raw, eocd + 16, 0)
+    p = tmp_path / "odd.pth"
+    p.write_bytes(bytes(raw))
+    assert len(torch.load(p, weights_only=True)) == 7
+    r = run_cli("inspect", str(p))
+    assert r.code == 0, r
+    assert "encoder.weight" in r.out

@@ -73,7 +73,10 @@ class ZipArchive:
         if len(tail) - pos < 22:
             raise InputError("corrupt zip archive: end-of-archive record is cut short", self.path)
         (_, _, _, _, count, cd_size, cd_offset, _) = struct.unpack_from("<4s4H2LH", tail, pos)
-        if count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
+        has_zip64 = pos >= 20 and tail[pos - 20 : pos - 16] == _EOCD64_LOC
+        if has_zip64 or count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
+            # torch (miniz) writes a zip64 record into every archive and trusts it
+            # over the classic one: read the directory where torch reads it.
             count, cd_size, cd_offset = self._zip64_directory(eocd_at)
         if cd_offset + cd_size > self.file_size or cd_offset < 0:
             raise InputError(

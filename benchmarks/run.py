@@ -105,7 +105,12 @@ def run_once(cmd: Cmd, env: dict[str, str]) -> tuple[float, int, int, str]:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=err, env=env, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()  # interrupted: leave no command running behind us
+            proc.wait()
+            raise
         wall = time.perf_counter() - start
         code = os.waitstatus_to_exitcode(status)
         err.seek(0)

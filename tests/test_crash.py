@@ -215,9 +215,9 @@ def test_ctrl_c_at_random_moments_of_a_larger_migration(tmp_path):
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=120)
-        # 130: ckpt handled it; -SIGINT with nothing printed: it arrived while the interpreter was
-        # shutting down after the work was done (Python restores the default handler there)
-        assert p.returncode in (0, 130) or (p.returncode == -signal.SIGINT and not err), (delay, p.returncode, err)
+        # 130: interrupted and cleaned up; 0: it landed after the work was done (then ckpt ignores it,
+        # so the interpreter's shutdown prints no "Exception ignored ... KeyboardInterrupt" traceback)
+        assert p.returncode in (0, 130), (delay, p.returncode, err)
         assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
         assert sha256(src) == src_hash
         assert not temporaries(tmp_path), (delay, temporaries(tmp_path))

@@ -142,7 +142,7 @@ _NONFINITE: dict[str, tuple[str, int, int]] = {
     "float8_e4m3fn": ("u1", 0x7F, 0x7F),  # no Inf; NaN is S.1111.111
 }
 _FNUZ = frozenset(("float8_e4m3fnuz", "float8_e5m2fnuz"))  # no Inf; the one NaN is 0x80 ("-0")
-_BLOCK = 1 << 18  # bytes per NumPy step: the masked copy stays in cache
+_BLOCK = 1 << 19  # bytes per NumPy step: the masked copy stays in cache
 
 
 def all_finite(raw: Any, dtype: str) -> bool | None:

@@ -122,8 +122,8 @@ def run_once(cmd: Cmd, env: dict[str, str]) -> tuple[float, int, int, str]:
     return wall, peak_kib * 1024, code, tail
 
 
-SLOW = 8.0  # seconds: a command this slow counts its warm-up run and runs at most SLOW_RUNS times
-SLOW_RUNS = 3
+SLOW = 8.0  # seconds: a command this slow counts its warm-up run and runs at most slow_runs times
+SETTINGS = {"slow_runs": 3, "quick": False}  # --quick: slow commands run once, the slowest baselines are left out
 
 
 def measure(group: Group, env: dict[str, str], log: Callable[[str], None]) -> None:
@@ -139,8 +139,8 @@ def measure(group: Group, env: dict[str, str], log: Callable[[str], None]) -> No
                 res.error = f"exit {code}: " + (tail.strip().splitlines() or [""])[-1][:300]
                 log(f"  {c.label}: FAILED ({res.error})")
                 continue
-            if wall > SLOW and c.runs > SLOW_RUNS:
-                c.runs = SLOW_RUNS  # a baseline that takes a minute: three runs keep the whole run under 30 min
+            if wall > SLOW and c.runs > SETTINGS["slow_runs"]:
+                c.runs = SETTINGS["slow_runs"]  # a baseline that takes a minute: few runs keep the run short
             if rnd == 0 and c.warmup and wall <= SLOW:
                 continue  # the warm-up round is not counted (a slow command is its own warm-up)
             res.walls.append(wall)
@@ -302,9 +302,10 @@ def plan(inputs: dict[str, str], work: str, have_cmds: set[str], runs: int, data
                                 ckpt("migrate", pth, "-o", out_sh, "--to", "safetensors", "--max-shard-size", "1GB",
                                      "--strip-prefix", strip, "-q"),
                                 runs=data_runs, outputs=[out_sh], read_bytes=size))
-        cmds.append(Cmd("python: torch.load + save_file + load_file + torch.equal",
-                        base("naive-migrate", pth, out_st + ".naive", strip), baseline=True,
-                        runs=data_runs, warmup=False, outputs=[out_st + ".naive"], read_bytes=size))
+        if is_lm or not SETTINGS["quick"]:  # a minute on 200,000 tensors
+            cmds.append(Cmd("python: torch.load + save_file + load_file + torch.equal",
+                            base("naive-migrate", pth, out_st + ".naive", strip), baseline=True,
+                            runs=data_runs, warmup=False, outputs=[out_st + ".naive"], read_bytes=size))
         groups.append(Group(f"{name}/migrate", f"{name}: migrate .pth -> safetensors, verified", cmds))
 
         # scan
@@ -315,7 +316,7 @@ def plan(inputs: dict[str, str], work: str, have_cmds: set[str], runs: int, data
             if have("picklescan"):
                 cmds.append(Cmd("picklescan -p .pth", ["picklescan", "-p", pth], baseline=True, runs=runs,
                                 ok_codes=(0, 1)))
-            if have_module("fickling"):
+            if have_module("fickling") and (is_lm or not SETTINGS["quick"]):
                 # fickling takes minutes on 200,000 tensors: one run there
                 cmds.append(Cmd("python: fickling check_safety .pth", base("fickling-scan", pth), baseline=True,
                                 runs=runs if is_lm else 1, warmup=is_lm))
@@ -560,13 +561,25 @@ def child_env() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Benchmark ckpt against the baselines (issue 7).")
     ap.add_argument("--quick", action="store_true", help="1 GiB and 200k-tensor inputs only (a few minutes)")
-    ap.add_argument("--runs", type=int, default=5, help="counted runs of each metadata command (default 5)")
-    ap.add_argument("--data-runs", type=int, default=3, help="counted runs of each data command (default 3)")
+    ap.add_argument("--runs", type=int, default=None,
+                    help="counted runs of each metadata command (default 5; --quick: 3)")
+    ap.add_argument("--data-runs", type=int, default=None,
+                    help="counted runs of each data command (default 3; --quick: 2)")
     ap.add_argument("--data", default=generate.DEFAULT_DATA, help="inputs folder (default benchmarks/data)")
     ap.add_argument("--only", default="", help="run only groups whose key contains this (e.g. small-200k/inspect)")
-    ap.add_argument("--output", default=os.path.join(HERE, "RESULTS.md"), help="where to write the results")
+    ap.add_argument("--output", default=None,
+                    help="where to write the results (default benchmarks/RESULTS.md; --quick: "
+                         "benchmarks/data/RESULTS-quick.md, so a quick run never replaces the full figures)")
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile of commands that miss a goal")
     args = ap.parse_args(argv)
+    if args.quick:
+        SETTINGS.update(slow_runs=1, quick=True)
+    if args.output is None:
+        args.output = os.path.join(args.data, "RESULTS-quick.md") if args.quick else os.path.join(HERE, "RESULTS.md")
+    if args.runs is None:
+        args.runs = 3 if args.quick else 5
+    if args.data_runs is None:
+        args.data_runs = 2 if args.quick else 3
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -141,11 +141,14 @@ def inspect(
         per_tensor = {}
         if on_start is not None:
             on_start(len(ckpt.tensors))
-        for t in ckpt.tensors:
-            if t.storage is not None:
-                per_tensor[t.key] = compute_stats(t)
-            if progress is not None:
-                progress(t)
+        try:
+            for t in ckpt.tensors:
+                if t.storage is not None:
+                    per_tensor[t.key] = compute_stats(t)
+                if progress is not None:
+                    progress(t)
+        finally:
+            ckpt.close()  # the files reading opened; reading again reopens them
     p = os.fspath(path)
     size = _path_bytes(p)
     return InspectReport(

@@ -77,7 +77,12 @@ def load(
         raise InputError("no such file or folder", p)
     with gc_paused():
         loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe))
-        return build(loaded, p, key, limits)
+        try:
+            return build(loaded, p, key, limits)
+        except BaseException:
+            for source in loaded.sources:  # a long-running caller must not leak a descriptor per bad file
+                source.close()
+            raise
 
 
 @contextlib.contextmanager

@@ -48,7 +48,11 @@ class ZipArchive:
         self.members: dict[str, Member] = {}
         self.duplicates: list[str] = []
         self._data_offsets: dict[str, int] = {}
-        self._read_central_directory()
+        try:
+            self._read_central_directory()
+        except BaseException:
+            self.close()  # a corrupt archive must not leak its descriptor (long-running callers)
+            raise
 
     @property
     def fd(self) -> int:

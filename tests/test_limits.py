@@ -353,3 +353,12 @@ def test_many_limits_from_a_subprocess_stay_one_line(tmp_path):
     p = _pickle_file(tmp_path, b"\x80\x02N" + b"r" + struct.pack("<I", 0xFFFFFFF0) + b".")
     r = run_ckpt(["inspect", p], timeout=120)
     assert_one_line_error(r, "memo index")
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 4])
+def test_pickle_guard_accepts_a_pickle_with_200000_memo_entries(protocol):
+    """Legitimate memo indices past 65,536 (LONG_BINPUT, PUT) are in proportion and accepted."""
+    from ckpt_tool import pickle_guard
+
+    data = pickle.dumps([f"k{i}" for i in range(200_000)], protocol=protocol)
+    assert pickle_guard.check_bytes(data, where="p", path="p") == len(data)

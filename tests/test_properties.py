@@ -345,3 +345,32 @@ def test_migrate_dtype_casts_floating_tensors_exactly_as_torch_does(tmp_path_fac
     assert report.written and report.ok
     want = {k: (t.to(getattr(torch, target)) if t.is_floating_point() else t) for k, t in sd.items()}
     assert_ckpt_reads(want, str(d / out))
+
+
+# ------------------------------------------------ the pickle pre-check accepts real pickles
+
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=-(2 ** 200), max_value=2 ** 200)
+    | st.floats(allow_nan=False) | st.text(max_size=300) | st.binary(max_size=300),
+    lambda inner: st.lists(inner, max_size=6) | st.tuples(inner, inner) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                          max_size=6)
+    | st.frozensets(st.integers(), max_size=4) | st.sets(st.text(max_size=4), max_size=4),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=max(200, EXAMPLES * 10), deadline=None, derandomize=EXAMPLES <= 50)
+@given(obj=_plain, protocol=st.integers(0, 5), shared=st.booleans())
+def test_pickle_guard_accepts_every_pickle_python_writes(obj, protocol, shared):
+    """The opcode pre-check never refuses what pickle itself writes (memo puts, frames, long strings)."""
+    import io
+    import pickle
+
+    from ckpt_tool import pickle_guard
+
+    value = [obj, obj, [obj]] if shared else obj  # shared references: memo gets
+    data = pickle.dumps(value, protocol=protocol)
+    assert pickle_guard.check_bytes(data, where="p", path="p") == len(data)
+    stream = io.BytesIO(data + b"trailing bytes")
+    assert pickle_guard.read_one(stream, where="p", path="p", max_bytes=1 << 30) == data
+    assert stream.tell() == len(data)

@@ -193,7 +193,7 @@ def test_bad_files_and_stats_do_not_leak_file_descriptors(tmp_path):
     # descriptor, a located-but-invalid checkpoint's sources, inspect --stats's open files)
     fixtures = ROOT / "fixtures"
     rng = random.Random("fd-leak")
-    count = lambda: len(list(Path("/proc/self/fd").iterdir()))  # noqa: E731
+    count = lambda: len(list(Path("/proc/self/fd").iterdir()))
     for seed in ["torch-zip", "torch-zip-whole-model", "legacy", "safetensors", "sharded-bin"]:
         target, inner, original = engine.prepare(seed, fixtures, tmp_path)
         run_main(["inspect", "--stats", str(target)])  # warm up: imports may open files once

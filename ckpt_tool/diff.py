@@ -272,6 +272,7 @@ def compare_values(
     skipped: list[str] = []
     later: list[int] = []  # indices into results: pairs compared value by value, with torch, at the end
     slots: dict[int, tuple[TensorMeta, TensorMeta]] = {}
+    started = False  # torch is being imported in the background
     # Pairs of one dtype and shape are first compared byte for byte while a
     # background thread reads ahead: an identical, all-finite pair (most of a
     # near-identical checkpoint) costs a memcmp and a bit test, no torch. The
@@ -295,14 +296,16 @@ def compare_values(
                     if progress is not None:
                         progress(ta.key)
                     continue
-            if not later:
+            if not started and not _numpy_comparable(ta, tb):
+                started = True
                 _import_torch_in_background()
             later.append(len(results))
             results.append(None)
             slots[len(results) - 1] = (ta, tb)
         for i in later:
             ta, tb = slots[i]
-            results[i] = compare_pair(ta, tb, atol=atol, rtol=rtol, _threads=restore)
+            quick_diff = _numpy_pair(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
+            results[i] = quick_diff or compare_pair(ta, tb, atol=atol, rtol=rtol, _threads=restore)
             if progress is not None:
                 progress(ta.key)
     finally:
@@ -312,6 +315,52 @@ def compare_values(
 
             torch.set_num_threads(restore[0])
     return [r for r in results if r is not None], skipped
+
+
+_NUMPY_FLOATS = {"float16": "<f2", "float32": "<f4", "float64": "<f8"}
+
+
+def _numpy_comparable(ta: TensorMeta, tb: TensorMeta) -> bool:
+    """Both sides are floats NumPy holds natively, stored contiguously: _numpy_pair can try them."""
+    return (ta.dtype in _NUMPY_FLOATS and tb.dtype in _NUMPY_FLOATS and ta.numel == tb.numel
+            and ta.is_contiguous and tb.is_contiguous)
+
+
+def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> ValueDiff | None:
+    """compare_pair's result for finite float16/32/64 values, computed with NumPy (no torch import).
+
+    The same operations in the same dtype (_compare_dtype) as compare_pair's
+    finite path, so the figures are identical. None as soon as a chunk holds
+    a NaN or Inf (or a difference overflows): compare_pair then handles the
+    pair, with its equal_nan and Inf rules.
+    """
+    import numpy as np
+
+    from .tensordata import all_finite, iter_raw, same_bytes
+
+    cd = _compare_dtype(ta.dtype, tb.dtype)
+    ct = np.dtype(_NUMPY_FLOATS[cd])
+    fa, fb = np.dtype(_NUMPY_FLOATS[ta.dtype]), np.dtype(_NUMPY_FLOATS[tb.dtype])
+    acc = _Acc()
+    chunks = zip(iter_raw(ta, _CHUNK * fa.itemsize), iter_raw(tb, _CHUNK * fb.itemsize))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for ra, rb in chunks:
+            if ta.dtype == tb.dtype and same_bytes(ra, rb):
+                if not all_finite(ra, ta.dtype):
+                    return None
+                continue
+            xa = np.frombuffer(ra, dtype=fa).astype(ct)
+            yb = np.frombuffer(rb, dtype=fb).astype(ct)
+            ad = np.abs(xa - yb)
+            top = float(ad.max()) if ad.size else 0.0
+            if not math.isfinite(top):
+                return None
+            acc.max_abs = max(acc.max_abs, top)
+            ref = np.abs(yb)
+            acc.bad += int(np.count_nonzero(ad > ref * ct.type(rtol) + ct.type(atol)))
+            rel = np.nan_to_num(ad / ref, nan=0.0, posinf=math.inf)  # 0/0: equal; x/0: inf
+            acc.max_rel = max(acc.max_rel, float(rel.max()) if rel.size else 0.0)
+    return ValueDiff(ta.key, acc.max_abs, acc.max_rel, 0, 0, 0, 0, acc.bad == 0, acc.bad, ta.numel, cd)
 
 
 def _import_torch_in_background() -> None:

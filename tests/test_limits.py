@@ -362,3 +362,18 @@ def test_pickle_guard_accepts_a_pickle_with_200000_memo_entries(protocol):
 
     data = pickle.dumps([f"k{i}" for i in range(200_000)], protocol=protocol)
     assert pickle_guard.check_bytes(data, where="p", path="p") == len(data)
+
+
+def test_metadata_nested_900_deep_to_a_torch_output(tmp_path):
+    # a pickle's metadata nested 900 lists deep: the pure-Python pickler that writes data.pkl
+    # ran out of stack ("unexpected RecursionError"); now one clear error and nothing written
+    import numpy as np
+
+    arr = pickle.dumps(np.zeros(2, dtype=np.float32), protocol=2)[2:-1]
+    deep = b"]" * 900 + b"a" * 899
+    p = _pickle_file(tmp_path, b"\x80\x02}" + b"X\x01\x00\x00\x00w" + arr + b"s"
+                     + b"X\x04\x00\x00\x00meta" + deep + b"s.")
+    out = tmp_path / "out.pth"
+    assert_one_line_error(run_main(["migrate", p, "-o", str(out), "--device", "cpu"]), "nested too deeply")
+    assert not out.exists() and not [n for n in os.listdir(tmp_path) if ".ckpt-tmp-" in n]
+    assert run_main(["migrate", p, "-o", str(tmp_path / "out.safetensors"), "--device", "cpu"]).code == 0

@@ -145,7 +145,11 @@ def pickle_root(root: Any) -> tuple[bytes, StorageTable]:
     """``data.pkl`` for ``root`` and the storages it names (raises before anything is written)."""
     table = StorageTable()
     buf = io.BytesIO()
-    TorchPickler(buf, table).dump(root)
+    try:
+        TorchPickler(buf, table).dump(root)
+    except RecursionError:
+        raise InputError("the metadata is nested too deeply to write back into a torch file; pass "
+                         "--state-dict-only to write the weights alone, or write a .safetensors") from None
     return buf.getvalue(), table
 
 

@@ -25,7 +25,7 @@ CHECKS = ("loads_safely", "matches_target", "no_nan_inf", "dtype_policy", "file_
 # dtypes nobody is surprised by; anything else is a warning (--strict fails on it)
 USUAL_DTYPES = frozenset(["float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
                           "uint8", "bool"])
-_CHUNK = 8 << 20  # bytes of a contiguous tensor checked for NaN/Inf at a time
+_CHUNK = 4 << 20  # bytes of a contiguous tensor checked for NaN/Inf at a time (tensordata.RAW_CHUNK)
 
 
 @dataclass(frozen=True)

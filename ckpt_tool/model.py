@@ -97,18 +97,23 @@ class TensorMeta:
     ) -> None:
         # Hand-written: a frozen dataclass's generated __init__ costs 2x more,
         # and readers build one TensorMeta per tensor (200,000 in some files).
-        d = self.__dict__
-        d.update(key=key, dtype=dtype, shape=shape, stride=stride,
-                 storage_offset=storage_offset, storage=storage, device=device)
         dt = dtypes.BY_NAME.get(dtype)
         if dt is not None and type(shape) is tuple:
-            # numel/itemsize/nbytes up front: every command asks for them, and filling
-            # the cache here costs less than three cached-descriptor calls later
+            # numel/itemsize/nbytes/storage_id up front, in the same update: every command
+            # asks for them, and this costs less than four cached-descriptor calls later
             try:
                 numel = prod(shape)
             except TypeError:
-                return  # not a shape of numbers: left to the properties (and their errors)
-            d.update(numel=numel, itemsize=dt.itemsize, nbytes=numel * dt.itemsize)
+                numel = None  # not a shape of numbers: left to the properties (and their errors)
+            if numel is not None:
+                self.__dict__.update(
+                    key=key, dtype=dtype, shape=shape, stride=stride, storage_offset=storage_offset,
+                    storage=storage, device=device, numel=numel, itemsize=dt.itemsize, nbytes=numel * dt.itemsize,
+                    storage_id=None if storage is None else (id(storage.source), storage.key),
+                )
+                return
+        self.__dict__.update(key=key, dtype=dtype, shape=shape, stride=stride,
+                             storage_offset=storage_offset, storage=storage, device=device)
 
     # Derived values are cached on first use: renderers and checks ask for
     # them several times per tensor.

@@ -386,10 +386,18 @@ def _identical_and_finite(pairs: list[tuple[TensorMeta, TensorMeta]]) -> Generat
     """
     from .tensordata import all_finite, raw_reads, read_ahead, same_bytes
 
-    plans = [list(zip(raw_reads(ta), raw_reads(tb))) for ta, tb in pairs]
+    # Small pairs (200,000 of them in some files) are read here and bit-tested in
+    # batches: a queue hand-off and a NumPy call per pair would cost more than the bytes.
+    small = _small_verdicts([p for p in pairs if p[0].nbytes < _SMALL_PAIR])
+    plans = [list(zip(raw_reads(ta), raw_reads(tb))) for ta, tb in pairs if ta.nbytes >= _SMALL_PAIR]
     chunks = read_ahead((r for plan in plans for ab in plan for r in ab), group=2)
+    large = iter(plans)
     try:
-        for (ta, _), plan in zip(pairs, plans):
+        for ta, tb in pairs:
+            if ta.nbytes < _SMALL_PAIR:
+                yield small[id(ta), id(tb)]
+                continue
+            plan = next(large)
             ok = True
             for _ in plan:
                 a, b = next(chunks)
@@ -397,6 +405,40 @@ def _identical_and_finite(pairs: list[tuple[TensorMeta, TensorMeta]]) -> Generat
             yield ok
     finally:
         chunks.close()
+
+
+_SMALL_PAIR = 256 << 10  # bytes: pairs of smaller tensors are tested in batches, without the reader thread
+
+
+def _small_verdicts(pairs: list[tuple[TensorMeta, TensorMeta]]) -> dict[tuple[int, int], bool]:
+    """_identical_and_finite's verdict per (id(a), id(b)) for small pairs: bytes compared, NaN/Inf tested per batch."""
+    from .tensordata import RAW_CHUNK, all_finite, tensor_bytes
+
+    out: dict[tuple[int, int], bool] = {}
+    pending: dict[str, list[tuple[tuple[int, int], bytes]]] = {}  # dtype -> identical pairs awaiting the bit test
+    sizes: dict[str, int] = {}
+
+    def flush(dtype: str) -> None:
+        batch = pending.pop(dtype, [])
+        sizes.pop(dtype, None)
+        if batch and all_finite(b"".join(raw for _, raw in batch), dtype) is not False:
+            out.update((key, True) for key, _ in batch)
+        else:
+            out.update((key, all_finite(raw, dtype) is not False) for key, raw in batch)
+
+    for ta, tb in pairs:
+        raw = tensor_bytes(ta)
+        key = (id(ta), id(tb))
+        if raw != tensor_bytes(tb):
+            out[key] = False
+            continue
+        pending.setdefault(ta.dtype, []).append((key, raw))
+        sizes[ta.dtype] = sizes.get(ta.dtype, 0) + len(raw)
+        if sizes[ta.dtype] >= RAW_CHUNK:
+            flush(ta.dtype)
+    for dtype in list(pending):
+        flush(dtype)
+    return out
 
 
 def _compare_dtype(a: str, b: str) -> str:

@@ -4,7 +4,9 @@ Inputs, all written with real torch.save / safetensors save_file:
 
 * ``lm-1g`` / ``lm-4g``: a Llama-like fp16 state_dict (``model.embed_tokens``,
   ``model.layers.N.self_attn.{q,k,v,o}_proj``, ``mlp.{gate,up,down}_proj``,
-  norms, ``lm_head``) of about 1 GiB / 4 GiB, as ``.pth`` and ``.safetensors``;
+  norms, ``lm_head``) of about 1 GiB / 4 GiB, as ``.pth`` and ``.safetensors``.
+  Both have 8 layers (75 tensors); the 4 GiB one is twice as wide (hidden
+  4096), so comparing them isolates file size from tensor count;
   a near-identical copy ``-near.safetensors`` (a few tensors nudged by 1e-3)
   for value diffs; for 4 GiB also a sharded safetensors set (index + shards).
 * ``small-200k``: 200,000 float32 tensors of 16 elements, as ``.pth`` and
@@ -27,34 +29,39 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DATA = os.path.join(HERE, "data")
-# Bump when the inputs change so stale files are regenerated.
-GENERATOR_VERSION = 1
+# Bump when an input changes so stale files are regenerated (per input).
+VERSIONS = {"small-200k": 1, "lm-1g": 1, "lm-4g": 2}
 
-HIDDEN = 2048
-FFN = 5504
+LAYERS = 8
 VOCAB = 32000
 GIB = 1 << 30
+# (hidden, ffn) per input: 8 layers each; 4 GiB is the 1 GiB model twice as wide
+WIDTH = {1 * GIB: (2048, 5504), 4 * GIB: (4096, 14336)}
 
 
 def lm_shapes(target_bytes: int) -> "OrderedDict[str, tuple[int, ...]]":
-    """Key -> shape of a Llama-like model whose fp16 weights total about ``target_bytes``."""
-    per_layer = (4 * HIDDEN * HIDDEN + 3 * HIDDEN * FFN + 2 * HIDDEN) * 2
-    fixed = (2 * VOCAB * HIDDEN + HIDDEN) * 2
-    layers = max(1, round((target_bytes - fixed) / per_layer))
+    """Key -> shape of a Llama-like model of LAYERS layers whose fp16 weights total about ``target_bytes``."""
+    hidden, ffn = WIDTH[target_bytes]
     shapes: OrderedDict[str, tuple[int, ...]] = OrderedDict()
-    shapes["model.embed_tokens.weight"] = (VOCAB, HIDDEN)
-    for i in range(layers):
+    shapes["model.embed_tokens.weight"] = (VOCAB, hidden)
+    for i in range(LAYERS):
         p = f"model.layers.{i}."
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            shapes[p + f"self_attn.{name}.weight"] = (HIDDEN, HIDDEN)
-        shapes[p + "mlp.gate_proj.weight"] = (FFN, HIDDEN)
-        shapes[p + "mlp.up_proj.weight"] = (FFN, HIDDEN)
-        shapes[p + "mlp.down_proj.weight"] = (HIDDEN, FFN)
-        shapes[p + "input_layernorm.weight"] = (HIDDEN,)
-        shapes[p + "post_attention_layernorm.weight"] = (HIDDEN,)
-    shapes["model.norm.weight"] = (HIDDEN,)
-    shapes["lm_head.weight"] = (VOCAB, HIDDEN)
+            shapes[p + f"self_attn.{name}.weight"] = (hidden, hidden)
+        shapes[p + "mlp.gate_proj.weight"] = (ffn, hidden)
+        shapes[p + "mlp.up_proj.weight"] = (ffn, hidden)
+        shapes[p + "mlp.down_proj.weight"] = (hidden, ffn)
+        shapes[p + "input_layernorm.weight"] = (hidden,)
+        shapes[p + "post_attention_layernorm.weight"] = (hidden,)
+    shapes["model.norm.weight"] = (hidden,)
+    shapes["lm_head.weight"] = (VOCAB, hidden)
     return shapes
+
+
+def largest_tensor_bytes(target_bytes: int) -> int:
+    """Bytes of the largest tensor (fp16): the embedding, the head, or the MLP projections."""
+    hidden, ffn = WIDTH[target_bytes]
+    return max(VOCAB, ffn) * hidden * 2
 
 
 def lm_state_dict(target_bytes: int, seed: int = 0) -> "OrderedDict[str, Any]":
@@ -131,14 +138,14 @@ def write_sharded(sd: "OrderedDict[str, Any]", folder: str, max_shard_bytes: int
 def _stamp_ok(data: str, name: str) -> bool:
     try:
         with open(os.path.join(data, name + ".stamp")) as f:
-            return f.read().strip() == str(GENERATOR_VERSION)
+            return f.read().strip() == str(VERSIONS[name])
     except OSError:
         return False
 
 
 def _stamp(data: str, name: str) -> None:
     with open(os.path.join(data, name + ".stamp"), "w") as f:
-        f.write(str(GENERATOR_VERSION))
+        f.write(str(VERSIONS[name]))
 
 
 def _log(msg: str) -> None:
@@ -152,6 +159,14 @@ def generate_lm(data: str, name: str, target_bytes: int, sharded: bool) -> None:
     from safetensors.torch import save_file
 
     t0 = time.perf_counter()
+    for stale in (f"{name}.pth", f"{name}.safetensors", f"{name}-near.safetensors", f"{name}-sharded"):
+        path = os.path.join(data, stale)
+        if os.path.isdir(path):
+            import shutil
+
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.unlink(path)
     sd = lm_state_dict(target_bytes)
     torch.save(sd, os.path.join(data, f"{name}.pth"))
     save_file(sd, os.path.join(data, f"{name}.safetensors"), metadata={"format": "pt"})

@@ -329,12 +329,12 @@ def plan(inputs: dict[str, str], work: str, have_cmds: set[str], runs: int, data
                 pth, st = inputs[name] + ".pth", inputs[name] + ".safetensors"
                 args = [pth, st] if op == "diff" else [pth]
                 cmds.append(Cmd(f"ckpt {op} {name}.pth" + (" .safetensors" if op == "diff" else ""),
-                                ckpt(*op.split(), *args), runs=max(runs_lm, 7), ok_codes=(0, 1)))
+                                ckpt(*op.split(), *args), runs=max(runs_lm * 2 + 1, 11), ok_codes=(0, 1)))
             if op == "inspect":
                 for name in ("lm-1g", "lm-4g"):
                     cmds.append(Cmd(f"ckpt inspect {name}.safetensors", ckpt("inspect", inputs[name] + ".safetensors"),
-                                    runs=max(runs_lm, 7)))
-        cmds.append(Cmd("python3 -c 'import click'", [PY, "-c", "import click"], baseline=True, runs=max(runs_lm, 7)))
+                                    runs=max(runs_lm * 2 + 1, 11)))
+        cmds.append(Cmd("python3 -c 'import click'", [PY, "-c", "import click"], baseline=True, runs=max(runs_lm * 2 + 1, 11)))
         groups.append(Group("size", "1 GiB against 4 GiB: metadata answers in the same rounds", cmds))
     return groups
 

@@ -337,6 +337,10 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
         nbytes = len(obj.data)
         ref = StorageRef(memory, memory.add(obj.data), nbytes)
         return TensorMeta(key, obj.dtype.name, shape, stride, 0, ref, "cpu")
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        # a corrupt module's _parameters can hold anything: never import torch to say so
+        raise InputError(f"{key!r} is a {type(obj).__name__}, not a tensor")
     from .torchsource import torch_tensor_meta  # only reached for --unsafe loads
 
     return torch_tensor_meta(key, obj, memory)

@@ -226,7 +226,7 @@ def _inflate(out: bytearray, rng: random.Random) -> tuple[bytes, str]:
                 header[f"copy.{i}"] = header[first]
             raw = json.dumps(header).encode()
             return struct.pack("<Q", len(raw)) + raw + bytes(out[8 + n:]), "safetensors header with many aliases"
-        struct.pack_into("<Q", out, 0, n + rng.choice([1, 8, 1 << 20, 1 << 40]))
+        struct.pack_into("<Q", out, 0, (n + rng.choice([1, 8, 1 << 20, 1 << 40])) & ((1 << 64) - 1))
         return bytes(out), "safetensors header length inflated"
     eocd = out.rfind(b"PK\x05\x06")
     if eocd >= 0 and eocd + 22 <= len(out):

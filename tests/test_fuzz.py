@@ -206,3 +206,21 @@ def test_bad_files_and_stats_do_not_leak_file_descriptors(tmp_path):
         inner.write_bytes(original)
         assert count() == before, seed
         engine.remove(target)
+
+
+def test_corrupt_module_parameter_is_reported_without_importing_torch(tmp_path):
+    # found by the long fuzz run: a module whose _parameters held a non-tensor (a bit flip in
+    # torch._utils) sent ckpt inspect down the --unsafe path, importing torch (1 s, 200 MB) to say so
+    import subprocess
+
+    import torch
+
+    p = tmp_path / "whole.pth"
+    torch.save(torch.nn.Linear(2, 2), p)
+    _patch_member(p, "data.pkl", b"torch._utils\n_rebuild_parameter", b"torch._utilz\n_rebuild_parameter")
+    code = ("import sys; from ckpt_tool.cli import main; c = main(['inspect', sys.argv[1]]); "
+            "print('torch' in sys.modules); sys.exit(c)")
+    r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=120,
+                       check=False, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and "not a tensor" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r
+    assert r.stdout.strip() == "False"

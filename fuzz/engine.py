@@ -277,11 +277,22 @@ class Outcome:
         return found
 
 
+_STREAMS = (io.StringIO(), io.StringIO())
+
+
 def run_main(args: list[str]) -> Outcome:
-    """``ckpt ARGS`` in this process (fast: no interpreter start-up per input)."""
+    """``ckpt ARGS`` in this process (fast: no interpreter start-up per input).
+
+    The same two capture streams are reused: click caches a wrapper per stream
+    object, so a fresh StringIO per run would be kept alive (and grow the
+    process by ~10 KB an input over a long run).
+    """
     from ckpt_tool.cli import main
 
-    out, err = io.StringIO(), io.StringIO()
+    out, err = _STREAMS
+    for s in _STREAMS:
+        s.seek(0)
+        s.truncate()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(args)
     return Outcome(code, err.getvalue(), out.getvalue())

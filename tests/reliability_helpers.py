@@ -54,10 +54,16 @@ def run_main(args: Sequence[str], seconds: int = 60) -> Result:
     """``ckpt ARGS`` in-process through main(); stdout and stderr captured."""
     from ckpt_tool.cli import main
 
-    out, err = io.StringIO(), io.StringIO()
+    out, err = _STREAMS  # reused: click keeps a wrapper alive per stream object it has seen
+    for s in _STREAMS:
+        s.seek(0)
+        s.truncate()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), watchdog(seconds):
         code = main(list(args))
     return Result(code, out.getvalue(), err.getvalue())
+
+
+_STREAMS = (io.StringIO(), io.StringIO())
 
 
 def run_ckpt(args: Sequence[str], *, timeout: float = 120, env: dict[str, str] | None = None,

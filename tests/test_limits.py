@@ -377,3 +377,20 @@ def test_metadata_nested_900_deep_to_a_torch_output(tmp_path):
     assert_one_line_error(run_main(["migrate", p, "-o", str(out), "--device", "cpu"]), "nested too deeply")
     assert not out.exists() and not [n for n in os.listdir(tmp_path) if ".ckpt-tmp-" in n]
     assert run_main(["migrate", p, "-o", str(tmp_path / "out.safetensors"), "--device", "cpu"]).code == 0
+
+
+def test_running_out_of_memory_is_one_line_not_an_internal_error():
+    # found by the long fuzz run: a process at its memory limit printed "unexpected MemoryError ... bug"
+    import subprocess
+    import sys
+
+    from reliability_helpers import ROOT
+
+    code = ("import importlib, sys; from ckpt_tool.cli import main\n"
+            "def load(*a, **k): raise MemoryError()\n"
+            "importlib.import_module('ckpt_tool.inspect'); sys.modules['ckpt_tool.inspect'].load = load\n"
+            "sys.exit(main(['inspect', sys.argv[1]]))")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "fixtures" / "tiny_mlp.pth")], capture_output=True,
+                       text=True, timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and r.stderr.strip() == \
+        "ckpt: error: out of memory (the machine, or a ulimit -v, gave no more)", r

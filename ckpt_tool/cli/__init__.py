@@ -125,6 +125,9 @@ def _main(argv: Sequence[str] | None) -> int:
             traceback.print_exc()
         click.echo(f"ckpt: error: {one_line(exc.message)}", err=True)
         return exc.exit_code
+    except MemoryError:
+        click.echo("ckpt: error: out of memory (the machine, or a ulimit -v, gave no more)", err=True)
+        return EXIT_ERROR
     except BrokenPipeError:
         return 0
     except Exception as exc:  # noqa: BLE001 - last line of defence: one line, never a traceback

@@ -64,3 +64,13 @@ def run_subprocess(*args: str, cwd: str | None = None, timeout: float = 120, env
         [sys.executable, "-m", "ckpt_tool", *args], capture_output=True, text=True, cwd=cwd,
         timeout=timeout, env=full_env,
     )
+
+
+def assert_one_line_error(r, *needles):
+    """Exit code 2, exactly one line on stderr naming the problem, no traceback."""
+    assert r.code == 2, r
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert "Traceback" not in r.err
+    for n in needles:
+        assert n in r.err, r.err

@@ -7,15 +7,7 @@ import struct
 
 import pytest
 import torch
-
-
-def assert_one_line_error(r, *needles):
-    assert r.code == 2, r
-    lines = r.err.strip().splitlines()
-    assert len(lines) == 1, r.err
-    assert "Traceback" not in r.err
-    for n in needles:
-        assert n in r.err, r.err
+from conftest import assert_one_line_error
 
 
 def write_safetensors(path, header, data=b""):

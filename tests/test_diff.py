@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, assert_one_line_error
 from models import Stack, TinyMLP, TinyMLPv2
 from safetensors.torch import save_file
 
@@ -474,15 +474,6 @@ def test_fold_labeled_is_exact():
 
 
 # ------------------------------------------------------------------ bad input
-
-
-def assert_one_line_error(r, *needles):
-    assert r.code == 2, r
-    lines = r.err.strip().splitlines()
-    assert len(lines) == 1, r.err
-    assert "Traceback" not in r.err
-    for n in needles:
-        assert n in r.err, r.err
 
 
 @pytest.mark.parametrize("extra, needles", [

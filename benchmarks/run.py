@@ -271,7 +271,7 @@ def plan(inputs: dict[str, str], work: str, have_cmds: set[str], runs: int, data
                 cmds.append(Cmd("ckpt gate .pth -near.safetensors (NaN check)", ckpt("gate", pth, near),
                                 runs=data_runs, ok_codes=(0, 1), read_bytes=pair))
             cmds += [
-                Cmd("python: max|a-b| per tensor (torch.load mmap + safe_open)", base("diff-values", pth, near),
+                Cmd("python: max abs(a - b) per tensor (torch.load mmap + safe_open)", base("diff-values", pth, near),
                     baseline=True, runs=data_runs, read_bytes=pair),
                 Cmd("python: torch.isfinite per tensor (mmap)", base("nan-check", pth, near), baseline=True,
                     runs=data_runs, read_bytes=pair),
@@ -542,6 +542,7 @@ def write_results(path: str, groups: list[Group], goal_list: list[Goal], quick: 
               "Inputs were in the page cache (warm), as were the baselines' — `cat` shows the read limit.", ""]
     if missing:
         lines += [f"Not measured (command not in this checkout yet): {', '.join(sorted(missing))}.", ""]
+    lines += ["What dominates a missed goal and what would close it: docs/performance.md (Known limits).", ""]
     lines += ["## Goals (issue 7)", ""]
     for g in goal_list:
         mark = "PASS" if g.passed else ("FAIL" if g.passed is False else "n/a")

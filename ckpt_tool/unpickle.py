@@ -177,12 +177,18 @@ class Placeholder:
 
 
 _PLACEHOLDER_CLASSES: dict[tuple[str, str], type[Placeholder]] = {}
+# A file can name any number of globals; a process reading many files (a scanning
+# service, a fuzzer) must not keep a class for each forever. Classes still in use
+# live on in their objects.
+MAX_CACHED_PLACEHOLDER_CLASSES = 10_000
 
 
 def _placeholder_class(module: str, name: str) -> type[Placeholder]:
     key = (module, name)
     cls = _PLACEHOLDER_CLASSES.get(key)
     if cls is None:
+        if len(_PLACEHOLDER_CLASSES) >= MAX_CACHED_PLACEHOLDER_CLASSES:
+            _PLACEHOLDER_CLASSES.clear()
         cls = type(
             name if name.isidentifier() else "Placeholder",
             (Placeholder,),

@@ -142,7 +142,10 @@ class Placeholder:
         self.__dict__["_ckpt_setitems"][key] = value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Placeholder:
-        return _placeholder_class("<call>", f"{self.qualname}(...)")(*args, **kwargs)
+        name = f"{self.qualname}(...)"
+        if len(name) > 200:  # f(x)(x)(x)... 10,000 times: names (and memory) would grow quadratically
+            name = name[:100] + "...(...)"
+        return _placeholder_class("<call>", name)(*args, **kwargs)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(f"placeholder for {self.qualname} cannot be pickled as the real object")

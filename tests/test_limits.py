@@ -406,3 +406,22 @@ def test_many_distinct_globals_do_not_grow_the_process_forever(tmp_path):
     r = run_main(["inspect", p])
     assert r.code == 0 and not problems(r), r
     assert len(unpickle._PLACEHOLDER_CLASSES) <= unpickle.MAX_CACHED_PLACEHOLDER_CLASSES
+
+
+def test_pickle_chained_calls_on_a_placeholder(tmp_path):
+    # found by the long fuzz run: import_module('os')('os')('os')... 10,000 times (80 KB) named each
+    # result's class after the whole chain, so memory grew quadratically (836 MB peak)
+    import subprocess
+    import sys
+
+    from reliability_helpers import ROOT
+
+    body = b"\x80\x04\x8c\timportlib\x94\x8c\rimport_module\x94\x93\x94" + b"\x8c\x02os\x94\x85\x94R" * 10_000
+    p = _pickle_file(tmp_path, body + b".")
+    code = ("import resource, sys; from ckpt_tool.cli import main; c = main(['inspect', '--json', sys.argv[1]]); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(c)")
+    r = subprocess.run([sys.executable, "-c", code, p], capture_output=True, text=True, timeout=120, check=False,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+    peak_kib = int(r.stdout.strip().splitlines()[-1])
+    assert peak_kib < 200 * 1024, peak_kib  # ~20 MB now

@@ -15,6 +15,7 @@ import os
 import pickletools
 import random
 import re
+import resource
 import shutil
 import struct
 import zipfile
@@ -27,6 +28,8 @@ INTERESTING_32 = [0, 1, 2, 7, 8, 0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x10000, 0x7FF
                   0xFFFFFFFF]
 INTERESTING_64 = INTERESTING_32 + [1 << 32, 1 << 40, 1 << 62, (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
 INTERNAL_ERROR = re.compile(r"unexpected \w+(Error|Exception|Warning|Exit|Interrupt)\b")
+# one input may not raise the process's peak memory by more (torch's first import takes ~250 MiB)
+PEAK_GROWTH_MIB = 400
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -328,8 +331,12 @@ def fuzz_one(seed_path: Path, target: Path, inner: Path, original: bytes, refere
     if on_input is not None:
         on_input(data, desc)
     for cmd in commands_for(target, reference, work, rng):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         outcome = run_main(cmd)
         found = outcome.problems(json_out="--json" in cmd, command=cmd[0])
+        grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) >> 10  # KiB -> MiB (Linux)
+        if grew > PEAK_GROWTH_MIB:
+            found.append(f"peak memory grew by {grew} MiB on one input (an allocation sized by the file?)")
         if cmd[0] == "migrate":
             left = leftovers(work)
             if left:

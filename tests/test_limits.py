@@ -346,6 +346,11 @@ def test_dcp_metadata_claims_a_huge_tensor(tmp_path, fixtures_dir):
     source.add("w", dtypes.BY_NAME["float32"], (2 * half,), chunks)
     with pytest.raises(InputError, match="fewer than"):
         source.read("w", 0, 16)
+    # lengths that claim enough bytes, but bytes the shard file does not have
+    big = [Chunk((0,), (half,), "__0_0.distcp", 0, 4 * half), Chunk((half,), (half,), "__0_0.distcp", 0, 4 * half)]
+    source.add("v", dtypes.BY_NAME["float32"], (2 * half,), big)
+    with pytest.raises(InputError, match="past the end"):
+        source.read("v", 0, 16)
 
 
 def test_many_limits_from_a_subprocess_stay_one_line(tmp_path):

@@ -221,6 +221,15 @@ class DcpSource(DataSource):
         stored = sum(c.length for c in chunks)
         if stored < total:  # checked before allocating: the sizes come from .metadata
             raise InputError(f"the chunks of tensor {key!r} hold {stored} bytes, fewer than its {total}", self.path)
+        for c in chunks:  # and the lengths themselves must be bytes that exist
+            try:
+                size = os.path.getsize(os.path.join(self.path, c.relative_path))
+            except OSError:
+                raise InputError(f"shard file {c.relative_path!r} is missing: tensor {key!r} cannot be read",
+                                 self.path) from None
+            if c.offset + c.length > size:
+                raise InputError(f"a chunk of tensor {key!r} lies past the end of {c.relative_path!r} "
+                                 f"({c.offset + c.length} > {size} bytes)", self.path)
         out = bytearray(total)
         for chunk in chunks:
             _place(out, self._chunk_bytes(key, dt, chunk), shape, chunk, itemsize)

@@ -232,10 +232,11 @@ def _rebuild_tensor_v2(
     storage: Any, storage_offset: int, size: Any, stride: Any, requires_grad: Any = False,
     backward_hooks: Any = None, metadata: Any = None,
 ) -> LazyTensor:
-    t = _rebuild_tensor(storage, storage_offset, size, stride)
-    if requires_grad:
-        t.requires_grad = True
-    return t
+    # _rebuild_tensor inlined: this runs once per tensor
+    if type(storage) is not LazyStorage:
+        raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
+    return LazyTensor(storage, storage_offset, size if type(size) is tuple else tuple(size),
+                      stride if type(stride) is tuple else tuple(stride), storage.dtype, bool(requires_grad))
 
 
 def _rebuild_tensor_v3(
@@ -524,7 +525,9 @@ class RestrictedUnpickler(pickle.Unpickler):
         self.limits = limits
         self.references: list[GlobalRef] = []
         self._seen: set[tuple[str, str]] = set()
-        self._persistent = persistent_load
+        if persistent_load is not None:
+            # The C unpickler calls it directly (no method in between): once per tensor.
+            self.persistent_load = persistent_load
         self._nested = 0
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
@@ -544,11 +547,6 @@ class RestrictedUnpickler(pickle.Unpickler):
         if key in (("torch.storage", "UntypedStorage"), ("torch", "UntypedStorage")):
             return StorageType("UntypedStorage", None)
         return _placeholder_class(module, name)
-
-    def persistent_load(self, pid: Any) -> Any:
-        if self._persistent is None:
-            raise pickle.UnpicklingError("persistent id in a pickle that has no storages")
-        return self._persistent(pid)
 
     def _load_from_bytes(self, data: Any) -> Any:
         """``torch.storage._load_from_bytes(b)``: what ``pickle.dump(tensor)`` writes.

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GlobalRef
+from ..model import GlobalRef, TensorMeta
 from ..source import DataSource
 from ..limits import DEFAULT_LIMITS, Limits
 
@@ -25,6 +25,9 @@ class Loaded:
     layout: str | None = None  # set when the format fixes it (torchscript, dcp, safetensors)
     metadata: dict[str, Any] = field(default_factory=dict)  # format-level metadata
     framework: str | None = None
+    # Set when ``root`` is a flat dict of exactly these TensorMetas, each under
+    # its own key and in order (safetensors): locate.py then has nothing to find.
+    tensors: list[TensorMeta] | None = None
 
 
 @dataclass(frozen=True)

@@ -76,15 +76,16 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     entries = fast if fast is not None else _entries_checked(header, data_len, options, path)
     regions = {e[2]: (start + e[0], e[1] - e[0]) for e in entries}
     source = FileSource(path, regions.__getitem__)
-    root: OrderedDict[str, TensorMeta] = OrderedDict()
     entries.sort(key=_KEY)  # safetensors lists keys sorted (then this sort is linear)
-    for begin, end, key, dt, shape in entries:
-        # stride None: safetensors tensors are always contiguous
-        root[key] = TensorMeta(key, dt.name, shape, None, 0, StorageRef(source, key, end - begin), "cpu")
-    loaded = Loaded(SAFETENSORS, root, sources=[source], layout="state_dict")
+    # stride None: safetensors tensors are always contiguous
+    tensors = [TensorMeta(key, dt.name, shape, None, 0, StorageRef(source, key, end - begin), "cpu")
+               for begin, end, key, dt, shape in entries]
+    root: OrderedDict[str, TensorMeta] = OrderedDict(zip(map(_KEY, entries), tensors))
+    loaded = Loaded(SAFETENSORS, root, sources=[source], layout="state_dict", tensors=tensors)
     if meta:
         loaded.metadata = {"__metadata__": dict(meta)}
-        restore_aliases(root, meta)
+        if restore_aliases(root, meta):
+            loaded.tensors = list(root.values())
     return loaded
 
 
@@ -176,7 +177,7 @@ def _entries_checked(header: dict[str, Any], data_len: int, options: ReadOptions
     return entries
 
 
-def restore_aliases(root: OrderedDict[str, TensorMeta], meta: dict[str, str]) -> None:
+def restore_aliases(root: OrderedDict[str, TensorMeta], meta: dict[str, str]) -> bool:
     """Tied tensors are stored once; ``__metadata__`` maps each alias to the stored key.
 
     That is ``safetensors.torch.save_model``'s convention (and ckpt migrate's):
@@ -193,4 +194,5 @@ def restore_aliases(root: OrderedDict[str, TensorMeta], meta: dict[str, str]) ->
         items = sorted(root.items())
         root.clear()
         root.update(items)
+    return added
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from itertools import repeat
 from typing import Any, Iterable
 
 
@@ -127,8 +128,10 @@ def simple_table(rows: list[list[str]], headers: list[str]) -> str:
         if " " in joined:  # tabulate strips each cell (only spaces can be there: the text is printable)
             columns[i] = list(map(str.strip, col))
     widths = [max(len(h) + 2, max(map(len, col), default=0)) for h, col in zip(headers, columns)]
-    template = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [template.format(*headers).rstrip(), "  ".join("-" * w for w in widths)]
-    fmt = template.format
-    lines.extend([fmt(*row).rstrip() for row in zip(*columns)])
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    if rows:
+        # column-wise C-speed maps: pad every column but the last, join, strip the line ends
+        padded = [list(map(str.ljust, col, repeat(w))) for col, w in zip(columns[:-1], widths)]
+        padded.append(columns[-1])
+        lines.extend(map(str.rstrip, map("  ".join, zip(*padded))))
     return "\n".join(lines)

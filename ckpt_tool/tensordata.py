@@ -5,6 +5,7 @@ gathered with torch, imported only here and only then.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -253,9 +254,29 @@ def same_bytes(a: Any, b: Any) -> bool:
     oa, ob = getattr(a, "obj", a), getattr(b, "obj", b)
     if isinstance(oa, (bytes, bytearray)) and isinstance(ob, (bytes, bytearray)) and len(oa) == len(ob) == len(a):
         return oa == ob
+    memcmp = _memcmp()
     import numpy as np
+
+    if memcmp is not None and len(a) >= 4096:
+        # parts of buffers: libc's memcmp on their addresses (NumPy's == makes a bool array first)
+        x, y = np.frombuffer(a, dtype="u1"), np.frombuffer(b, dtype="u1")
+        return memcmp(x.ctypes.data, y.ctypes.data, len(x)) == 0
 
     x, y = np.frombuffer(a, dtype="u1"), np.frombuffer(b, dtype="u1")
     words = len(x) - len(x) % 8
     return bool(np.array_equal(x[:words].view("<u8"), y[:words].view("<u8"))) and bool(
         np.array_equal(x[words:], y[words:]))
+
+
+@functools.cache
+def _memcmp() -> Any:
+    """libc's memcmp through ctypes (which releases the GIL while it runs); None where there is none."""
+    import ctypes
+
+    try:
+        func = ctypes.CDLL(None).memcmp
+    except (OSError, AttributeError, TypeError):
+        return None
+    func.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    func.restype = ctypes.c_int
+    return func

@@ -33,20 +33,21 @@ class InspectReport:
     file_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, tensors: bool = True) -> dict[str, Any]:
+        """The --json document; ``tensors=False`` leaves the tensor list empty (render.inspect writes it)."""
         c = self.checkpoint
         notes = self.notes
         # one comprehension: this runs once per tensor, 200,000 times in some files
-        tensors: list[dict[str, Any]] = [
+        rows: list[dict[str, Any]] = [
             {
                 "key": t.key, "dtype": t.dtype, "shape": list(t.shape), "numel": t.numel,
                 "nbytes": t.nbytes, "stride": list(t.strides),
                 "storage_offset": t.storage_offset, "device": t.device, "notes": list(notes.get(t.key, ())),
             }
             for t in c.tensors
-        ]
+        ] if tensors else []
         if self.stats is not None:
-            for row in tensors:
+            for row in rows:
                 s = self.stats.get(row["key"])
                 if s is not None:
                     row["stats"] = {"min": s.min, "max": s.max, "mean": s.mean, "std": s.std,
@@ -58,7 +59,7 @@ class InspectReport:
             "framework": c.framework,
             "state_dict_key": c.state_dict_key,
             "candidates": [{"key": x.key, "tensors": x.tensors, "chosen": x.chosen} for x in c.candidates],
-            "tensors": tensors,
+            "tensors": rows,
             "tensor_count": len(c.tensors),
             "total_numel": c.total_numel,
             "total_nbytes": c.total_nbytes,

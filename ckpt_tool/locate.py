@@ -308,10 +308,24 @@ def _valid_dims(values: Any) -> bool:
     return type(values) is tuple and (not values or (set(map(type, values)) == _INT_ONLY and min(values) >= 0))
 
 
+_INT_OR_BOOL = {int, bool}
+
+
 def _layout_info(shape: Any, stride: Any) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None:
-    """(shape, stride, numel, index of the last element) if both are valid, else None."""
-    if not (type(shape) is tuple and type(stride) is tuple and len(stride) == len(shape)
-            and _valid_dims(shape + stride)):
+    """(shape, stride, numel, index of the last element) if both are valid, else None.
+
+    Bools count as the ints they equal (as in torch.Size): the cache in
+    metas_of matches (True, 4) to (1, 4), so both must read the same.
+    """
+    if not (type(shape) is tuple and type(stride) is tuple and len(stride) == len(shape)):
+        return None
+    dims = shape + stride
+    if dims and not set(map(type, dims)) <= _INT_OR_BOOL:
+        return None
+    if bool in set(map(type, dims)):
+        shape, stride = tuple(map(int, shape)), tuple(map(int, stride))
+        dims = shape + stride
+    if dims and min(dims) < 0:
         return None
     numel = prod(shape)
     last = (numel - 1 if stride == contiguous_strides(shape)

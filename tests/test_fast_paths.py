@@ -64,6 +64,16 @@ def test_same_bytes_on_views_and_slices():
     assert not same_bytes(b"ab", b"abc")
 
 
+@pytest.mark.parametrize("at", [0, 4095, 5000, 9999])
+def test_same_bytes_on_large_views_finds_one_flipped_bit(at):
+    a = bytearray(os.urandom(12_000))
+    b = bytearray(a)
+    assert same_bytes(memoryview(a)[:10_000], memoryview(b)[:10_000])  # parts of buffers: libc memcmp
+    b[at] ^= 0x80
+    assert not same_bytes(memoryview(a)[:10_000], memoryview(b)[:10_000])
+    assert same_bytes(memoryview(a)[at + 1:10_000], memoryview(b)[at + 1:10_000])
+
+
 def _checkpoint(tmp_path, tensors, name="t.safetensors"):
     path = tmp_path / name
     if name.endswith(".safetensors"):

@@ -182,3 +182,33 @@ def test_python_m_entry_point(fixtures_dir):
     r = run_subprocess("inspect", str(fixtures_dir / "tiny_mlp.pth"))
     assert r.returncode == 0
     assert "encoder.weight" in r.stdout
+
+
+def _odd_layouts(tmp_path):
+    """A file whose rows need every JSON field: views, shared storage, channels_last, notes, unicode keys."""
+    base = torch.randn(4, 6)
+    sd = {
+        "plain": torch.randn(3),
+        "view": base[:, 1:3],
+        "same": base,
+        "cl": torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last),
+        "schlüssel \"quoted\"\n": torch.zeros(0, 2),
+        "scalar": torch.tensor(1.5, dtype=torch.bfloat16),
+        "ints": torch.arange(5),
+    }
+    path = tmp_path / "odd.pth"
+    torch.save(sd, path)
+    return path
+
+
+def test_json_rows_written_row_by_row_equal_json_dumps(tmp_path, fixtures_dir):
+    """render.inspect.json_text (the --json fast path) gives exactly json.dumps(report.to_json())."""
+    from ckpt_tool.inspect import inspect as inspect_report
+    from ckpt_tool.render.common import dumps
+    from ckpt_tool.render.inspect import json_text
+
+    paths = [_odd_layouts(tmp_path)] + sorted(p for p in fixtures_dir.iterdir() if p.suffix in (".pth", ".safetensors"))
+    for path in paths:
+        report = inspect_report(path)
+        assert json_text(report) == dumps(report.to_json()), path
+        json.loads(json_text(report))

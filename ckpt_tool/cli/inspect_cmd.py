@@ -5,7 +5,6 @@ import sys
 
 import click
 
-from ..render.common import dumps
 from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
 
 
@@ -25,7 +24,7 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
     Reads no tensor data unless --stats is given.
     """
     from ..inspect import inspect
-    from ..render.inspect import render
+    from ..render.inspect import json_text, render
 
     bars: list = []
     show_bar = stats and not quiet and sys.stderr.isatty()
@@ -39,7 +38,7 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
     if bars:
         bars[0].render_finish()
     if as_json:
-        click.echo(dumps(report.to_json()))
+        click.echo(json_text(report))
     else:
         click.echo(render(report, tree=tree))
     return 0

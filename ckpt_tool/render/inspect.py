@@ -1,8 +1,59 @@
-"""Text rendering of an InspectReport."""
+"""Text and JSON rendering of an InspectReport."""
 from __future__ import annotations
 
+import json
+import sys
+import uuid
+from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
+from typing import Any
+
 from ..inspect import InspectReport
-from .common import human_bytes, human_count, shape_str, simple_table
+from .common import dumps, human_bytes, human_count, shape_str, simple_table
+
+
+def json_text(report: InspectReport) -> str:
+    """``dumps(report.to_json())``, with the tensor list written row by row.
+
+    json.dumps of 200,000 small dicts takes 0.8 s here; each row is instead
+    formatted from C-encoded strings and cached shape lists, giving the same
+    compact document. At a terminal (indented JSON) and with --stats the
+    plain path runs.
+    """
+    if report.stats is not None or sys.stdout.isatty():
+        return dumps(report.to_json())
+    doc = report.to_json(tensors=False)
+    marker = f"ckpt-tensors-{uuid.uuid4().hex}"  # a string no checkpoint can hold by chance
+    doc["tensors"] = marker
+    return dumps(doc).replace(f'"{marker}"', _tensor_rows(report), 1)
+
+
+def _tensor_rows(report: InspectReport) -> str:
+    notes = report.notes
+    lists: dict[Any, str] = {}
+    words: dict[str, str] = {}
+
+    def as_list(values: tuple[int, ...]) -> str:
+        found = lists.get(values)
+        if found is None:
+            found = lists[values] = json.dumps(list(values))
+        return found
+
+    def word(text: str) -> str:
+        found = words.get(text)
+        if found is None:
+            found = words[text] = _quote(text)
+        return found
+
+    rows = []
+    for t in report.checkpoint.tensors:
+        note = notes.get(t.key)
+        rows.append(
+            f'{{"key": {_quote(t.key)}, "dtype": {word(t.dtype)}, "shape": {as_list(t.shape)}, '
+            f'"numel": {t.numel}, "nbytes": {"null" if t.nbytes is None else t.nbytes}, '
+            f'"stride": {as_list(t.strides)}, "storage_offset": {t.storage_offset}, '
+            f'"device": {word(t.device)}, "notes": {json.dumps(list(note)) if note else "[]"}}}'
+        )
+    return "[" + ", ".join(rows) + "]"
 
 
 def summary_lines(report: InspectReport) -> list[str]:

@@ -511,6 +511,13 @@ def _build(loaded: Loaded, path: str, key: str | None, limits: Limits) -> Checkp
         _check_limits(root, limits)
         tensors = loaded.tensors
         return _checkpoint(loaded, path, chosen, candidates, root, tensors, warnings, memory)
+    if key is None and isinstance(root, Mapping) and _all_tensors_str_keys(root):
+        # a flat state_dict of pickled tensors (the common .pth): choose() and tensors_of() would
+        # each test that again, a pass over 200,000 values in some files
+        held = root
+        _check_limits(held, limits)
+        tensors = metas_of(held, memory)
+        return _checkpoint(loaded, path, "", [Candidate("", len(held), True)], held, tensors, warnings, memory)
     chosen, obj, candidates = choose(root, key, path)
     if chosen is None:
         warnings.append("no tensors found in this file")

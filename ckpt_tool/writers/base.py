@@ -18,6 +18,7 @@ import errno
 import os
 import threading
 import zlib
+from math import prod
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from .. import dtypes
@@ -49,17 +50,15 @@ class OutTensor:
     per tensor and reads these fields several times each.
     """
 
-    __slots__ = ("key", "source", "dtype", "shape", "numel", "nbytes", "cast", "streamable", "itemsize", "_view")
+    __slots__ = ("key", "source", "dtype", "shape", "numel", "nbytes", "cast", "streamable", "itemsize", "_view",
+                 "_loc")
 
     def __init__(self, key: str, source: TensorMeta, dtype: str) -> None:
         self.key = key
         self.source = source
         self.dtype = dtype
         self.shape = source.shape
-        numel = 1
-        for d in source.shape:
-            numel *= d
-        self.numel = numel
+        self.numel = numel = prod(source.shape)
         out_dt = _BY_NAME.get(dtype) or dtypes.lookup(dtype)
         self.nbytes = numel * out_dt.itemsize
         self.cast = dtype != source.dtype
@@ -69,6 +68,7 @@ class OutTensor:
         # True when the bytes can be copied straight from the source
         self.streamable = not self.cast and source.storage is not None and source.is_contiguous
         self._view: object = False
+        self._loc: object = False  # _locate's answer, once asked (writing and verifying both ask)
 
     def view_key(self) -> tuple[object, ...] | None:
         """Identity of the exact values: equal keys mean the same view of the same storage."""
@@ -155,15 +155,19 @@ def stream_region(ref: StorageRef, offset: int, length: int, chunk: int = CHUNK)
 
 def _locate(t: OutTensor) -> tuple[FileSource, int] | None:
     """(file, absolute offset) of a small streamable tensor, or None when it is read another way."""
+    found = t._loc
+    if found is not False:
+        return found  # type: ignore[return-value]
     s = t.source
     ref = s.storage
     if not t.streamable or t.nbytes >= _BIG or ref is None or type(ref.source) is not FileSource:
+        t._loc = None
         return None
     start, size = ref.source.region(ref.key)
     begin = s.storage_offset * t.itemsize
-    if begin + t.nbytes > size:
-        return None  # out_chunks raises the reader's own error for it
-    return ref.source, start + begin
+    # past the storage's end: out_chunks raises the reader's own error for it
+    t._loc = found = None if begin + t.nbytes > size else (ref.source, start + begin)
+    return found
 
 
 def _storage_location(ref: StorageRef) -> tuple[FileSource, int] | None:

@@ -25,6 +25,9 @@ def dedupe(tensors: Sequence[OutTensor]) -> tuple[list[OutTensor], dict[str, str
     stored once; tensors that merely overlap in a storage are stored as
     separate copies, with a warning, as safetensors cannot express that.
     """
+    ids = [t.source.storage_id for t in tensors]
+    if None not in ids and len(set(ids)) == len(ids):
+        return list(tensors), {}, []  # no two tensors share a storage (the common case): nothing to tie
     stored: list[OutTensor] = []
     aliases: dict[str, str] = {}
     first_by_view: dict[object, str] = {}

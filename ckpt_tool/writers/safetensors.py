@@ -50,10 +50,16 @@ def header_bytes(tensors: Sequence[OutTensor], metadata: Mapping[str, str]) -> b
         parts.append(f'"{METADATA_KEY}":' + json.dumps(dict(metadata), separators=(",", ":"), ensure_ascii=False))
     offset = 0
     codes = {name: d.safetensors for name, d in dtypes.BY_NAME.items()}
+    shapes: dict[tuple[int, ...], str] = {}
+    # one regex test for all keys when every one is plain (the common case), else one per key
+    plain = _PLAIN_KEY.fullmatch("".join(t.key for t in tensors)) is not None
     for t in tensors:
         end = offset + t.nbytes
-        shape = ",".join(map(str, t.shape))
-        parts.append(f'{_json_key(t.key)}:{{"dtype":"{codes[t.dtype]}","shape":[{shape}],"data_offsets":[{offset},{end}]}}')
+        shape = shapes.get(t.shape)
+        if shape is None:
+            shape = shapes[t.shape] = ",".join(map(str, t.shape))
+        key = f'"{t.key}"' if plain else _json_key(t.key)
+        parts.append(f'{key}:{{"dtype":"{codes[t.dtype]}","shape":[{shape}],"data_offsets":[{offset},{end}]}}')
         offset = end
     raw = ("{" + ",".join(parts) + "}").encode("utf-8")
     raw += b" " * (-len(raw) % 8)

@@ -118,18 +118,23 @@ def simple_table(rows: list[list[str]], headers: list[str]) -> str:
     printable ASCII, as ckpt's tables hold) and hands anything else (wide
     characters, newlines, escape codes, non-string cells) to tabulate.
     """
-    columns: list[Any] = list(zip(*rows)) if rows else [() for _ in headers]
+    return simple_columns(list(zip(*rows)) if rows else [[] for _ in headers], headers)
+
+
+def simple_columns(columns: list[Any], headers: list[str]) -> str:
+    """simple_table for a table held column by column (the columns are not modified)."""
+    columns = list(columns)
     for i, col in enumerate(columns):
         joined = "".join(col) if set(map(type, col)) <= {str} else None
         if joined is None or not joined.isascii() or not joined.isprintable():
             from tabulate import tabulate
 
-            return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+            return tabulate(list(zip(*columns)), headers=headers, tablefmt="simple", disable_numparse=True)
         if " " in joined:  # tabulate strips each cell (only spaces can be there: the text is printable)
             columns[i] = list(map(str.strip, col))
     widths = [max(len(h) + 2, max(map(len, col), default=0)) for h, col in zip(headers, columns)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
-    if rows:
+    if columns and len(columns[0]):
         # column-wise C-speed maps: pad every column but the last, join, strip the line ends
         padded = [list(map(str.ljust, col, repeat(w))) for col, w in zip(columns[:-1], widths)]
         padded.append(columns[-1])

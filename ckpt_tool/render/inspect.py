@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from operator import attrgetter
 from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
 from typing import Any
 
 from ..inspect import InspectReport
-from .common import dumps, human_bytes, human_count, shape_str, simple_table
+from .common import dumps, human_bytes, human_count, shape_str, simple_columns, simple_table
 
 
 def json_text(report: InspectReport) -> str:
@@ -111,23 +112,32 @@ def render_table(report: InspectReport) -> str:
 
 
 def _plain_table(report: InspectReport) -> str:
-    """The table without stats, built column-wise (200,000 rows in well under a second)."""
+    """The table without stats, built column by column with C-speed maps (200,000 rows in ~0.3 s).
+
+    Shapes, element counts and sizes repeat: each distinct value is
+    formatted once and looked up for every row.
+    """
     tensors = report.checkpoint.tensors
     notes = report.notes
-    shapes: dict[tuple[int, ...], str] = {}
-    sizes: dict[int, str] = {}
-    rows = []
-    for t in tensors:
-        shape = shapes.get(t.shape)
-        if shape is None:
-            shape = shapes[t.shape] = shape_str(t.shape)
-        nbytes = t.nbytes
-        size = sizes.get(nbytes)
-        if size is None:
-            size = sizes[nbytes] = human_bytes(nbytes)
-        note = notes.get(t.key)
-        rows.append([t.key, t.dtype, shape, f"{t.numel:,}", size, "; ".join(note) if note else ""])
-    return simple_table(rows, ["key", "dtype", "shape", "numel", "bytes", "notes"])
+    shapes = list(map(_SHAPE, tensors))
+    numels = list(map(_NUMEL, tensors))
+    sizes = list(map(_NBYTES, tensors))
+    shape_text = {s: shape_str(s) for s in set(shapes)}
+    numel_text = {n: f"{n:,}" for n in set(numels)}
+    size_text = {n: human_bytes(n) for n in set(sizes)}
+    keys = list(map(_KEY, tensors))
+    note_col = [""] * len(keys)
+    if notes:
+        for i, key in enumerate(keys):
+            note = notes.get(key)
+            if note:
+                note_col[i] = "; ".join(note)
+    columns = [keys, list(map(_DTYPE, tensors)), list(map(shape_text.__getitem__, shapes)),
+               list(map(numel_text.__getitem__, numels)), list(map(size_text.__getitem__, sizes)), note_col]
+    return simple_columns(columns, ["key", "dtype", "shape", "numel", "bytes", "notes"])
+
+
+_KEY, _DTYPE, _SHAPE, _NUMEL, _NBYTES = (attrgetter(n) for n in ("key", "dtype", "shape", "numel", "nbytes"))
 
 
 def render_tree(report: InspectReport) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -11,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from ckpt_tool import inspect, load
 
-from conftest import run_subprocess
+from conftest import ROOT, run_subprocess
 
 
 def torch_view(sd):
@@ -212,3 +213,24 @@ def test_json_rows_written_row_by_row_equal_json_dumps(tmp_path, fixtures_dir):
         report = inspect_report(path)
         assert json_text(report) == dumps(report.to_json()), path
         json.loads(json_text(report))
+
+
+def test_program_output_is_complete_and_a_closed_pipe_is_quiet(tmp_path):
+    """As a program ckpt ends with os._exit (no teardown): every byte of output must still arrive."""
+    path = tmp_path / "many.safetensors"
+    save_file({f"layers.{i}.weight": torch.zeros(2) for i in range(3000)}, str(path))
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "ckpt_tool", "inspect", "--json", str(path)],
+                         capture_output=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["tensors"]) == 3000
+    table = subprocess.run([sys.executable, "-m", "ckpt_tool", "inspect", str(path)],
+                           capture_output=True, env=env, timeout=120)
+    assert table.stdout.decode().rstrip("\n").endswith("[2]      2        8 B")
+    # the reader stops after one line: ckpt must neither hang nor print a traceback
+    proc = subprocess.Popen([sys.executable, "-m", "ckpt_tool", "inspect", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err and b"Exception ignored" not in err, err

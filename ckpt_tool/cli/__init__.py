@@ -17,6 +17,7 @@ import click
 
 from .. import __version__
 from ..errors import EXIT_ERROR, CkptError
+from .options import EXITING_FAST
 
 _DEBUG = {"on": False}
 
@@ -93,13 +94,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     # counting still frees everything; the GC is back on when main returns.
     was_enabled = gc.isenabled()
     gc.disable()
+    program = argv is None and threading.current_thread() is threading.main_thread()
+    EXITING_FAST["on"] = program
     try:
-        return _main(argv)
+        code = _main(argv)
     finally:
         if was_enabled:
             gc.enable()
-        if argv is None and threading.current_thread() is threading.main_thread():
+        if program:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if program:
+        _exit(code)
+    return code
+
+
+def _exit(code: int) -> None:
+    """End the program now: output flushed, the results commands kept (keep_until_exit) never freed.
+
+    Every file ckpt writes is closed (and fsynced) before a command returns;
+    what is skipped is freeing a large checkpoint's records and the
+    interpreter's own teardown (0.1-0.2 s on 200,000 tensors).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`ckpt inspect | head`): nothing left to say
+            pass
+    os._exit(code)
 
 
 def _main(argv: Sequence[str] | None) -> int:

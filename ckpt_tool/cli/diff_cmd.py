@@ -8,7 +8,7 @@ import click
 
 from ..errors import EXIT_FINDING, EXIT_OK
 from ..render.common import dumps
-from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
+from .options import json_option, keep_until_exit, key_option, limit_options, limits_from, quiet_option, unsafe_option
 
 
 @click.command("diff")
@@ -58,6 +58,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
                   atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, limits=limits_from(kwargs),
                   progress=(lambda _key: bars[0].update(1)) if show_bar else None,
                   on_start=start if show_bar else None)
+    keep_until_exit(report)
     for bar in bars:
         bar.render_finish()
     from ..render.diff import render, verdict

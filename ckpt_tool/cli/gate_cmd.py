@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..render.common import dumps
-from .options import json_option, key_option, limit_options, limits_from, quiet_option
+from .options import json_option, keep_until_exit, key_option, limit_options, limits_from, quiet_option
 
 
 @click.command("gate")
@@ -64,6 +64,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
                   nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
                   required_metadata=required or None, sha256=sha256, limits=limits_from(kwargs),
                   progress=progress if show else None)
+    keep_until_exit(report)
     for f in report.files:
         if f.error:
             click.echo(f"ckpt: error: {f.error}", err=True)

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
+from .options import json_option, keep_until_exit, key_option, limit_options, limits_from, quiet_option, unsafe_option
 
 
 @click.command("inspect")
@@ -35,6 +35,7 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
 
     report = inspect(path, key=key, unsafe=unsafe, stats=stats, limits=limits_from(kwargs),
                      on_start=start, progress=lambda t: bars[0].update(1) if bars else None)
+    keep_until_exit(report)
     if bars:
         bars[0].render_finish()
     if as_json:

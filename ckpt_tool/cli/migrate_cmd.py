@@ -8,7 +8,7 @@ import click
 
 from ..errors import EXIT_FINDING, EXIT_OK, UsageError
 from ..render.common import dumps
-from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
+from .options import json_option, keep_until_exit, key_option, limit_options, limits_from, quiet_option, unsafe_option
 
 
 class _Bars:
@@ -115,6 +115,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
             state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
             limits=limits_from(kwargs), progress=bars, on_rules=announce,
         )
+        keep_until_exit(report)
     finally:
         bars.done()
     if as_json:

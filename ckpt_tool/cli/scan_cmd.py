@@ -7,7 +7,7 @@ import click
 
 from ..render.common import dumps
 from . import one_line
-from .options import json_option, limit_options, limits_from, quiet_option
+from .options import json_option, keep_until_exit, limit_options, limits_from, quiet_option
 
 
 @click.command("scan")
@@ -32,6 +32,7 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
     from ..scan import scan
 
     report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other)
+    keep_until_exit(report)
     for f in report.files:
         for e in f.errors:
             click.echo(f"ckpt: error: {one_line(str(e))}", err=True)

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from itertools import chain
 from math import prod
 from operator import itemgetter, mul, sub
-from typing import Any
+from typing import Any, Callable
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
@@ -74,8 +74,7 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
                             f"{options.limits.max_tensors} (raise it with --max-tensors)", path)
     fast = _entries_fast(header, data_len, options.limits.max_key_length)
     entries = fast if fast is not None else _entries_checked(header, data_len, options, path)
-    regions = {e[2]: (start + e[0], e[1] - e[0]) for e in entries}
-    source = FileSource(path, regions.__getitem__)
+    source = FileSource(path, _regions(entries, start))
     entries.sort(key=_KEY)  # safetensors lists keys sorted (then this sort is linear)
     # stride None: safetensors tensors are always contiguous
     tensors = [TensorMeta(key, dt.name, shape, None, 0, StorageRef(source, key, end - begin), "cpu")
@@ -87,6 +86,22 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
         if restore_aliases(root, meta):
             loaded.tensors = list(root.values())
     return loaded
+
+
+def _regions(entries: list[Entry], start: int) -> Callable[[str], tuple[int, int]]:
+    """The resolver of a FileSource: key -> (absolute offset, length), indexed on the first data read.
+
+    Metadata answers never read data: for them the index (200,000 entries in
+    some files) is not built at all.
+    """
+    index: dict[str, tuple[int, int]] = {}
+
+    def resolve(key: str) -> tuple[int, int]:
+        if not index:
+            index.update((e[2], (start + e[0], e[1] - e[0])) for e in entries)
+        return index[key]
+
+    return resolve
 
 
 _KEY = itemgetter(2)

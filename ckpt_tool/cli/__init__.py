@@ -99,10 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = _main(argv)
     finally:
-        if was_enabled:
-            gc.enable()
         if program:
+            # The GC stays off: the process ends in a moment, and a collection now
+            # would walk every record the command kept (keep_until_exit).
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+        elif was_enabled:
+            gc.enable()
     if program:
         _exit(code)
     return code

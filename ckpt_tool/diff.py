@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import UsageError
-from .infer import Suggestion, shapes_compatible, suggest
-from .model import Checkpoint, TensorMeta, json_safe
+from .model import Checkpoint, TensorMeta, json_safe, shapes_compatible
 from .unpickle import DEFAULT_LIMITS, Limits
+
+if TYPE_CHECKING:
+    from .infer import Suggestion
 
 # Metadata a reader adds about the file's layout, not about its contents: not diffed.
 LAYOUT_METADATA = {"sharded": ("shards", "shard_format", "metadata")}
@@ -609,6 +611,8 @@ def diff(
         missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt_a.tensors, b_tensors, lazy=lazy)
         suggestion = None
         if missing or unexpected or shape_mm:
+            from .infer import suggest  # rules and scoring: only when the keys do not line up
+
             suggestion = suggest(ckpt_a.tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
         meta: dict[str, Any] = {"changed": [], "only_a": [], "only_b": []}
         if ckpt_b is not None:

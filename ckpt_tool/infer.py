@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .model import TensorMeta
+from .model import TensorMeta, shapes_compatible
 from .rules import KNOWN_PREFIXES, RuleSet, detect_prefixes
 
 # Wrapper prefixes tried on both sides, most specific first.
@@ -101,11 +101,6 @@ class _Score:
     @property
     def differences(self) -> int:
         return self.missing + self.unexpected + self.shape_bad
-
-
-def shapes_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    """load_state_dict's rule: equal shapes, or a one-element 1-d tensor into a 0-d one."""
-    return a == b or (b == () and len(a) == 1 and a[0] == 1)
 
 
 def _mapper(rules: RuleSet) -> Callable[[str], str]:

@@ -142,7 +142,7 @@ def build_rules(*, rules_file: str | None = None, strip_prefix: Sequence[str] = 
 
 def check_target(spec: str, tensors: Sequence[OutTensor], target_tensors: Sequence[TensorMeta],
                  allow_missing: Sequence[str], lazy: Sequence[str] = ()) -> TargetCheck:
-    from .infer import shapes_compatible
+    from .model import shapes_compatible
 
     have = {t.key: t for t in tensors}
     want = {t.key for t in target_tensors}

@@ -34,6 +34,11 @@ def _same_layout(shape: tuple[int, ...], stride: tuple[int, ...], want: tuple[in
     return all(d == 1 or s == w for d, s, w in zip(shape, stride, want))
 
 
+def shapes_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """load_state_dict's rule: equal shapes, or a one-element 1-d tensor into a 0-d one."""
+    return a == b or (b == () and len(a) == 1 and a[0] == 1)
+
+
 # TensorMeta and StorageRef are __slots__ dataclasses with hand-written
 # __init__s: readers make one of each per tensor (200,000 in some files), and
 # a slots object is built 3x faster and is 4x smaller than a frozen

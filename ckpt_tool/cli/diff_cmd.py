@@ -41,9 +41,12 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     prefixes and renames. Exit code: 0 no differences, 1 differences, 2 error.
     """
     from ..diff import diff
-    from ..target import parse_target_kwargs
 
-    kw = parse_target_kwargs(target_kwargs) if target_kwargs is not None else None
+    kw = None
+    if target_kwargs is not None:
+        from ..target import parse_target_kwargs  # target.py is a big import: only when needed
+
+        kw = parse_target_kwargs(target_kwargs)
     if kw and target is None:
         from ..errors import UsageError
 

@@ -45,10 +45,13 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     """
     from ..gate import gate
     from ..policy import Policy, load_policy
-    from ..target import parse_target_kwargs
 
     policy = load_policy(policy_file) if policy_file else Policy()
-    kw = parse_target_kwargs(target_kwargs) if target_kwargs is not None else None
+    kw = None
+    if target_kwargs is not None:
+        from ..target import parse_target_kwargs  # target.py is a big import: only when needed
+
+        kw = parse_target_kwargs(target_kwargs)
     bars: dict[str, Any] = {}
     show = not quiet and not as_json and sys.stderr.isatty()
 

@@ -95,9 +95,12 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     """
     from ..migrate import migrate
     from ..render.migrate import render
-    from ..target import parse_target_kwargs
 
-    kw = parse_target_kwargs(target_kwargs) if target_kwargs is not None else None
+    kw = None
+    if target_kwargs is not None:
+        from ..target import parse_target_kwargs  # target.py is a big import: only when needed
+
+        kw = parse_target_kwargs(target_kwargs)
     if kw and target is None:
         raise UsageError("--target-kwargs needs --target")
 

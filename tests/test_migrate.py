@@ -842,3 +842,31 @@ def test_an_output_that_appears_during_the_run_is_not_overwritten(tmp_path, fixt
     else:
         assert os.listdir(out) == ["theirs.safetensors"]
     assert not leftovers(tmp_path)
+
+
+def test_a_flipped_byte_among_many_small_tensors_names_that_tensor(tmp_path):
+    """Small tensors are verified a run at a time; a difference must still name its tensor."""
+    src = tmp_path / "many.pth"
+    torch.save({f"t{i:04d}": torch.full((8,), float(i)) for i in range(2000)}, src)
+    out = tmp_path / "many.safetensors"
+    ok = migrate(src, tmp_path / "fine.safetensors")
+    assert ok.ok and ok.written
+
+    def corrupt(path: str) -> None:  # one byte of tensor t1234's data, found through the header
+        from safetensors import safe_open
+
+        with safe_open(path, "np") as f:
+            assert "t1234" in f.keys()
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        begin = 8 + n + header["t1234"]["data_offsets"][0] + 5
+        with open(path, "r+b") as f:
+            f.seek(begin)
+            b = f.read(1)
+            f.seek(begin)
+            f.write(bytes([b[0] ^ 0x01]))
+
+    report = migrate(src, out, _after_write=corrupt)
+    assert not report.ok and not out.exists()
+    assert report.failures[0].startswith("t1234: bytes differ"), report.failures

@@ -524,7 +524,12 @@ def profile(argv: list[str], env: dict[str, str], top: int = 14) -> list[str]:
         outs = [a for i, a in enumerate(args) if i and args[i - 1] == "-o"]
         for o in outs:
             _remove(o)
-        subprocess.run([PY, "-m", "cProfile", "-o", prof, "-m", "ckpt_tool", *args], stdout=subprocess.DEVNULL,
+        # main(argv) returns (as a program, `python -m ckpt_tool` ends with os._exit and the profiler
+        # would never write its file)
+        runner = os.path.join(tmp, "run_ckpt.py")
+        with open(runner, "w") as f:
+            f.write("import sys\nfrom ckpt_tool.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+        subprocess.run([PY, "-m", "cProfile", "-o", prof, runner, *args], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
         for o in outs:
             _remove(o)

@@ -234,3 +234,15 @@ def test_program_output_is_complete_and_a_closed_pipe_is_quiet(tmp_path):
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert b"Traceback" not in err and b"Exception ignored" not in err, err
+
+
+def test_main_called_from_python_returns_its_code(tmp_path):
+    """Only the programs (`ckpt`, `python -m ckpt_tool`) end with os._exit; main() returns."""
+    path = tmp_path / "one.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path))
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = ("import sys; sys.argv = ['ckpt', 'inspect', sys.argv[1]]; from ckpt_tool.cli import main; "
+            "rc = main(); print('returned', rc)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("returned 0"), out

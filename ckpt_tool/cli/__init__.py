@@ -11,7 +11,7 @@ import re
 import signal
 import sys
 import threading
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 import click
 
@@ -84,30 +84,39 @@ def _debugging() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (never raises for user errors).
 
-    Called as the program (``argv`` None: the ``ckpt`` script, ``python -m
-    ckpt_tool``), it ignores Ctrl-C once the work is done, so one that lands
-    while the interpreter shuts down prints no traceback.
+    ``argv`` None reads ``sys.argv``; once the work is done Ctrl-C is then
+    ignored, so one that lands while the interpreter shuts down prints no
+    traceback. The programs (``ckpt``, ``python -m ckpt_tool``) call run().
     """
+    return _run(argv, program=False)
+
+
+def run() -> NoReturn:
+    """The ``ckpt`` program: main() on ``sys.argv``, then an exit without teardown (_exit)."""
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    code = _run(None, program=on_main_thread)
+    if on_main_thread:
+        _exit(code)
+    sys.exit(code)
+
+
+def _run(argv: Sequence[str] | None, *, program: bool) -> int:
     # One CLI run is short, and reading a big checkpoint allocates millions of
     # small acyclic objects that the cyclic GC would rescan again and again
     # (it doubled `ckpt inspect --json` on 200,000 tensors). Reference
     # counting still frees everything; the GC is back on when main returns.
     was_enabled = gc.isenabled()
     gc.disable()
-    program = argv is None and threading.current_thread() is threading.main_thread()
     EXITING_FAST["on"] = program
     try:
-        code = _main(argv)
+        return _main(argv)
     finally:
-        if program:
-            # The GC stays off: the process ends in a moment, and a collection now
-            # would walk every record the command kept (keep_until_exit).
+        if argv is None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        elif was_enabled:
+        # As the program the GC stays off: the process ends in a moment, and a
+        # collection now would walk every record the command kept (keep_until_exit).
+        if was_enabled and not program:
             gc.enable()
-    if program:
-        _exit(code)
-    return code
 
 
 def _exit(code: int) -> None:

@@ -320,9 +320,10 @@ def _layout_info(shape: Any, stride: Any) -> tuple[tuple[int, ...], tuple[int, .
     if not (type(shape) is tuple and type(stride) is tuple and len(stride) == len(shape)):
         return None
     dims = shape + stride
-    if dims and not set(map(type, dims)) <= _INT_OR_BOOL:
+    types = set(map(type, dims))
+    if not types <= _INT_OR_BOOL:
         return None
-    if bool in set(map(type, dims)):
+    if bool in types:
         shape, stride = tuple(map(int, shape)), tuple(map(int, stride))
         dims = shape + stride
     if dims and min(dims) < 0:
@@ -340,6 +341,9 @@ def metas_of(held: Mapping[str, Any], memory: MemorySource) -> list[TensorMeta]:
     per pair; the validated tuples are shared, which also turns a pickle's
     bool dims into ints (as torch.Size does).
     """
+    values = list(held.values())
+    if set(map(type, values)) == {TensorMeta} and list(map(_KEY, values)) == list(held):
+        return values  # already TensorMetas under their own keys (sharded safetensors)
     checked: dict[Any, Any] = {}
     out = []
     append = out.append
@@ -503,43 +507,37 @@ def _check_limits(held: Mapping[str, Any], limits: Limits) -> None:
 def _build(loaded: Loaded, path: str, key: str | None, limits: Limits) -> Checkpoint:
     root = loaded.root
     memory = MemorySource(path)
-    tensors: list[TensorMeta] = []
+    tensors: list[TensorMeta] | None = None
     warnings = list(loaded.warnings)
+    held: Mapping[str, Any]
     if loaded.tensors is not None and key is None:
         # the reader built the state_dict itself (safetensors): nothing to locate or convert
-        chosen, candidates = "", [Candidate("", len(loaded.tensors), True)]
-        _check_limits(root, limits)
+        chosen, candidates, held = "", [Candidate("", len(loaded.tensors), True)], root
         tensors = loaded.tensors
-        return _checkpoint(loaded, path, chosen, candidates, root, tensors, warnings, memory)
-    if key is None and isinstance(root, Mapping) and _all_tensors_str_keys(root):
-        # a flat state_dict of pickled tensors (the common .pth): choose() and tensors_of() would
-        # each test that again, a pass over 200,000 values in some files
-        held = root
-        _check_limits(held, limits)
-        tensors = metas_of(held, memory)
-        return _checkpoint(loaded, path, "", [Candidate("", len(held), True)], held, tensors, warnings, memory)
-    chosen, obj, candidates = choose(root, key, path)
-    if chosen is None:
-        warnings.append("no tensors found in this file")
-        held: Mapping[str, Any] = {}
-    elif is_tensor(obj):
-        held = {chosen.rsplit(".", 1)[-1]: obj}
+    elif key is None and isinstance(root, Mapping) and _all_tensors_str_keys(root):
+        # a flat state_dict (the common .pth): choose() and tensors_of() would each
+        # test that again, a pass over 200,000 values in some files
+        chosen, candidates, held = "", [Candidate("", len(root), True)], root
     else:
-        held = tensors_of(obj) or {}
-        if is_module_placeholder(obj):
-            plain: dict[str, Any] = {}
-            _module_tensors(obj, "", plain)
-            extra = sorted(k[len("\0plain:"):] for k in plain if k.startswith("\0plain:"))
-            if extra:
-                warnings.append(
-                    "tensors held as plain module attributes never reach a state_dict: " + ", ".join(extra[:8])
-                )
+        chosen, obj, candidates = choose(root, key, path)
+        if chosen is None:
+            warnings.append("no tensors found in this file")
+            held = {}
+        elif is_tensor(obj):
+            held = {chosen.rsplit(".", 1)[-1]: obj}
+        else:
+            held = tensors_of(obj) or {}
+            if is_module_placeholder(obj):
+                plain: dict[str, Any] = {}
+                _module_tensors(obj, "", plain)
+                extra = sorted(k[len("\0plain:"):] for k in plain if k.startswith("\0plain:"))
+                if extra:
+                    warnings.append(
+                        "tensors held as plain module attributes never reach a state_dict: " + ", ".join(extra[:8])
+                    )
     _check_limits(held, limits)
-    values = list(held.values())
-    if set(map(type, values)) == {TensorMeta} and [t.key for t in values] == list(held):
-        tensors.extend(values)  # safetensors: already TensorMetas under their own keys
-    else:
-        tensors.extend(metas_of(held, memory))
+    if tensors is None:
+        tensors = metas_of(held, memory)
     return _checkpoint(loaded, path, chosen, candidates, held, tensors, warnings, memory)
 
 
@@ -595,6 +593,7 @@ def _metadata_without(root: Any, chosen: str) -> dict[str, Any]:
     return out
 
 
+_KEY = attrgetter("key")
 _DEVICE = attrgetter("device")
 _STORAGE_ID = attrgetter("storage_id")
 

@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .model import TensorMeta
 from .unpickle import DTypeRef, LazyTensor, NumpyArray, Placeholder
-from .source import FileSource, pread_exact
-from .writers.base import CHUNK, OutTensor, Region, _locate, coalesced, out_bytes, tensor_data
+from .source import pread_exact
+from .writers.base import CHUNK, OutTensor, Region, coalesced, file_location, out_bytes, small_location, tensor_data
 from .writers.torchpickle import as_meta
 
 MAX_REPORTED = 5
@@ -93,16 +93,6 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
     return problems
 
 
-def _file_location(t: TensorMeta, nbytes: int) -> tuple[FileSource, int] | None:
-    """(file, absolute offset) of a re-read contiguous tensor's ``nbytes`` bytes, or None."""
-    ref = t.storage
-    if ref is None or type(ref.source) is not FileSource or not t.is_contiguous:
-        return None
-    start, size = ref.source.region(ref.key)
-    begin = t.storage_offset * t.itemsize if t.storage_offset else 0
-    return (ref.source, start + begin) if begin + nbytes <= size else None
-
-
 def _same_in_runs(to_read: Sequence[tuple[str, OutTensor, TensorMeta]], advance: Advance | None) -> bool:
     """True when every re-read tensor holds the expected bytes, compared a run of neighbours at a time.
 
@@ -113,11 +103,14 @@ def _same_in_runs(to_read: Sequence[tuple[str, OutTensor, TensorMeta]], advance:
     one, or any run differs: the tensor-by-tensor comparison then runs and
     names the first difference.
     """
-    exp_locs = [_locate(e) for _, e, _ in to_read]
-    if not to_read or None in exp_locs:
+    if not to_read:
+        return False
+    exp_locs = [small_location(e) for _, e, _ in to_read]
+    if None in exp_locs:
         return False
     sizes = [e.nbytes for _, e, _ in to_read]
-    act_locs = [_file_location(a, size) for (_, _, a), size in zip(to_read, sizes)]
+    act_locs = [file_location(a, a.storage_offset * a.itemsize if a.storage_offset else 0, size)
+                if a.is_contiguous else None for (_, _, a), size in zip(to_read, sizes)]
     if None in act_locs:
         return False
     expected = coalesced(exp_locs, sizes)

@@ -8,7 +8,10 @@ import click
 
 from ..errors import EXIT_FINDING, EXIT_OK
 from ..render.common import dumps
-from .options import json_option, keep_until_exit, key_option, limit_options, limits_from, quiet_option, unsafe_option
+from . import keep_until_exit
+from .options import (
+    json_option, key_option, limit_options, limits_from, quiet_option, target_kwargs_from, unsafe_option,
+)
 
 
 @click.command("diff")
@@ -42,11 +45,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     """
     from ..diff import diff
 
-    kw = None
-    if target_kwargs is not None:
-        from ..target import parse_target_kwargs  # target.py is a big import: only when needed
-
-        kw = parse_target_kwargs(target_kwargs)
+    kw = target_kwargs_from(target_kwargs)
     if kw and target is None:
         from ..errors import UsageError
 

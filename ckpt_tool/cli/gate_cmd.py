@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ..render.common import dumps
-from .options import json_option, keep_until_exit, key_option, limit_options, limits_from, quiet_option
+from . import keep_until_exit
+from .options import json_option, key_option, limit_options, limits_from, quiet_option, target_kwargs_from
 
 
 @click.command("gate")
@@ -47,11 +48,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     from ..policy import Policy, load_policy
 
     policy = load_policy(policy_file) if policy_file else Policy()
-    kw = None
-    if target_kwargs is not None:
-        from ..target import parse_target_kwargs  # target.py is a big import: only when needed
-
-        kw = parse_target_kwargs(target_kwargs)
+    kw = target_kwargs_from(target_kwargs)
     bars: dict[str, Any] = {}
     show = not quiet and not as_json and sys.stderr.isatty()
 

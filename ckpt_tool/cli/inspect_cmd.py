@@ -5,7 +5,8 @@ import sys
 
 import click
 
-from .options import json_option, keep_until_exit, key_option, limit_options, limits_from, quiet_option, unsafe_option
+from . import keep_until_exit
+from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
 
 
 @click.command("inspect")

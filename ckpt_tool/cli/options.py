@@ -65,13 +65,11 @@ def progress(items: Iterable[T], *, label: str, length: int, quiet: bool) -> Ite
         yield from bar
 
 
-# Results kept alive until the program ends (see cli.main): freeing the
-# records of 200,000 tensors one by one takes 0.1 s that nobody waits for.
-EXITING_FAST = {"on": False}
-_KEPT: list[object] = []
 
+def target_kwargs_from(text: str | None) -> dict[str, Any] | None:
+    """``--target-kwargs`` parsed; None when not given (target.py, a big import, only then)."""
+    if text is None:
+        return None
+    from ..target import parse_target_kwargs
 
-def keep_until_exit(obj: object) -> None:
-    """Let ``obj`` die with the process instead of being freed object by object (program mode only)."""
-    if EXITING_FAST["on"]:
-        _KEPT.append(obj)
+    return parse_target_kwargs(text)

@@ -6,8 +6,8 @@ from typing import Any
 import click
 
 from ..render.common import dumps
-from . import one_line
-from .options import json_option, keep_until_exit, limit_options, limits_from, quiet_option
+from . import keep_until_exit, one_line
+from .options import json_option, limit_options, limits_from, quiet_option
 
 
 @click.command("scan")

@@ -68,7 +68,7 @@ class OutTensor:
         # True when the bytes can be copied straight from the source
         self.streamable = not self.cast and source.storage is not None and source.is_contiguous
         self._view: object = False
-        self._loc: object = False  # _locate's answer, once asked (writing and verifying both ask)
+        self._loc: object = False  # small_location's answer, once asked (writing and verifying both ask)
 
     def view_key(self) -> tuple[object, ...] | None:
         """Identity of the exact values: equal keys mean the same view of the same storage."""
@@ -153,21 +153,26 @@ def stream_region(ref: StorageRef, offset: int, length: int, chunk: int = CHUNK)
         left -= want
 
 
-def _locate(t: OutTensor) -> tuple[FileSource, int] | None:
-    """(file, absolute offset) of a small streamable tensor, or None when it is read another way."""
-    found = t._loc
-    if found is not False:
-        return found  # type: ignore[return-value]
-    s = t.source
-    ref = s.storage
-    if not t.streamable or t.nbytes >= _BIG or ref is None or type(ref.source) is not FileSource:
-        t._loc = None
+def file_location(meta: TensorMeta, begin: int, nbytes: int) -> tuple[FileSource, int] | None:
+    """(file, absolute offset) of ``nbytes`` bytes at ``begin`` in ``meta``'s storage.
+
+    None when the storage is not a region of a plain file, or is shorter
+    (whoever reads it the other way raises the reader's own error).
+    """
+    ref = meta.storage
+    if ref is None or type(ref.source) is not FileSource:
         return None
     start, size = ref.source.region(ref.key)
-    begin = s.storage_offset * t.itemsize
-    # past the storage's end: out_chunks raises the reader's own error for it
-    t._loc = found = None if begin + t.nbytes > size else (ref.source, start + begin)
-    return found
+    return None if begin + nbytes > size else (ref.source, start + begin)
+
+
+def small_location(t: OutTensor) -> tuple[FileSource, int] | None:
+    """file_location of a small streamable tensor (asked once per tensor), or None when it is read another way."""
+    found = t._loc
+    if found is False:
+        small = t.streamable and t.nbytes < _BIG
+        found = t._loc = file_location(t.source, t.source.storage_offset * t.itemsize, t.nbytes) if small else None
+    return found  # type: ignore[return-value]
 
 
 def _storage_location(ref: StorageRef) -> tuple[FileSource, int] | None:
@@ -232,7 +237,7 @@ def tensor_data(tensors: Sequence[OutTensor], *, regions: bool = False
     as a Region instead of bytes. The pieces of one tensor must be consumed
     before asking for the next.
     """
-    for i, data in coalesced([_locate(t) for t in tensors], [t.nbytes for t in tensors]):
+    for i, data in coalesced([small_location(t) for t in tensors], [t.nbytes for t in tensors]):
         t = tensors[i]
         if data is not None:
             yield t, (data,)

@@ -25,51 +25,65 @@ from .model import GlobalRef, StorageRef
 # --------------------------------------------------------------------------- data
 
 
-class LazyStorage:
+class LazyStorage(StorageRef):
     """A storage named by a pickle's persistent id; its bytes stay on disk.
 
-    Plain __slots__ classes (not dataclasses): the unpickler makes one per
-    tensor, and a 200,000-tensor file must read in about a second.
+    It is its own StorageRef (the dtype and device the pickle gave it on
+    top): readers make one per tensor, and a 200,000-tensor file must read
+    in about a second, so one object does both jobs.
     """
 
-    __slots__ = ("key", "dtype", "nbytes", "location", "source", "_ref")
+    __slots__ = ("dtype", "location")
 
     def __init__(self, key: str, dtype: dtypes.DType, nbytes: int, location: str = "cpu", source: Any = None) -> None:
-        self.key = key
-        self.dtype = dtype
-        self.nbytes = nbytes
-        self.location = location
         self.source = source  # the DataSource that can read it, set by the format reader
-        self._ref: StorageRef | None = None
+        self.key = key
+        self.nbytes = nbytes
+        self.dtype = dtype
+        self.location = location
 
     @property
     def ref(self) -> StorageRef | None:
-        """One StorageRef per storage, shared by every tensor viewing it."""
-        if self._ref is None and self.source is not None:
-            self._ref = StorageRef(self.source, self.key, self.nbytes)
-        return self._ref
+        """The StorageRef every tensor viewing this storage shares (None without a source)."""
+        return self if self.source is not None else None
 
     def __repr__(self) -> str:
         return f"LazyStorage({self.key!r}, {self.dtype.name}, {self.nbytes} bytes, {self.location})"
 
 
 class LazyTensor:
-    """What ``torch._utils._rebuild_tensor_v2`` would build, as metadata."""
+    """What ``torch._utils._rebuild_tensor_v2`` would build, as metadata.
+
+    The constructor takes ``_rebuild_tensor_v2``'s arguments, so the
+    unpickler builds one per tensor with a single call (200,000 in some
+    files); ``meta`` builds the storage-less tensors of other rebuilds.
+    """
 
     __slots__ = ("storage", "storage_offset", "shape", "stride", "dtype", "requires_grad", "is_parameter", "subclass")
 
     def __init__(
-        self, storage: LazyStorage | None, storage_offset: int, shape: tuple[int, ...], stride: tuple[int, ...],
-        dtype: dtypes.DType, requires_grad: bool = False, is_parameter: bool = False, subclass: str | None = None,
+        self, storage: Any, storage_offset: int, size: Any, stride: Any, requires_grad: Any = False,
+        backward_hooks: Any = None, metadata: Any = None,
     ) -> None:
-        self.storage = storage
+        if type(storage) is not LazyStorage:
+            raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
+        self.storage: LazyStorage | None = storage
         self.storage_offset = storage_offset
-        self.shape = shape
-        self.stride = stride
-        self.dtype = dtype
-        self.requires_grad = requires_grad
-        self.is_parameter = is_parameter
-        self.subclass = subclass
+        self.shape: tuple[int, ...] = size if type(size) is tuple else tuple(size)
+        self.stride: tuple[int, ...] = stride if type(stride) is tuple else tuple(stride)
+        self.dtype: dtypes.DType = storage.dtype
+        self.requires_grad = bool(requires_grad)
+        self.is_parameter = False
+        self.subclass: str | None = None
+
+    @classmethod
+    def meta(cls, dtype: dtypes.DType, shape: tuple[int, ...], stride: tuple[int, ...],
+             requires_grad: bool = False) -> LazyTensor:
+        """A tensor without a storage (saved on the meta device)."""
+        t = cls.__new__(cls)
+        t.storage, t.storage_offset, t.shape, t.stride, t.dtype = None, 0, shape, stride, dtype
+        t.requires_grad, t.is_parameter, t.subclass = requires_grad, False, None
+        return t
 
     @property
     def device(self) -> str:
@@ -212,31 +226,9 @@ def is_module_placeholder(obj: Any) -> bool:
 # ------------------------------------------------------------- safe re-implementations
 
 
-def _storage_dtype(storage: Any) -> dtypes.DType:
-    if isinstance(storage, LazyStorage):
-        return storage.dtype
-    raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
-
-
-def _rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any) -> LazyTensor:
-    if type(storage) is not LazyStorage:
-        raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
-    if type(size) is not tuple:
-        size = tuple(size)
-    if type(stride) is not tuple:
-        stride = tuple(stride)
-    return LazyTensor(storage, storage_offset, size, stride, storage.dtype)
-
-
-def _rebuild_tensor_v2(
-    storage: Any, storage_offset: int, size: Any, stride: Any, requires_grad: Any = False,
-    backward_hooks: Any = None, metadata: Any = None,
-) -> LazyTensor:
-    # _rebuild_tensor inlined: this runs once per tensor
-    if type(storage) is not LazyStorage:
-        raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
-    return LazyTensor(storage, storage_offset, size if type(size) is tuple else tuple(size),
-                      stride if type(stride) is tuple else tuple(stride), storage.dtype, bool(requires_grad))
+# torch._utils._rebuild_tensor(storage, offset, size, stride) and _rebuild_tensor_v2(..., requires_grad,
+# backward_hooks, metadata=None): LazyTensor's constructor takes exactly these arguments.
+_rebuild_tensor = _rebuild_tensor_v2 = LazyTensor
 
 
 def _rebuild_tensor_v3(
@@ -248,8 +240,7 @@ def _rebuild_tensor_v3(
     if not isinstance(storage, LazyStorage):
         raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage")
     storage.dtype = dtypes.BY_NAME[dtype.name]
-    return LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride),
-                      storage.dtype, bool(requires_grad))
+    return LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride), requires_grad)
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any = True, backward_hooks: Any = None,
@@ -262,7 +253,8 @@ def _rebuild_parameter(data: Any, requires_grad: Any = True, backward_hooks: Any
 
 def _rebuild_meta(dtype: Any, size: Any, stride: Any, requires_grad: Any = False) -> LazyTensor:
     name = getattr(dtype, "name", "float32")
-    return LazyTensor(None, 0, tuple(size), tuple(stride), dtypes.BY_NAME.get(name, dtypes.BY_NAME["float32"]))
+    return LazyTensor.meta(dtypes.BY_NAME.get(name, dtypes.BY_NAME["float32"]), tuple(size), tuple(stride),
+                           bool(requires_grad))
 
 
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:

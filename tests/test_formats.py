@@ -764,3 +764,32 @@ def test_extension_mismatch_and_dill_extension(tmp_path, fixtures_dir):
     ckpt = load(tmp_path / "weights.safetensors")
     assert ckpt.format == "torch-legacy"
     assert any("extension .safetensors" in w for w in ckpt.warnings)
+
+
+
+def test_meta_device_tensors_are_listed_without_data(tmp_path):
+    # torch saves these through _rebuild_meta_tensor_no_storage: no storage, no bytes
+    p = str(tmp_path / "meta.pth")
+    torch.save({"m": torch.empty(2, 3, device="meta"), "w": torch.ones(4)}, p)
+    with load(p) as ckpt:
+        m, w = ckpt.by_key["m"], ckpt.by_key["w"]
+        assert (m.device, m.shape, m.stride, m.dtype, m.storage) == ("meta", (2, 3), (3, 1), "float32", None)
+        assert w.device == "cpu" and w.storage is not None
+        assert any("meta device" in x for x in ckpt.warnings)
+    assert torch.load(p, weights_only=True)["m"].shape == (2, 3)
+
+
+class _RebuildFromAString:
+    def __reduce__(self):
+        return (torch._utils._rebuild_tensor_v2, ("abc", 0, (1,), (1,), False, OrderedDict()))
+
+
+def test_a_tensor_rebuilt_from_a_non_storage_is_refused_cleanly(tmp_path):
+    p = str(tmp_path / "bad.pth")
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("bad/data.pkl", pickle.dumps({"w": _RebuildFromAString()}, protocol=2))
+        z.writestr("bad/version", "3\n")
+    r = run_subprocess("inspect", p)
+    assert r.returncode == 2, r.stderr
+    assert "not a storage" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -4,11 +4,12 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from . import rules
 from .formats import load
-from .model import Checkpoint, TensorMeta, json_safe
+from .model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
 from .unpickle import DEFAULT_LIMITS, Limits
 
 
@@ -77,6 +78,10 @@ class InspectReport:
 
 
 
+_LAYOUT = attrgetter("shape", "stride")
+_DEVICE = attrgetter("device")
+
+
 def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
     """Per-tensor notes: non-contiguous, channels_last, shared storage, saved device."""
     tensors = list(tensors)
@@ -88,8 +93,12 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
             if sid is not None:
                 by_storage.setdefault(sid, []).append(t.key)
     else:
-        # the common case: only odd layouts or devices get a note
-        tensors = [t for t in tensors if t.device != "cpu" or (t.stride is not None and not t.is_contiguous)]
+        # the common case: only odd layouts or devices get a note (each distinct layout checked once)
+        odd = {ss for ss in set(map(_LAYOUT, tensors)) if not is_contiguous_layout(*ss)}
+        if odd or set(map(_DEVICE, tensors)) != {"cpu"}:
+            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd]
+        else:
+            tensors = []
     notes: dict[str, tuple[str, ...]] = {}
     for t in tensors:
         n: list[str] = []

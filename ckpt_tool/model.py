@@ -34,6 +34,14 @@ def _same_layout(shape: tuple[int, ...], stride: tuple[int, ...], want: tuple[in
     return all(d == 1 or s == w for d, s, w in zip(shape, stride, want))
 
 
+def is_contiguous_layout(shape: tuple[int, ...], stride: tuple[int, ...] | None) -> bool:
+    """Row-major, as torch's is_contiguous() says (None: contiguous by construction)."""
+    if stride is None:
+        return True
+    want = contiguous_strides(shape)
+    return stride == want or _same_layout(shape, stride, want)
+
+
 def shapes_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """load_state_dict's rule: equal shapes, or a one-element 1-d tensor into a 0-d one."""
     return a == b or (b == () and len(a) == 1 and a[0] == 1)
@@ -114,11 +122,7 @@ class TensorMeta:
 
     @property
     def is_contiguous(self) -> bool:
-        stride = self.stride
-        if stride is None:
-            return True
-        want = contiguous_strides(self.shape)
-        return stride == want or _same_layout(self.shape, stride, want)
+        return is_contiguous_layout(self.shape, self.stride)
 
     @property
     def strides(self) -> tuple[int, ...]:

@@ -275,13 +275,14 @@ def compare_values(
     later: list[int] = []  # indices into results: pairs compared value by value, with torch, at the end
     slots: dict[int, tuple[TensorMeta, TensorMeta]] = {}
     started = False  # torch is being imported in the background
-    # Pairs of one dtype and shape are first compared byte for byte while a
-    # background thread reads ahead: an identical, all-finite pair (most of a
-    # near-identical checkpoint) costs a memcmp and a bit test, no torch. The
+    # Pairs of one dtype and shape are first compared as a background thread
+    # reads ahead (_quick_diffs): an identical, all-finite pair (most of a
+    # near-identical checkpoint) costs a memcmp and a bit test, a differing
+    # fp16/32/64 pair NumPy's arithmetic on the same chunks, no torch. The
     # other pairs wait until that pass is done, while torch is imported on
     # another thread (1-2 s here, otherwise added to the total).
     quick = [(ta, tb) for ta, tb in pairs if _bytewise(ta, tb)]
-    verdicts = _identical_and_finite(quick)
+    verdicts = _quick_diffs(quick, atol=atol, rtol=rtol)
     pending = iter(quick)
     next_quick = next(pending, None)
     restore: list[int] = []
@@ -292,9 +293,9 @@ def compare_values(
                 continue
             if next_quick is not None and next_quick[0] is ta and next_quick[1] is tb:
                 next_quick = next(pending, None)
-                if next(verdicts):
-                    results.append(ValueDiff(ta.key, 0.0, 0.0, 0, 0, 0, 0, True, 0, ta.numel,
-                                             _compare_dtype(ta.dtype, tb.dtype)))
+                found = next(verdicts)
+                if found is not None:
+                    results.append(found)
                     if progress is not None:
                         progress(ta.key)
                     continue
@@ -328,41 +329,72 @@ def _numpy_comparable(ta: TensorMeta, tb: TensorMeta) -> bool:
             and ta.is_contiguous and tb.is_contiguous)
 
 
-def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> ValueDiff | None:
-    """compare_pair's result for finite float16/32/64 values, computed with NumPy (no torch import).
+class _NumpyCompare:
+    """compare_pair's finite path for float16/32/64 chunks, in NumPy (no torch import).
 
-    The same operations in the same dtype (_compare_dtype) as compare_pair's
-    finite path, so the figures are identical. None as soon as a chunk holds
-    a NaN or Inf (or a difference overflows): compare_pair then handles the
-    pair, with its equal_nan and Inf rules.
+    The same operations in the same dtype (_compare_dtype) as compare_pair,
+    so the figures are identical. ``add`` returns False as soon as a chunk
+    holds a NaN or Inf (or a difference overflows): compare_pair then
+    handles the pair, with its equal_nan and Inf rules.
     """
-    import numpy as np
 
-    from .tensordata import all_finite, iter_raw, same_bytes
+    def __init__(self, ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> None:
+        import numpy as np
 
-    cd = _compare_dtype(ta.dtype, tb.dtype)
-    ct = np.dtype(_NUMPY_FLOATS[cd])
-    fa, fb = np.dtype(_NUMPY_FLOATS[ta.dtype]), np.dtype(_NUMPY_FLOATS[tb.dtype])
-    acc = _Acc()
-    chunks = zip(iter_raw(ta, _CHUNK * fa.itemsize), iter_raw(tb, _CHUNK * fb.itemsize))
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for ra, rb in chunks:
-            if ta.dtype == tb.dtype and same_bytes(ra, rb):
-                if not all_finite(ra, ta.dtype):
-                    return None
-                continue
-            xa = np.frombuffer(ra, dtype=fa).astype(ct)
-            yb = np.frombuffer(rb, dtype=fb).astype(ct)
-            ad = np.abs(xa - yb)
-            top = float(ad.max()) if ad.size else 0.0
-            if not math.isfinite(top):
-                return None
-            acc.max_abs = max(acc.max_abs, top)
-            ref = np.abs(yb)
-            acc.bad += int(np.count_nonzero(ad > ref * ct.type(rtol) + ct.type(atol)))
-            rel = np.nan_to_num(ad / ref, nan=0.0, posinf=math.inf)  # 0/0: equal; x/0: inf
-            acc.max_rel = max(acc.max_rel, float(rel.max()) if rel.size else 0.0)
-    return ValueDiff(ta.key, acc.max_abs, acc.max_rel, 0, 0, 0, 0, acc.bad == 0, acc.bad, ta.numel, cd)
+        self.key, self.numel = ta.key, ta.numel
+        self.cd = _compare_dtype(ta.dtype, tb.dtype)
+        self.ct = np.dtype(_NUMPY_FLOATS[self.cd])
+        self.fa, self.fb = np.dtype(_NUMPY_FLOATS[ta.dtype]), np.dtype(_NUMPY_FLOATS[tb.dtype])
+        self.same_dtype = ta.dtype == tb.dtype
+        self.dtype = ta.dtype
+        self.atol, self.rtol = self.ct.type(atol), self.ct.type(rtol)
+        self.acc = _Acc()
+
+    def add(self, ra: Any, rb: Any) -> bool:
+        """Fold in one chunk of each side (the same elements); False: NaN/Inf, leave the pair to torch."""
+        import numpy as np
+
+        from .tensordata import all_finite, same_bytes
+
+        if self.same_dtype and same_bytes(ra, rb):
+            return all_finite(ra, self.dtype) is not False
+        acc = self.acc
+        fa, fb, ct = self.fa, self.fb, self.ct
+        n = len(ra) // fa.itemsize
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for first in range(0, n, _CHUNK):  # pieces that stay in the CPU cache
+                count = min(_CHUNK, n - first)
+                xa = np.frombuffer(ra, dtype=fa, count=count, offset=first * fa.itemsize).astype(ct)
+                yb = np.frombuffer(rb, dtype=fb, count=count, offset=first * fb.itemsize).astype(ct)
+                ad = np.abs(np.subtract(xa, yb, out=xa), out=xa)
+                top = float(ad.max())
+                if not math.isfinite(top):
+                    return False
+                acc.max_abs = max(acc.max_abs, top)
+                ref = np.abs(yb, out=yb)
+                bound = np.multiply(ref, self.rtol)
+                bound += self.atol
+                acc.bad += int(np.count_nonzero(ad > bound))
+                # max |a-b|/|b|: 0/0 (NaN) counts as equal, x/0 as inf; fmax skips NaNs
+                rel = float(np.fmax.reduce(np.divide(ad, ref, out=bound)))
+                if rel == rel:
+                    acc.max_rel = max(acc.max_rel, rel)
+        return True
+
+    def result(self) -> ValueDiff:
+        acc = self.acc
+        return ValueDiff(self.key, acc.max_abs, acc.max_rel, 0, 0, 0, 0, acc.bad == 0, acc.bad, self.numel, self.cd)
+
+
+def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> ValueDiff | None:
+    """compare_pair's result for finite float16/32/64 values (_NumpyCompare), reading the pair here."""
+    from .tensordata import iter_raw
+
+    compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol)
+    for ra, rb in zip(iter_raw(ta, _CHUNK * compare.fa.itemsize), iter_raw(tb, _CHUNK * compare.fb.itemsize)):
+        if not compare.add(ra, rb):
+            return None
+    return compare.result()
 
 
 def _import_torch_in_background() -> None:
@@ -379,12 +411,17 @@ def _bytewise(ta: TensorMeta, tb: TensorMeta) -> bool:
             and ta.numel > 0 and ta.is_contiguous and tb.is_contiguous)
 
 
-def _identical_and_finite(pairs: list[tuple[TensorMeta, TensorMeta]]) -> Generator[bool, None, None]:
-    """Per pair, in order: True if A and B hold the same bytes and no NaN/Inf.
+def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
+                 rtol: float) -> Generator[ValueDiff | None, None, None]:
+    """Per pair (same dtype and shape, contiguous), in order: its ValueDiff, or None to leave it to the caller.
 
-    Reads both sides chunk by chunk (tensordata.read_ahead); a pair stops
-    being tested at its first differing or non-finite chunk (its remaining
-    chunks are skipped) and is then compared value by value by the caller.
+    Both sides are read chunk by chunk by a background thread
+    (tensordata.read_ahead). A pair whose bytes are identical and finite gets
+    a zero ValueDiff; a differing fp16/32/64 pair is compared with NumPy on
+    the same chunks while the reader goes on (_NumpyCompare), so it is
+    neither read twice nor compared after the reading is done. A pair with
+    NaN/Inf, or of another dtype, that differs, gets None at its first such
+    chunk (its remaining chunks are skipped).
     """
     from .tensordata import all_finite, raw_reads, read_ahead, same_bytes
 
@@ -397,23 +434,34 @@ def _identical_and_finite(pairs: list[tuple[TensorMeta, TensorMeta]]) -> Generat
     try:
         for ta, tb in pairs:
             if ta.nbytes < _SMALL_PAIR:
-                yield small[id(ta), id(tb)]
+                yield _zero_diff(ta, tb) if small[id(ta), id(tb)] else None
                 continue
             plan = next(large)
-            ok = True
+            ok = True  # identical and finite so far
+            numeric = _NumpyCompare(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
             for _ in plan:
                 a, b = next(chunks)
-                ok = ok and same_bytes(a, b) and all_finite(a, ta.dtype) is not False
-            yield ok
+                if not ok:
+                    continue  # already left to the caller: skip the rest of its chunks
+                if numeric is not None:
+                    ok = numeric.add(a, b)
+                else:
+                    ok = same_bytes(a, b) and all_finite(a, ta.dtype) is not False
+            yield (numeric.result() if numeric is not None else _zero_diff(ta, tb)) if ok else None
     finally:
         chunks.close()
+
+
+def _zero_diff(ta: TensorMeta, tb: TensorMeta) -> ValueDiff:
+    """The ValueDiff of a pair that holds the same bytes, none of them NaN or Inf."""
+    return ValueDiff(ta.key, 0.0, 0.0, 0, 0, 0, 0, True, 0, ta.numel, _compare_dtype(ta.dtype, tb.dtype))
 
 
 _SMALL_PAIR = 256 << 10  # bytes: pairs of smaller tensors are tested in batches, without the reader thread
 
 
 def _small_verdicts(pairs: list[tuple[TensorMeta, TensorMeta]]) -> dict[tuple[int, int], bool]:
-    """_identical_and_finite's verdict per (id(a), id(b)) for small pairs: bytes compared, NaN/Inf tested per batch."""
+    """Per (id(a), id(b)) of small pairs: True if the bytes are the same and none is NaN/Inf (tested per batch)."""
     from .tensordata import RAW_CHUNK, all_finite, tensor_bytes
 
     out: dict[tuple[int, int], bool] = {}

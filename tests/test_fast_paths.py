@@ -158,13 +158,43 @@ def test_many_small_pairs_get_the_same_verdicts_as_one_by_one(tmp_path):
     ca = _checkpoint(tmp_path, a, "a.pth")
     cb = _checkpoint(tmp_path, b, "b.safetensors")
     pairs = [(t, cb.by_key[t.key]) for t in ca.tensors]
-    verdicts = dict(zip((ta.key for ta, _ in pairs), diff_mod._identical_and_finite(pairs)))
-    assert not verdicts["t5"] and not verdicts["t7"]
-    assert sum(verdicts.values()) == len(pairs) - 2
+    verdicts = dict(zip((ta.key for ta, _ in pairs), diff_mod._quick_diffs(pairs, atol=1e-8, rtol=1e-5)))
+    assert verdicts["t5"] is None and verdicts["t7"] is None  # left to the one-by-one pass
+    assert sum(v is not None and v.passed and v.max_abs == 0 for v in verdicts.values()) == len(pairs) - 2
     values, _ = diff_mod.compare_values(pairs, atol=1e-8, rtol=1e-5)
     by_key = {v.key: v for v in values}
     assert [v.key for v in values] == [ta.key for ta, _ in pairs]  # order kept
     assert not by_key["t5"].passed and by_key["t7"].nan_a == 1 and by_key["t7"].passed
+
+
+def test_large_pairs_compared_while_read_ahead_equal_the_torch_comparison(tmp_path):
+    # pairs over _SMALL_PAIR bytes, several read-ahead chunks long: differing float pairs are
+    # compared from the chunks already read; NaN/Inf or other dtypes are left to compare_pair
+    gen = torch.Generator().manual_seed(3)
+    n = 3_000_000  # 6-12 MB: two or more 4 MiB read-ahead chunks
+    a = {"f16": torch.randn(n, generator=gen).half(), "f32": torch.randn(n, generator=gen),
+         "same": torch.randn(n, generator=gen), "nan": torch.randn(n, generator=gen),
+         "bf16": torch.randn(n, generator=gen).bfloat16(), "late": torch.randn(n, generator=gen)}
+    b = {k: v.clone() for k, v in a.items()}
+    b["f16"][::7] += 0.01
+    b["f32"][5] = 0.0  # relative difference against zero: inf
+    b["nan"][-1] = float("nan")  # differs in its last chunk only
+    b["bf16"][1] += 1
+    b["late"][-3:] += 1e-3  # only the last chunk differs
+    ca = _checkpoint(tmp_path, a, "a.safetensors")
+    cb = _checkpoint(tmp_path, b, "b.safetensors")
+    pairs = [(t, cb.by_key[t.key]) for t in ca.tensors]
+    assert all(t.nbytes > (4 << 20) for t, _ in pairs)  # two chunks or more each
+    quick = dict(zip((ta.key for ta, _ in pairs), diff_mod._quick_diffs(pairs, atol=1e-8, rtol=1e-5)))
+    assert quick["nan"] is None and quick["bf16"] is None
+    for ta, tb in pairs:
+        if quick[ta.key] is not None:
+            assert quick[ta.key] == diff_mod.compare_pair(ta, tb, atol=1e-8, rtol=1e-5), ta.key
+    assert quick["same"].max_abs == 0 and quick["same"].passed
+    assert not quick["f16"].passed and quick["f32"].max_rel == float("inf") and not quick["late"].passed
+    values, _ = diff_mod.compare_values(pairs, atol=1e-8, rtol=1e-5)
+    assert [v.key for v in values] == [ta.key for ta, _ in pairs]
+    assert {v.key: v for v in values}["nan"].nan_b == 1
 
 
 def test_batched_nan_check_names_the_one_bad_small_tensor(tmp_path):

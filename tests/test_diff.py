@@ -373,6 +373,29 @@ def test_metadata_differences_with_deepdiff(tmp_path, fixtures_dir, run_cli):
     assert r.code == 1 and "changed    epoch: 3 -> 4" in r.out and "metadata differs" in r.out
 
 
+def test_identical_nested_metadata_needs_no_deepdiff(tmp_path):
+    # a training checkpoint against a copy with other weights: nested metadata, all equal
+    meta = {"optimizer": {"param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0, 1]}], "state": {}},
+            "epoch": 3, "args": argparse.Namespace(lr=0.1, arch="tiny")}
+    torch.save({"model": TinyMLP().state_dict(), **meta}, tmp_path / "a.pth")
+    torch.save({"model": TinyMLP().state_dict(), **meta}, tmp_path / "b.pth")
+    meta["optimizer"]["param_groups"][0]["eps"] = float("nan")  # NaN != NaN: DeepDiff reports it
+    torch.save({"model": TinyMLP().state_dict(), **meta}, tmp_path / "c.pth")
+    torch.save({"model": TinyMLP().state_dict(), **meta}, tmp_path / "d.pth")
+    code = textwrap.dedent(f"""
+        import sys
+        from ckpt_tool import diff
+        same = diff({str(tmp_path / 'a.pth')!r}, {str(tmp_path / 'b.pth')!r}).metadata_diff
+        assert same == {{"changed": [], "only_a": [], "only_b": []}}, same
+        assert "deepdiff" not in sys.modules, "deepdiff was imported"
+        nan = diff({str(tmp_path / 'c.pth')!r}, {str(tmp_path / 'd.pth')!r}).metadata_diff
+        assert [c["path"] for c in nan["changed"]] == ["optimizer.param_groups.0.eps"], nan
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+
+
 def test_safetensors_metadata_is_diffed(fixtures_dir):
     report = diff(str(fixtures_dir / "tiny_mlp.pth"), str(fixtures_dir / "tiny_mlp.safetensors"))
     assert report.equal

@@ -352,8 +352,8 @@ class _NumpyCompare:
     """compare_pair's finite path for float16/32/64 chunks, in NumPy (no torch import).
 
     The same operations in the same dtype (_compare_dtype) as compare_pair,
-    so the figures are identical. ``add`` returns False as soon as a chunk
-    holds a NaN or Inf (or a difference overflows): compare_pair then
+    so the figures are identical. ``chunk`` returns None for a chunk that
+    holds a NaN or Inf (or whose difference overflows): compare_pair then
     handles the pair, with its equal_nan and Inf rules.
     """
 
@@ -369,15 +369,19 @@ class _NumpyCompare:
         self.atol, self.rtol = self.ct.type(atol), self.ct.type(rtol)
         self.acc = _Acc()
 
-    def add(self, ra: Any, rb: Any) -> bool:
-        """Fold in one chunk of each side (the same elements); False: NaN/Inf, leave the pair to torch."""
+    def chunk(self, ra: Any, rb: Any) -> _Acc | None:
+        """One chunk of each side (the same elements) compared on its own; None: NaN/Inf, leave it to torch.
+
+        Thread-safe (it changes nothing): chunks of one pair may be compared
+        on several threads and their results merged in order (``merge``).
+        """
         import numpy as np
 
         from .tensordata import all_finite, same_bytes
 
+        acc = _Acc()
         if self.same_dtype and same_bytes(ra, rb):
-            return all_finite(ra, self.dtype) is not False
-        acc = self.acc
+            return acc if all_finite(ra, self.dtype) is not False else None
         fa, fb, ct = self.fa, self.fb, self.ct
         n = len(ra) // fa.itemsize
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -388,7 +392,7 @@ class _NumpyCompare:
                 ad = np.abs(np.subtract(xa, yb, out=xa), out=xa)
                 top = float(ad.max())
                 if not math.isfinite(top):
-                    return False
+                    return None
                 acc.max_abs = max(acc.max_abs, top)
                 ref = np.abs(yb, out=yb)
                 bound = np.multiply(ref, self.rtol)
@@ -398,7 +402,13 @@ class _NumpyCompare:
                 rel = float(np.fmax.reduce(np.divide(ad, ref, out=bound)))
                 if rel == rel:
                     acc.max_rel = max(acc.max_rel, rel)
-        return True
+        return acc
+
+    def merge(self, part: _Acc) -> None:
+        acc = self.acc
+        acc.max_abs = max(acc.max_abs, part.max_abs)
+        acc.max_rel = max(acc.max_rel, part.max_rel)
+        acc.bad += part.bad
 
     def result(self) -> ValueDiff:
         acc = self.acc
@@ -411,8 +421,10 @@ def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> 
 
     compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol)
     for ra, rb in zip(iter_raw(ta, _CHUNK * compare.fa.itemsize), iter_raw(tb, _CHUNK * compare.fb.itemsize)):
-        if not compare.add(ra, rb):
+        part = compare.chunk(ra, rb)
+        if part is None:
             return None
+        compare.merge(part)
     return compare.result()
 
 
@@ -434,41 +446,57 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
                  rtol: float) -> Generator[ValueDiff | None, None, None]:
     """Per pair (same dtype and shape, contiguous), in order: its ValueDiff, or None to leave it to the caller.
 
-    Both sides are read chunk by chunk by a background thread
-    (tensordata.read_ahead). A pair whose bytes are identical and finite gets
-    a zero ValueDiff; a differing fp16/32/64 pair is compared with NumPy on
-    the same chunks while the reader goes on (_NumpyCompare), so it is
-    neither read twice nor compared after the reading is done. A pair with
-    NaN/Inf, or of another dtype, that differs, gets None at its first such
-    chunk (its remaining chunks are skipped).
+    Worker threads read both sides chunk by chunk and check each chunk where
+    they read it (tensordata.check_pairs). A pair whose bytes are identical
+    and finite gets a zero ValueDiff; a differing fp16/32/64 pair is
+    compared with NumPy on the same chunks (_NumpyCompare), so it is never
+    read twice. A pair with NaN/Inf, or of another dtype, that differs gets
+    None at its first such chunk (its remaining chunks are passed over).
     """
-    from .tensordata import all_finite, raw_reads, read_ahead, same_bytes
+    from .tensordata import all_finite, check_pairs, raw_reads, same_bytes
 
     # Small pairs (200,000 of them in some files) are read here and bit-tested in
-    # batches: a queue hand-off and a NumPy call per pair would cost more than the bytes.
+    # batches: a thread hand-off and a NumPy call per pair would cost more than the bytes.
     small = _small_verdicts([p for p in pairs if p[0].nbytes < _SMALL_PAIR])
-    plans = [list(zip(raw_reads(ta), raw_reads(tb))) for ta, tb in pairs if ta.nbytes >= _SMALL_PAIR]
-    chunks = read_ahead((r for plan in plans for ab in plan for r in ab), group=2)
-    large = iter(plans)
+    large = [(ta, tb) for ta, tb in pairs if ta.nbytes >= _SMALL_PAIR]
+    numeric = [_NumpyCompare(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
+               for ta, tb in large]
+    reads, owner, counts = [], [], []
+    for p, (ta, tb) in enumerate(large):
+        chunks = list(zip(raw_reads(ta), raw_reads(tb)))
+        reads.extend(chunks)
+        owner.extend([p] * len(chunks))
+        counts.append(len(chunks))
+    given_up: set[int] = set()  # large pairs already left to the caller
+
+    def check(i: int, a: Any, b: Any) -> _Acc | None:
+        compare = numeric[owner[i]]
+        if compare is not None:
+            return compare.chunk(a, b)
+        return _Acc() if same_bytes(a, b) and all_finite(a, large[owner[i]][0].dtype) is not False else None
+
+    results = check_pairs(reads, check, skip=lambda i: owner[i] in given_up)
+    p = 0
     try:
         for ta, tb in pairs:
             if ta.nbytes < _SMALL_PAIR:
                 yield _zero_diff(ta, tb) if small[id(ta), id(tb)] else None
                 continue
-            plan = next(large)
-            ok = True  # identical and finite so far
-            numeric = _NumpyCompare(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
-            for _ in plan:
-                a, b = next(chunks)
+            compare = numeric[p]
+            ok = True
+            for _ in range(counts[p]):
+                part = next(results)
                 if not ok:
-                    continue  # already left to the caller: skip the rest of its chunks
-                if numeric is not None:
-                    ok = numeric.add(a, b)
-                else:
-                    ok = same_bytes(a, b) and all_finite(a, ta.dtype) is not False
-            yield (numeric.result() if numeric is not None else _zero_diff(ta, tb)) if ok else None
+                    continue
+                if part is None:
+                    ok = False
+                    given_up.add(p)
+                elif compare is not None:
+                    compare.merge(part)
+            yield (compare.result() if compare is not None else _zero_diff(ta, tb)) if ok else None
+            p += 1
     finally:
-        chunks.close()
+        results.close()
 
 
 def _zero_diff(ta: TensorMeta, tb: TensorMeta) -> ValueDiff:

@@ -6,7 +6,8 @@ gathered with torch, imported only here and only then.
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator, Iterable, Iterator
+import os
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
@@ -240,6 +241,87 @@ def read_ahead(reads: Iterable[tuple[TensorMeta, int, int]], chunk_bytes: int = 
         stop.set()
         free.put(bytearray(0))  # wake the reader if it waits for a buffer
         thread.join()
+
+
+Read = tuple[TensorMeta, int, int]  # (contiguous tensor, byte offset into its data, length): see raw_reads
+
+
+def check_pairs(reads: Sequence[tuple[Read, Read]], check: Callable[[int, Any, Any], Any], *,
+                skip: Callable[[int], bool] | None = None, workers: int | None = None,
+                chunk_bytes: int = RAW_CHUNK) -> Generator[Any, None, None]:
+    """``check(i, a, b)`` for the bytes of each pair of reads, in order (None where ``skip(i)`` said so).
+
+    Every worker thread reads a pair of chunks into buffers of its own and
+    checks them while they are in its CPU cache; preadv, libc's memcmp
+    (same_bytes on these buffers) and NumPy's loops let go of the GIL, so
+    reading and checking both spread over the cores. (One thread copying
+    out of the page cache while another checks the previous chunks could
+    only overlap the two, and each chunk then crossed between the cores'
+    caches.) ``skip`` is asked just before reading: a caller that has its
+    answer for a tensor passes over the rest of its chunks. ``check`` must
+    be thread-safe.
+    """
+    import threading
+
+    import numpy as np
+
+    n = len(reads)
+    count = max(1, min(workers or os.cpu_count() or 1, 4, n))
+    cond = threading.Condition()
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+    claimed = [0]
+    stop = [False]
+
+    def read(r: Read, buf: Any) -> memoryview:
+        t, offset, length = r
+        view = memoryview(buf)[:length] if length <= len(buf) else memoryview(np.empty(length, dtype=np.uint8))
+        if t.storage is None:
+            raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+        t.storage.source.read_into(t.storage.key, t.storage_offset * t.itemsize + offset, view)
+        return view
+
+    def work() -> None:
+        # NumPy buffers: same_bytes compares them with memcmp through ctypes, without the GIL
+        bufs = np.empty(chunk_bytes, dtype=np.uint8), np.empty(chunk_bytes, dtype=np.uint8)
+        while True:
+            with cond:
+                i = claimed[0]
+                if stop[0] or errors or i >= n:
+                    return
+                claimed[0] = i + 1
+            try:
+                if skip is not None and skip(i):
+                    result = None
+                else:
+                    ra, rb = reads[i]
+                    result = check(i, read(ra, bufs[0]), read(rb, bufs[1]))
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
+                with cond:
+                    errors.append(exc)
+                    cond.notify_all()
+                return
+            with cond:
+                results[i] = result
+                cond.notify_all()
+
+    threads = [threading.Thread(target=work, name=f"ckpt-check-{k}", daemon=True) for k in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        for i in range(n):
+            with cond:
+                while i not in results and not errors:
+                    cond.wait()
+                if i not in results:
+                    raise errors[0]
+                result = results.pop(i)
+            yield result
+    finally:
+        with cond:
+            stop[0] = True
+        for thread in threads:
+            thread.join()
 
 
 def same_bytes(a: Any, b: Any) -> bool:

@@ -19,7 +19,8 @@ from safetensors.torch import save_file
 from ckpt_tool.formats import load
 from ckpt_tool.formats.ziparchive import ZipArchive
 from ckpt_tool.render.common import simple_table
-from ckpt_tool.tensordata import all_finite, iter_raw, raw_reads, read_ahead, same_bytes, tensor_bytes
+from ckpt_tool.tensordata import (all_finite, check_pairs, iter_raw, raw_reads, read_ahead, same_bytes,
+                                  tensor_bytes)
 
 diff_mod = importlib.import_module("ckpt_tool.diff")
 gate_mod = importlib.import_module("ckpt_tool.gate")
@@ -113,6 +114,52 @@ def test_read_ahead_closed_early_does_not_hang(tmp_path):
     chunks = read_ahead(raw_reads(ckpt.tensors[0], 4096), 4096)
     next(chunks)
     chunks.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_check_pairs_gives_every_result_in_order(tmp_path, workers):
+    tensors = {f"w{i}": torch.randn(n) for i, n in enumerate([1, 1000, 4096, 7, 100_000, 30_000])}
+    a = _checkpoint(tmp_path, tensors, "a.pth")
+    b = _checkpoint(tmp_path, {k: v.flip(0) for k, v in tensors.items()}, "b.safetensors")
+    reads = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(b.by_key[t.key], 4096))]
+    assert len(reads) > 20
+
+    def check(i, x, y):  # runs on the worker threads: copies, so the reused buffers may change later
+        return i, bytes(x), bytes(y)
+
+    got = list(check_pairs(reads, check, workers=workers, chunk_bytes=4096))
+    assert [g[0] for g in got] == list(range(len(reads)))
+    for (ra, rb), (_, x, y) in zip(reads, got):
+        (ta, oa, la), (tb, ob, lb) = ra, rb
+        assert x == tensor_bytes(ta)[oa:oa + la] and y == tensor_bytes(tb)[ob:ob + lb]
+    skipped = list(check_pairs(reads, check, skip=lambda i: i % 3 == 0, workers=workers, chunk_bytes=4096))
+    assert [r is None for r in skipped] == [i % 3 == 0 for i in range(len(reads))]
+
+
+def test_check_pairs_hands_an_error_to_the_caller_and_stops(tmp_path):
+    a = _checkpoint(tmp_path, {"a": torch.randn(100_000), "b": torch.randn(10)}, "a.safetensors")
+    b = _checkpoint(tmp_path, {"a": torch.randn(100_000), "b": torch.randn(10)}, "b.safetensors")
+    os.truncate(b.path, 1000)
+    reads = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(b.by_key[t.key], 4096))]
+    with pytest.raises(Exception) as info:
+        for _ in check_pairs(reads, lambda i, x, y: same_bytes(x, y), workers=2, chunk_bytes=4096):
+            pass
+    assert "truncated" in str(info.value)
+
+    def fail(i, x, y):
+        raise ValueError(f"check {i} failed")
+
+    whole = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(t, 4096))]
+    with pytest.raises(ValueError, match="check"):
+        list(check_pairs(whole, fail, workers=2, chunk_bytes=4096))
+
+
+def test_check_pairs_closed_early_does_not_hang(tmp_path):
+    t = _checkpoint(tmp_path, {"a": torch.randn(1_000_000)}).tensors[0]
+    results = check_pairs(list(zip(raw_reads(t, 4096), raw_reads(t, 4096))), lambda i, x, y: same_bytes(x, y),
+                          workers=2, chunk_bytes=4096)
+    assert next(results) is True
+    results.close()
 
 
 def test_iter_raw_with_a_buffer_gives_the_same_bytes(tmp_path):

@@ -447,13 +447,13 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
     """Per pair (same dtype and shape, contiguous), in order: its ValueDiff, or None to leave it to the caller.
 
     Worker threads read both sides chunk by chunk and check each chunk where
-    they read it (tensordata.check_pairs). A pair whose bytes are identical
+    they read it (tensordata.check_reads). A pair whose bytes are identical
     and finite gets a zero ValueDiff; a differing fp16/32/64 pair is
     compared with NumPy on the same chunks (_NumpyCompare), so it is never
     read twice. A pair with NaN/Inf, or of another dtype, that differs gets
     None at its first such chunk (its remaining chunks are passed over).
     """
-    from .tensordata import all_finite, check_pairs, raw_reads, same_bytes
+    from .tensordata import all_finite, check_reads, raw_reads, same_bytes
 
     # Small pairs (200,000 of them in some files) are read here and bit-tested in
     # batches: a thread hand-off and a NumPy call per pair would cost more than the bytes.
@@ -475,7 +475,7 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
             return compare.chunk(a, b)
         return _Acc() if same_bytes(a, b) and all_finite(a, large[owner[i]][0].dtype) is not False else None
 
-    results = check_pairs(reads, check, skip=lambda i: owner[i] in given_up)
+    results = check_reads(reads, check, skip=lambda i: owner[i] in given_up)
     p = 0
     try:
         for ta, tb in pairs:

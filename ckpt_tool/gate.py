@@ -243,35 +243,43 @@ def _no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress | N
 def _nonfinite_counts(tensors: list[TensorMeta]) -> Iterator[tuple[TensorMeta, int, int]]:
     """(tensor, NaN count, Inf count) per tensor, in order.
 
-    Contiguous tensors are read chunk by chunk by a background thread
-    (tensordata.read_ahead) while this one bit-tests the previous chunk, so
-    the check runs at about the speed of reading the file.
+    Contiguous tensors are read chunk by chunk by worker threads, one per
+    core, each bit-testing the chunk it read (tensordata.check_reads), so the
+    check runs at about the speed of reading the file.
     """
-    from .tensordata import all_finite, raw_reads, read_ahead
+    from .tensordata import all_finite, check_reads, raw_reads
 
     # Small tensors (200,000 of them in some files) are read in the calling thread and
-    # bit-tested a batch at a time: a queue hand-off and a NumPy call per tensor cost more
+    # bit-tested a batch at a time: a thread hand-off and a NumPy call per tensor cost more
     # than reading it. A batch that holds a NaN or Inf is counted tensor by tensor.
     small = {id(t): t for t in tensors if t.is_contiguous and 0 < t.nbytes < _SMALL_TENSOR}
     small_counts = _small_nonfinite_counts(list(small.values()))
     streamed = [t for t in tensors if t.is_contiguous and t.numel and id(t) not in small]
     plans = [raw_reads(t, _CHUNK) for t in streamed]
-    chunks = read_ahead((r for plan in plans for r in plan), _CHUNK)
+
+    reads = [(r,) for plan in plans for r in plan]
+    dtype_of = [t.dtype for t, plan in zip(streamed, plans) for _ in plan]
+
+    def check(i: int, raw: Any) -> tuple[int, int]:
+        return (0, 0) if all_finite(raw, dtype_of[i]) else _count_chunk(raw, dtype_of[i])
+
+    chunks = check_reads(reads, check, chunk_bytes=_CHUNK)
     counts = iter([len(plan) for plan in plans])
-    for t in tensors:
-        if id(t) in small:
-            yield (t, *small_counts[id(t)])
-            continue
-        if not (t.is_contiguous and t.numel):
-            yield (t, *count_nonfinite(t))  # a strided view is gathered whole; an empty one holds nothing
-            continue
-        nan = inf = 0
-        for _ in range(next(counts)):
-            (raw,) = next(chunks)
-            if not all_finite(raw, t.dtype):
-                n, i = _count_chunk(raw, t.dtype)
+    try:
+        for t in tensors:
+            if id(t) in small:
+                yield (t, *small_counts[id(t)])
+                continue
+            if not (t.is_contiguous and t.numel):
+                yield (t, *count_nonfinite(t))  # a strided view is gathered whole; an empty one holds nothing
+                continue
+            nan = inf = 0
+            for _ in range(next(counts)):
+                n, i = next(chunks)
                 nan, inf = nan + n, inf + i
-        yield t, nan, inf
+            yield t, nan, inf
+    finally:
+        chunks.close()
 
 
 _SMALL_TENSOR = 256 << 10  # bytes: smaller contiguous tensors are checked in batches

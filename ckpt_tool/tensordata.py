@@ -174,85 +174,24 @@ def all_finite(raw: Any, dtype: str) -> bool | None:
 
 
 def raw_reads(t: TensorMeta, chunk_bytes: int = RAW_CHUNK) -> list[tuple[TensorMeta, int, int]]:
-    """(tensor, byte offset into its data, length) per chunk of a contiguous tensor, for read_ahead."""
+    """(tensor, byte offset into its data, length) per chunk of a contiguous tensor, for check_reads."""
     itemsize = t.itemsize
     step = max(itemsize, chunk_bytes - chunk_bytes % itemsize)
     total = t.nbytes
     return [(t, offset, min(step, total - offset)) for offset in range(0, total, step)]
 
 
-def read_ahead(reads: Iterable[tuple[TensorMeta, int, int]], chunk_bytes: int = RAW_CHUNK,
-               group: int = 1) -> Generator[tuple[memoryview, ...], None, None]:
-    """The bytes of each (contiguous tensor, offset, length) read, read by a background thread.
-
-    Yields the chunks ``group`` at a time (a tuple of memoryviews: ``group=2``
-    for the two sides of a comparison), valid until the next tuple is asked
-    for. Reading (one copy out of the page cache, as ``cat`` makes) overlaps
-    whatever the caller does with the previous chunks: on two cores a bit
-    test or a comparison then costs little on top of reading. 2 x ``group``
-    + 1 buffers of ``chunk_bytes`` are reused: memory stays at a few chunks.
-    """
-    import queue
-    import threading
-
-    free: queue.Queue[bytearray] = queue.Queue()
-    for _ in range(2 * group + 1):
-        free.put(bytearray(chunk_bytes))
-    ready: queue.Queue[Any] = queue.Queue()
-    stop = threading.Event()
-    done = object()
-
-    def reader() -> None:
-        try:
-            for t, offset, length in reads:
-                buf = free.get()
-                if stop.is_set():
-                    return
-                if length > len(buf):
-                    buf = bytearray(length)
-                view = memoryview(buf)[:length]
-                if t.storage is None:
-                    raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
-                t.storage.source.read_into(t.storage.key, t.storage_offset * t.itemsize + offset, view)
-                ready.put((buf, view))
-            ready.put(done)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
-            ready.put(exc)
-
-    thread = threading.Thread(target=reader, name="ckpt-read-ahead", daemon=True)
-    thread.start()
-    held: list[bytearray] = []
-    try:
-        while True:
-            for buf in held:
-                free.put(buf)  # asking for the next chunks means the caller is done with these
-            held = []
-            views = []
-            for _ in range(group):
-                item = ready.get()
-                if item is done:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                held.append(item[0])
-                views.append(item[1])
-            yield tuple(views)
-    finally:
-        stop.set()
-        free.put(bytearray(0))  # wake the reader if it waits for a buffer
-        thread.join()
-
-
 Read = tuple[TensorMeta, int, int]  # (contiguous tensor, byte offset into its data, length): see raw_reads
 
 
-def check_pairs(reads: Sequence[tuple[Read, Read]], check: Callable[[int, Any, Any], Any], *,
+def check_reads(reads: Sequence[tuple[Read, ...]], check: Callable[..., Any], *,
                 skip: Callable[[int], bool] | None = None, workers: int | None = None,
                 chunk_bytes: int = RAW_CHUNK) -> Generator[Any, None, None]:
-    """``check(i, a, b)`` for the bytes of each pair of reads, in order (None where ``skip(i)`` said so).
+    """``check(i, *chunks)`` for the bytes of each group of reads, in order (None where ``skip(i)`` said so).
 
-    Every worker thread reads a pair of chunks into buffers of its own and
-    checks them while they are in its CPU cache; preadv, libc's memcmp
+    A group is one read (the NaN gate) or a pair (a value diff: the same
+    chunk of both sides). Every worker thread reads a group into buffers of
+    its own and checks it while it is in its CPU cache; preadv, libc's memcmp
     (same_bytes on these buffers) and NumPy's loops let go of the GIL, so
     reading and checking both spread over the cores. (One thread copying
     out of the page cache while another checks the previous chunks could
@@ -283,7 +222,7 @@ def check_pairs(reads: Sequence[tuple[Read, Read]], check: Callable[[int, Any, A
 
     def work() -> None:
         # NumPy buffers: same_bytes compares them with memcmp through ctypes, without the GIL
-        bufs = np.empty(chunk_bytes, dtype=np.uint8), np.empty(chunk_bytes, dtype=np.uint8)
+        bufs = [np.empty(chunk_bytes, dtype=np.uint8) for _ in range(max(map(len, reads)))]
         while True:
             with cond:
                 i = claimed[0]
@@ -294,8 +233,7 @@ def check_pairs(reads: Sequence[tuple[Read, Read]], check: Callable[[int, Any, A
                 if skip is not None and skip(i):
                     result = None
                 else:
-                    ra, rb = reads[i]
-                    result = check(i, read(ra, bufs[0]), read(rb, bufs[1]))
+                    result = check(i, *map(read, reads[i], bufs))
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
                 with cond:
                     errors.append(exc)

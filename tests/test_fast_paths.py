@@ -19,8 +19,7 @@ from safetensors.torch import save_file
 from ckpt_tool.formats import load
 from ckpt_tool.formats.ziparchive import ZipArchive
 from ckpt_tool.render.common import simple_table
-from ckpt_tool.tensordata import (all_finite, check_pairs, iter_raw, raw_reads, read_ahead, same_bytes,
-                                  tensor_bytes)
+from ckpt_tool.tensordata import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
 
 diff_mod = importlib.import_module("ckpt_tool.diff")
 gate_mod = importlib.import_module("ckpt_tool.gate")
@@ -85,39 +84,19 @@ def _checkpoint(tmp_path, tensors, name="t.safetensors"):
 
 
 @pytest.mark.parametrize("name", ["t.safetensors", "t.pth"])
-def test_read_ahead_yields_every_byte_in_order_across_chunk_boundaries(tmp_path, name):
+def test_check_reads_yields_every_byte_in_order_across_chunk_boundaries(tmp_path, name):
     tensors = {f"w{i}": torch.randn(n) for i, n in enumerate([1, 1000, 4096, 7, 100_000])}
     ckpt = _checkpoint(tmp_path, tensors, name)
     with ckpt:
-        reads = [r for t in ckpt.tensors for r in raw_reads(t, 4096)]
+        reads = [(r,) for t in ckpt.tensors for r in raw_reads(t, 4096)]
         got: dict[str, bytearray] = {}
-        for (t, _, _), (view,) in zip(reads, read_ahead(reads, 4096)):
+        for ((t, _, _),), view in zip(reads, check_reads(reads, lambda i, v: bytes(v), chunk_bytes=4096)):
             got.setdefault(t.key, bytearray()).extend(view)
         assert {k: bytes(v) for k, v in got.items()} == {t.key: tensor_bytes(t) for t in ckpt.tensors}
-        pairs = [r for t in ckpt.tensors for r in raw_reads(t, 4096) for _ in (0, 1)]
-        for a, b in read_ahead(pairs, 4096, group=2):  # two views held at once stay intact
-            assert bytes(a) == bytes(b)
-
-
-def test_read_ahead_hands_a_read_error_to_the_caller_and_stops(tmp_path):
-    ckpt = _checkpoint(tmp_path, {"a": torch.randn(100_000), "b": torch.randn(10)})
-    os.truncate(ckpt.path, 1000)
-    reads = [r for t in ckpt.tensors for r in raw_reads(t, 4096)]
-    with pytest.raises(Exception) as info:
-        for _ in read_ahead(reads, 4096):
-            pass
-    assert "truncated" in str(info.value)
-
-
-def test_read_ahead_closed_early_does_not_hang(tmp_path):
-    ckpt = _checkpoint(tmp_path, {"a": torch.randn(1_000_000)})
-    chunks = read_ahead(raw_reads(ckpt.tensors[0], 4096), 4096)
-    next(chunks)
-    chunks.close()
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])
-def test_check_pairs_gives_every_result_in_order(tmp_path, workers):
+def test_check_reads_gives_every_result_in_order(tmp_path, workers):
     tensors = {f"w{i}": torch.randn(n) for i, n in enumerate([1, 1000, 4096, 7, 100_000, 30_000])}
     a = _checkpoint(tmp_path, tensors, "a.pth")
     b = _checkpoint(tmp_path, {k: v.flip(0) for k, v in tensors.items()}, "b.safetensors")
@@ -127,22 +106,22 @@ def test_check_pairs_gives_every_result_in_order(tmp_path, workers):
     def check(i, x, y):  # runs on the worker threads: copies, so the reused buffers may change later
         return i, bytes(x), bytes(y)
 
-    got = list(check_pairs(reads, check, workers=workers, chunk_bytes=4096))
+    got = list(check_reads(reads, check, workers=workers, chunk_bytes=4096))
     assert [g[0] for g in got] == list(range(len(reads)))
     for (ra, rb), (_, x, y) in zip(reads, got):
         (ta, oa, la), (tb, ob, lb) = ra, rb
         assert x == tensor_bytes(ta)[oa:oa + la] and y == tensor_bytes(tb)[ob:ob + lb]
-    skipped = list(check_pairs(reads, check, skip=lambda i: i % 3 == 0, workers=workers, chunk_bytes=4096))
+    skipped = list(check_reads(reads, check, skip=lambda i: i % 3 == 0, workers=workers, chunk_bytes=4096))
     assert [r is None for r in skipped] == [i % 3 == 0 for i in range(len(reads))]
 
 
-def test_check_pairs_hands_an_error_to_the_caller_and_stops(tmp_path):
+def test_check_reads_hands_an_error_to_the_caller_and_stops(tmp_path):
     a = _checkpoint(tmp_path, {"a": torch.randn(100_000), "b": torch.randn(10)}, "a.safetensors")
     b = _checkpoint(tmp_path, {"a": torch.randn(100_000), "b": torch.randn(10)}, "b.safetensors")
     os.truncate(b.path, 1000)
     reads = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(b.by_key[t.key], 4096))]
     with pytest.raises(Exception) as info:
-        for _ in check_pairs(reads, lambda i, x, y: same_bytes(x, y), workers=2, chunk_bytes=4096):
+        for _ in check_reads(reads, lambda i, x, y: same_bytes(x, y), workers=2, chunk_bytes=4096):
             pass
     assert "truncated" in str(info.value)
 
@@ -151,12 +130,12 @@ def test_check_pairs_hands_an_error_to_the_caller_and_stops(tmp_path):
 
     whole = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(t, 4096))]
     with pytest.raises(ValueError, match="check"):
-        list(check_pairs(whole, fail, workers=2, chunk_bytes=4096))
+        list(check_reads(whole, fail, workers=2, chunk_bytes=4096))
 
 
-def test_check_pairs_closed_early_does_not_hang(tmp_path):
+def test_check_reads_closed_early_does_not_hang(tmp_path):
     t = _checkpoint(tmp_path, {"a": torch.randn(1_000_000)}).tensors[0]
-    results = check_pairs(list(zip(raw_reads(t, 4096), raw_reads(t, 4096))), lambda i, x, y: same_bytes(x, y),
+    results = check_reads(list(zip(raw_reads(t, 4096), raw_reads(t, 4096))), lambda i, x, y: same_bytes(x, y),
                           workers=2, chunk_bytes=4096)
     assert next(results) is True
     results.close()
@@ -214,7 +193,7 @@ def test_many_small_pairs_get_the_same_verdicts_as_one_by_one(tmp_path):
     assert not by_key["t5"].passed and by_key["t7"].nan_a == 1 and by_key["t7"].passed
 
 
-def test_large_pairs_compared_while_read_ahead_equal_the_torch_comparison(tmp_path):
+def test_large_pairs_compared_where_read_equal_the_torch_comparison(tmp_path):
     # pairs over _SMALL_PAIR bytes, several read-ahead chunks long: differing float pairs are
     # compared from the chunks already read; NaN/Inf or other dtypes are left to compare_pair
     gen = torch.Generator().manual_seed(3)
@@ -242,6 +221,20 @@ def test_large_pairs_compared_while_read_ahead_equal_the_torch_comparison(tmp_pa
     values, _ = diff_mod.compare_values(pairs, atol=1e-8, rtol=1e-5)
     assert [v.key for v in values] == [ta.key for ta, _ in pairs]
     assert {v.key: v for v in values}["nan"].nan_b == 1
+
+
+def test_nan_check_of_large_tensors_counts_every_chunk_like_torch(tmp_path):
+    # several 4 MiB chunks per tensor, checked on worker threads: counts summed in order, per tensor
+    gen = torch.Generator().manual_seed(4)
+    tensors = {f"w{i}": torch.randn(2_500_000, generator=gen) for i in range(4)}
+    tensors["w0"][[5, 1_500_000, -1]] = float("nan")  # in the first, second and last chunk
+    tensors["w2"][2_000_000] = float("-inf")
+    tensors["h"] = torch.randn(5_000_000, generator=gen).half()
+    tensors["h"][4_999_999] = float("inf")
+    ckpt = _checkpoint(tmp_path, tensors, "big.safetensors")
+    counts = {t.key: (n, i) for t, n, i in gate_mod._nonfinite_counts(list(ckpt.tensors))}
+    assert counts == {k: (int(v.isnan().sum()), int(v.isinf().sum())) for k, v in tensors.items()}
+    assert counts["w0"] == (3, 0) and counts["w2"] == (0, 1) and counts["h"] == (0, 1)
 
 
 def test_batched_nan_check_names_the_one_bad_small_tensor(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import struct
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -807,6 +808,34 @@ def test_a_flipped_byte_deep_in_a_large_tensor_is_caught(tmp_path):
     report = migrate(src, out, _after_write=corrupt, devices=["cpu"])
     assert not report.ok and any("bytes differ" in f for f in report.failures)
     assert not out.exists()
+
+
+def test_large_tensors_checked_on_every_core_name_the_one_that_differs(tmp_path):
+    # several tensors over 4 MiB (compared chunk by chunk on worker threads): one byte flipped
+    # in the last chunk of one of them fails the migration and names that tensor and byte
+    g = torch.Generator().manual_seed(5)
+    sd = {f"w{i}": torch.randn(3_000_000, generator=g) for i in range(4)}
+    src = tmp_path / "four.pth"
+    torch.save(sd, src)
+    out = tmp_path / "four.safetensors"
+    flipped = {}
+
+    def corrupt(path: str) -> None:
+        with open(path, "r+b") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            flipped["at"] = header["w2"]["data_offsets"][1] - 3  # in w2's last chunk
+            f.seek(8 + n + flipped["at"])
+            b = f.read(1)
+            f.seek(8 + n + flipped["at"])
+            f.write(bytes([b[0] ^ 0x01]))
+            flipped["rel"] = flipped["at"] - header["w2"]["data_offsets"][0]
+
+    report = migrate(src, out, _after_write=corrupt, devices=["cpu"])
+    assert not report.ok
+    assert list(report.failures) == [f"w2: bytes differ from the expected values (first at byte {flipped['rel']})"]
+    assert not out.exists()
+    assert migrate(src, out, devices=["cpu"]).ok  # and without the flip, all four are proven equal
 
 
 def test_key_picks_one_state_dict_and_keeps_the_others(tmp_path, run_cli):

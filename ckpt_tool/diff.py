@@ -9,7 +9,7 @@ the meta device (target.py), which of course imports torch.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -294,8 +294,8 @@ def compare_values(
     later: list[int] = []  # indices into results: pairs compared value by value, with torch, at the end
     slots: dict[int, tuple[TensorMeta, TensorMeta]] = {}
     started = False  # torch is being imported in the background
-    # Pairs of one dtype and shape are first compared as a background thread
-    # reads ahead (_quick_diffs): an identical, all-finite pair (most of a
+    # Pairs of one dtype and shape are first compared where worker threads
+    # read them (_quick_diffs): an identical, all-finite pair (most of a
     # near-identical checkpoint) costs a memcmp and a bit test, a differing
     # fp16/32/64 pair NumPy's arithmetic on the same chunks, no torch. The
     # other pairs wait until that pass is done, while torch is imported on
@@ -453,7 +453,7 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
     read twice. A pair with NaN/Inf, or of another dtype, that differs gets
     None at its first such chunk (its remaining chunks are passed over).
     """
-    from .tensordata import all_finite, check_reads, raw_reads, same_bytes
+    from .tensordata import all_finite, check_reads, group_reads, same_bytes
 
     # Small pairs (200,000 of them in some files) are read here and bit-tested in
     # batches: a thread hand-off and a NumPy call per pair would cost more than the bytes.
@@ -461,12 +461,8 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
     large = [(ta, tb) for ta, tb in pairs if ta.nbytes >= _SMALL_PAIR]
     numeric = [_NumpyCompare(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
                for ta, tb in large]
-    reads, owner, counts = [], [], []
-    for p, (ta, tb) in enumerate(large):
-        chunks = list(zip(raw_reads(ta), raw_reads(tb)))
-        reads.extend(chunks)
-        owner.extend([p] * len(chunks))
-        counts.append(len(chunks))
+    reads, owner = group_reads(large)
+    counts = Counter(owner)  # chunks per large pair
     given_up: set[int] = set()  # large pairs already left to the caller
 
     def check(i: int, a: Any, b: Any) -> _Acc | None:
@@ -504,7 +500,7 @@ def _zero_diff(ta: TensorMeta, tb: TensorMeta) -> ValueDiff:
     return ValueDiff(ta.key, 0.0, 0.0, 0, 0, 0, 0, True, 0, ta.numel, _compare_dtype(ta.dtype, tb.dtype))
 
 
-_SMALL_PAIR = 256 << 10  # bytes: pairs of smaller tensors are tested in batches, without the reader thread
+_SMALL_PAIR = 256 << 10  # bytes: pairs of smaller tensors are tested in batches, without the worker threads
 
 
 def _small_verdicts(pairs: list[tuple[TensorMeta, TensorMeta]]) -> dict[tuple[int, int], bool]:

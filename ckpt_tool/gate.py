@@ -247,7 +247,7 @@ def _nonfinite_counts(tensors: list[TensorMeta]) -> Iterator[tuple[TensorMeta, i
     core, each bit-testing the chunk it read (tensordata.check_reads), so the
     check runs at about the speed of reading the file.
     """
-    from .tensordata import all_finite, check_reads, raw_reads
+    from .tensordata import all_finite, check_reads, group_reads
 
     # Small tensors (200,000 of them in some files) are read in the calling thread and
     # bit-tested a batch at a time: a thread hand-off and a NumPy call per tensor cost more
@@ -255,16 +255,15 @@ def _nonfinite_counts(tensors: list[TensorMeta]) -> Iterator[tuple[TensorMeta, i
     small = {id(t): t for t in tensors if t.is_contiguous and 0 < t.nbytes < _SMALL_TENSOR}
     small_counts = _small_nonfinite_counts(list(small.values()))
     streamed = [t for t in tensors if t.is_contiguous and t.numel and id(t) not in small]
-    plans = [raw_reads(t, _CHUNK) for t in streamed]
-
-    reads = [(r,) for plan in plans for r in plan]
-    dtype_of = [t.dtype for t, plan in zip(streamed, plans) for _ in plan]
+    reads, owner = group_reads([(t,) for t in streamed], _CHUNK)
 
     def check(i: int, raw: Any) -> tuple[int, int]:
-        return (0, 0) if all_finite(raw, dtype_of[i]) else _count_chunk(raw, dtype_of[i])
+        dtype = streamed[owner[i]].dtype
+        return (0, 0) if all_finite(raw, dtype) else _count_chunk(raw, dtype)
 
     chunks = check_reads(reads, check, chunk_bytes=_CHUNK)
-    counts = iter([len(plan) for plan in plans])
+    counts = Counter(owner)  # chunks per streamed tensor
+    done = 0  # streamed tensors counted so far
     try:
         for t in tensors:
             if id(t) in small:
@@ -274,9 +273,10 @@ def _nonfinite_counts(tensors: list[TensorMeta]) -> Iterator[tuple[TensorMeta, i
                 yield (t, *count_nonfinite(t))  # a strided view is gathered whole; an empty one holds nothing
                 continue
             nan = inf = 0
-            for _ in range(next(counts)):
+            for _ in range(counts[done]):
                 n, i = next(chunks)
                 nan, inf = nan + n, inf + i
+            done += 1
             yield t, nan, inf
     finally:
         chunks.close()

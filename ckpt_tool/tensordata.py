@@ -184,6 +184,19 @@ def raw_reads(t: TensorMeta, chunk_bytes: int = RAW_CHUNK) -> list[tuple[TensorM
 Read = tuple[TensorMeta, int, int]  # (contiguous tensor, byte offset into its data, length): see raw_reads
 
 
+def group_reads(groups: Sequence[tuple[TensorMeta, ...]],
+                chunk_bytes: int = RAW_CHUNK) -> tuple[list[tuple[Read, ...]], list[int]]:
+    """For check_reads: the chunks of each group of same-sized contiguous tensors (chunk k of each
+    together), and per chunk the index of its group."""
+    reads: list[tuple[Read, ...]] = []
+    owner: list[int] = []
+    for g, tensors in enumerate(groups):
+        chunks = list(zip(*(raw_reads(t, chunk_bytes) for t in tensors)))
+        reads.extend(chunks)
+        owner.extend([g] * len(chunks))
+    return reads, owner
+
+
 def check_reads(reads: Sequence[tuple[Read, ...]], check: Callable[..., Any], *,
                 skip: Callable[[int], bool] | None = None, workers: int | None = None,
                 chunk_bytes: int = RAW_CHUNK) -> Generator[Any, None, None]:
@@ -205,6 +218,8 @@ def check_reads(reads: Sequence[tuple[Read, ...]], check: Callable[..., Any], *,
     import numpy as np
 
     n = len(reads)
+    if not n:
+        return
     count = max(1, min(workers or os.cpu_count() or 1, 4, n))
     cond = threading.Condition()
     results: dict[int, Any] = {}

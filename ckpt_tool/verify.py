@@ -108,18 +108,14 @@ def _unproven_large(checked: list[tuple[str, OutTensor, TensorMeta]],
     stays in the list: the tensor-by-tensor pass then names its first
     differing byte.
     """
-    from .tensordata import check_reads, raw_reads, same_bytes
+    from .tensordata import check_reads, group_reads, same_bytes
 
     large = [i for i, (_, exp, act) in enumerate(checked)
              if exp.nbytes >= _LARGE and exp.streamable and act.is_contiguous and act.nbytes == exp.nbytes]
     if not large:
         return checked
-    reads, owner = [], []
-    for i in large:
-        _, exp, act = checked[i]
-        chunks = list(zip(raw_reads(exp.source), raw_reads(act)))
-        reads.extend(chunks)
-        owner.extend([i] * len(chunks))
+    reads, group = group_reads([(checked[i][1].source, checked[i][2]) for i in large])
+    owner = [large[g] for g in group]
     differs: set[int] = set()
     results = check_reads(reads, lambda k, a, b: same_bytes(a, b), skip=lambda k: owner[k] in differs)
     try:

@@ -113,6 +113,7 @@ def test_check_reads_gives_every_result_in_order(tmp_path, workers):
         assert x == tensor_bytes(ta)[oa:oa + la] and y == tensor_bytes(tb)[ob:ob + lb]
     skipped = list(check_reads(reads, check, skip=lambda i: i % 3 == 0, workers=workers, chunk_bytes=4096))
     assert [r is None for r in skipped] == [i % 3 == 0 for i in range(len(reads))]
+    assert list(check_reads([], check, workers=workers)) == []
 
 
 def test_check_reads_hands_an_error_to_the_caller_and_stops(tmp_path):

@@ -899,3 +899,22 @@ def test_a_flipped_byte_among_many_small_tensors_names_that_tensor(tmp_path):
     report = migrate(src, out, _after_write=corrupt)
     assert not report.ok and not out.exists()
     assert report.failures[0].startswith("t1234: bytes differ"), report.failures
+
+
+def test_verification_reports_byte_differences_beside_a_dtype_problem(tmp_path):
+    # a dtype mismatch in one tensor must not hide that a large one differs too
+    from safetensors.torch import save_file
+
+    from ckpt_tool import load
+    from ckpt_tool.verify import compare_pairs
+    from ckpt_tool.writers.base import OutTensor
+
+    g = torch.Generator().manual_seed(6)
+    big = torch.randn(2_000_000, generator=g)
+    save_file({"a": torch.ones(4), "b": big}, str(tmp_path / "src.safetensors"))
+    save_file({"a": torch.ones(4, dtype=torch.float64), "b": big + 1}, str(tmp_path / "out.safetensors"))
+    src, out = load(tmp_path / "src.safetensors"), load(tmp_path / "out.safetensors")
+    pairs = [(k, OutTensor(k, src.by_key[k], "float32"), out.by_key[k]) for k in ("a", "b")]
+    problems = compare_pairs(pairs)
+    assert problems[0] == "a: dtype is float64, expected float32"
+    assert problems[1:] == ["b: bytes differ from the expected values (first at byte 0)"]

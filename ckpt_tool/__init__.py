@@ -12,23 +12,19 @@ API function is imported on first use, so ``ckpt inspect`` stays fast.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
 
-# API name -> (module, function). The modules share the API's names
-# (ckpt_tool/diff.py holds diff()), which Python's import system would
-# otherwise bind over the functions when a submodule is first imported.
+# API name -> (module, function). Each command lives in ckpt_tool/commands/.
 _API: dict[str, tuple[str, str]] = {
     "load": ("formats", "load"),
-    "inspect": ("inspect", "inspect"),
-    "diff": ("diff", "diff"),
-    "migrate": ("migrate", "migrate"),
-    "gate": ("gate", "gate"),
-    "scan": ("scan", "scan"),
-    "doctor": ("doctor", "run_doctor"),
+    "inspect": ("commands.inspect", "inspect"),
+    "diff": ("commands.diff", "diff"),
+    "migrate": ("commands.migrate", "migrate"),
+    "gate": ("commands.gate", "gate"),
+    "scan": ("commands.scan", "scan"),
+    "doctor": ("commands.doctor", "run_doctor"),
 }
 
 __all__ = ["__version__", *_API]
@@ -45,21 +41,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_API))
-
-
-class _Package(types.ModuleType):
-    """Keeps ``ckpt_tool.diff`` the function after ``ckpt_tool/diff.py`` is imported.
-
-    The import system records a submodule as an attribute of its package;
-    for the API names that record is skipped, so attribute access falls
-    through to ``__getattr__`` above. The submodules stay importable as
-    usual (``from ckpt_tool.diff import compare_tensors``).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _API and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

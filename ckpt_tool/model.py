@@ -6,15 +6,35 @@ for the few paths (stats, value diff, migrate) that need them.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from . import dtypes
 
-if TYPE_CHECKING:
-    from .source import DataSource
+
+class DataSource(ABC):
+    """Something that can hand out the bytes of a storage by key."""
+
+    path: str
+
+    @abstractmethod
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes starting ``offset`` bytes into storage ``key``."""
+
+    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+        """Fill ``out`` with the bytes starting ``offset`` bytes into storage ``key``.
+
+        Streaming readers reuse one buffer: a fresh multi-MB ``bytes`` per
+        read costs page faults that double the time of reading it.
+        """
+        out[:] = self.read(key, offset, len(out))
+
+    def close(self) -> None:
+        """Release file handles; reading again reopens them."""
+
 
 
 @lru_cache(maxsize=4096)

@@ -17,12 +17,12 @@ import torch
 from safetensors.torch import save_file
 
 from ckpt_tool.formats import load
-from ckpt_tool.formats.ziparchive import ZipArchive
+from ckpt_tool.io.ziparchive import ZipArchive
 from ckpt_tool.render.common import simple_table
-from ckpt_tool.tensordata import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
+from ckpt_tool.tensors.tensordata import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
 
-diff_mod = importlib.import_module("ckpt_tool.diff")
-gate_mod = importlib.import_module("ckpt_tool.gate")
+diff_mod = importlib.import_module("ckpt_tool.commands.diff")
+gate_mod = importlib.import_module("ckpt_tool.commands.gate")
 
 FLOATS = ["float16", "bfloat16", "float32", "float64", "complex64", "complex128",
           "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz"]
@@ -270,7 +270,7 @@ def test_zip_member_offsets_read_in_blocks_equal_the_one_by_one_ones(tmp_path, m
     torch.save({f"t{i}": torch.randn(i % 7 + 1) for i in range(500)}, str(path))
     batched = ZipArchive(str(path))
     got = {n: batched.data_offset(n) for n in batched.members}
-    monkeypatch.setattr("ckpt_tool.formats.ziparchive._BATCH_AFTER", 10**9)
+    monkeypatch.setattr("ckpt_tool.io.ziparchive._BATCH_AFTER", 10**9)
     direct = ZipArchive(str(path))
     assert got == {n: direct.data_offset(n) for n in direct.members}
     batched.close()

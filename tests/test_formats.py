@@ -21,12 +21,11 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, run_subprocess
 from torch import nn
 
 from ckpt_tool import load
-from ckpt_tool.tensordata import tensor_bytes, to_torch
-
-from conftest import ROOT, run_subprocess
+from ckpt_tool.tensors.tensordata import tensor_bytes, to_torch
 
 
 def torch_view(sd):
@@ -616,7 +615,12 @@ def test_dcp_multi_chunk_tensors_assembled_like_dcp_load(tmp_path):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import (
-        ChunkStorageMetadata, Metadata, MetadataIndex, TensorProperties, TensorStorageMetadata)
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
 
     torch.manual_seed(0)
     full = {"m": torch.randn(4, 6), "t": torch.randn(2, 5, 3).to(torch.float16)}

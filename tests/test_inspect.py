@@ -8,11 +8,10 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT, run_subprocess
 from safetensors.torch import load_file, save_file
 
 from ckpt_tool import inspect, load
-
-from conftest import ROOT, run_subprocess
 
 
 def torch_view(sd):
@@ -204,7 +203,7 @@ def _odd_layouts(tmp_path):
 
 def test_json_rows_written_row_by_row_equal_json_dumps(tmp_path, fixtures_dir):
     """render.inspect.json_text (the --json fast path) gives exactly json.dumps(report.to_json())."""
-    from ckpt_tool.inspect import inspect as inspect_report
+    from ckpt_tool.commands.inspect import inspect as inspect_report
     from ckpt_tool.render.common import dumps
     from ckpt_tool.render.inspect import json_text
 

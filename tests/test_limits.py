@@ -336,7 +336,7 @@ def test_dcp_metadata_claims_a_huge_tensor(tmp_path, fixtures_dir):
     from ckpt_tool import dtypes
     from ckpt_tool.errors import InputError
     from ckpt_tool.formats.dcp import Chunk, DcpSource
-    from ckpt_tool.unpickle import DEFAULT_LIMITS
+    from ckpt_tool.pickles.unpickler import DEFAULT_LIMITS
 
     folder = tmp_path / "dcp"
     shutil.copytree(fixtures_dir / "dcp", folder)
@@ -363,7 +363,7 @@ def test_many_limits_from_a_subprocess_stay_one_line(tmp_path):
 @pytest.mark.parametrize("protocol", [0, 2, 4])
 def test_pickle_guard_accepts_a_pickle_with_200000_memo_entries(protocol):
     """Legitimate memo indices past 65,536 (LONG_BINPUT, PUT) are in proportion and accepted."""
-    from ckpt_tool import pickle_guard
+    from ckpt_tool.pickles import guard as pickle_guard
 
     data = pickle.dumps([f"k{i}" for i in range(200_000)], protocol=protocol)
     assert pickle_guard.check_bytes(data, where="p", path="p") == len(data)
@@ -393,7 +393,7 @@ def test_running_out_of_memory_is_one_line_not_an_internal_error():
 
     code = ("import importlib, sys; from ckpt_tool.cli import main\n"
             "def load(*a, **k): raise MemoryError()\n"
-            "importlib.import_module('ckpt_tool.inspect'); sys.modules['ckpt_tool.inspect'].load = load\n"
+            "importlib.import_module('ckpt_tool.commands.inspect'); sys.modules['ckpt_tool.commands.inspect'].load = load\n"
             "sys.exit(main(['inspect', sys.argv[1]]))")
     r = subprocess.run([sys.executable, "-c", code, str(ROOT / "fixtures" / "tiny_mlp.pth")], capture_output=True,
                        text=True, timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -404,7 +404,7 @@ def test_running_out_of_memory_is_one_line_not_an_internal_error():
 def test_many_distinct_globals_do_not_grow_the_process_forever(tmp_path):
     # found by the long fuzz run: every global name a file invents became a class kept for the
     # life of the process (a worker grew to 2.6 GB after 500,000 inputs)
-    from ckpt_tool import unpickle
+    from ckpt_tool.pickles import unpickler as unpickle
 
     body = b"".join(b"cm%d\nC%d\n" % (i, i) for i in range(25_000))
     p = _pickle_file(tmp_path, b"\x80\x02(" + body + b"l.")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from models import TinyMLP, TinyMLPv2
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model
 
+from ckpt_tool.commands.migrate import migrate
 from ckpt_tool.errors import OutputExists, RuleConflict, UnsafeContentError, UsageError
-from ckpt_tool.migrate import migrate
-from models import TinyMLP, TinyMLPv2
 
 MODELS = str(Path(__file__).resolve().parent.parent / "fixtures" / "models.py")
 
@@ -544,7 +544,7 @@ def test_output_equal_to_source_is_refused(tmp_path, fixtures_dir, run_cli, how)
 
 
 def test_new_files_get_0644_minus_umask(tmp_path, fixtures_dir):
-    code = ("import os, sys; os.umask(0o027); from ckpt_tool.migrate import migrate; "
+    code = ("import os, sys; os.umask(0o027); from ckpt_tool.commands.migrate import migrate; "
             f"migrate({str(fixtures_dir / 'tiny_mlp.pth')!r}, sys.argv[1])")
     import subprocess
 
@@ -554,7 +554,7 @@ def test_new_files_get_0644_minus_umask(tmp_path, fixtures_dir):
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o640
     out2 = tmp_path / "n.safetensors"
     assert migrate(fixtures_dir / "tiny_mlp.pth", out2).ok
-    from ckpt_tool.atomic import current_umask
+    from ckpt_tool.io.atomic import current_umask
 
     assert stat.S_IMODE(os.stat(out2).st_mode) == 0o644 & ~current_umask()
 
@@ -622,7 +622,7 @@ def test_failed_verification_exits_1_on_the_command_line(tmp_path, fixtures_dir)
     out = tmp_path / "o.pth"
     code = (
         "import importlib, sys\n"
-        "m = importlib.import_module('ckpt_tool.migrate')\n"
+        "m = importlib.import_module('ckpt_tool.commands.migrate')\n"
         "orig = m.migrate\n"
         "from test_migrate import _flip_member_byte\n"
         "m.migrate = lambda *a, **k: orig(*a, _after_write=lambda p: _flip_member_byte(p, '/data/2'), **k)\n"
@@ -641,7 +641,7 @@ def test_failed_verification_exits_1_on_the_command_line(tmp_path, fixtures_dir)
 
 
 def test_plain_migrate_does_not_import_torch(tmp_path, fixtures_dir):
-    code = ("import sys; from ckpt_tool.migrate import migrate; "
+    code = ("import sys; from ckpt_tool.commands.migrate import migrate; "
             f"r = migrate({str(fixtures_dir / 'tiny_mlp_dp.pth')!r}, sys.argv[1], strip_prefix=['module.'], "
             "devices=['cpu']); print(r.ok, 'torch' in sys.modules)")
     import subprocess
@@ -906,7 +906,7 @@ def test_verification_reports_byte_differences_beside_a_dtype_problem(tmp_path):
     from safetensors.torch import save_file
 
     from ckpt_tool import load
-    from ckpt_tool.verify import compare_pairs
+    from ckpt_tool.commands.verify import compare_pairs
     from ckpt_tool.writers.base import OutTensor
 
     g = torch.Generator().manual_seed(6)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
 import importlib, sys, time
-m = importlib.import_module("ckpt_tool.migrate")  # the module (ckpt_tool.migrate is the API function)
+m = importlib.import_module("ckpt_tool.commands.migrate")  # the module (ckpt_tool.commands.migrate is the API function)
 marker = sys.argv[1]
 
 class Stall:

@@ -27,12 +27,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
+from ckpt_tool.commands.migrate import migrate
 from ckpt_tool.errors import RuleConflict
 from ckpt_tool.formats import load
-from ckpt_tool.migrate import migrate
+from ckpt_tool.keys.rules import RuleSet, make_plan
 from ckpt_tool.model import TensorMeta
-from ckpt_tool.rules import RuleSet, make_plan
-from ckpt_tool.tensordata import tensor_bytes
+from ckpt_tool.tensors.tensordata import tensor_bytes
 
 EXAMPLES = int(os.environ.get("CKPT_PROPERTY_EXAMPLES", "20"))
 PROFILE = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 50,
@@ -366,7 +366,7 @@ def test_pickle_guard_accepts_every_pickle_python_writes(obj, protocol, shared):
     import io
     import pickle
 
-    from ckpt_tool import pickle_guard
+    from ckpt_tool.pickles import guard as pickle_guard
 
     value = [obj, obj, [obj]] if shared else obj  # shared references: memo gets
     data = pickle.dumps(value, protocol=protocol)

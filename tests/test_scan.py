@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from malicious import Case, Reduce, build_corpus, memo_stack_global
 
 from ckpt_tool import scan
-from ckpt_tool.scan import scan_pickle_bytes
+from ckpt_tool.pickles.scanner import scan_pickle_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -472,8 +472,8 @@ _plain = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(_plain, st.integers(min_value=0, max_value=5))
 def test_plain_data_walks_to_stop_without_globals(value, protocol):
-    from ckpt_tool.blob import Blob
-    from ckpt_tool.pickle_walk import walk
+    from ckpt_tool.io.blob import Blob
+    from ckpt_tool.pickles.walker import walk
 
     data = pickle.dumps(value, protocol=protocol)
     w = walk(Blob.from_bytes(data).stream(), "x", size=len(data))

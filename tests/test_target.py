@@ -9,7 +9,7 @@ import torch
 from models import TinyMLP
 
 from ckpt_tool.errors import TargetError, UsageError
-from ckpt_tool.target import build_target, parse_target_kwargs
+from ckpt_tool.tensors.target import build_target, parse_target_kwargs
 
 MODELS = "fixtures/models.py"
 

@@ -15,8 +15,8 @@ from typing import NoReturn, Sequence
 
 import click
 
-from .. import __version__
 from ..errors import EXIT_ERROR, CkptError
+from ..version import __version__
 
 _DEBUG = {"on": False}
 # As the program (run()), commands keep their results alive until the process

@@ -10,7 +10,13 @@ from ..errors import EXIT_FINDING, EXIT_OK
 from ..render.common import dumps
 from . import keep_until_exit
 from .options import (
-    json_option, key_option, limit_options, limits_from, quiet_option, target_kwargs_from, unsafe_option,
+    json_option,
+    key_option,
+    limit_options,
+    limits_from,
+    quiet_option,
+    target_kwargs_from,
+    unsafe_option,
 )
 
 
@@ -43,7 +49,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     the values are apart; prints the `ckpt migrate` command that fixes key
     prefixes and renames. Exit code: 0 no differences, 1 differences, 2 error.
     """
-    from ..diff import diff
+    from ..commands.diff import diff
 
     kw = target_kwargs_from(target_kwargs)
     if kw and target is None:

@@ -15,7 +15,7 @@ def doctor_command(as_json: bool) -> int:
     The check to run before GPU verification (migrate --device cuda). Exit
     code: 0 every device computed correctly, 1 something failed.
     """
-    from ..doctor import run_doctor
+    from ..commands.doctor import run_doctor
     from ..render.doctor import render
 
     report = run_doctor()

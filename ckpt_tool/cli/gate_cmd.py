@@ -44,8 +44,8 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     file_size, required_metadata, sha256 and warnings (fails with --strict).
     Exit code: 0 all passed, 1 a check failed, 2 a file could not be read.
     """
-    from ..gate import gate
-    from ..policy import Policy, load_policy
+    from ..commands.gate import gate
+    from ..commands.policy import Policy, load_policy
 
     policy = load_policy(policy_file) if policy_file else Policy()
     kw = target_kwargs_from(target_kwargs)
@@ -69,7 +69,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
         if f.error:
             click.echo(f"ckpt: error: {f.error}", err=True)
     if junit_file:
-        from ..junit import write_junit
+        from ..render.junit import write_junit
 
         write_junit(report, junit_file)
     if as_json:

@@ -10,7 +10,13 @@ from ..errors import EXIT_FINDING, EXIT_OK, UsageError
 from ..render.common import dumps
 from . import keep_until_exit
 from .options import (
-    json_option, key_option, limit_options, limits_from, quiet_option, target_kwargs_from, unsafe_option,
+    json_option,
+    key_option,
+    limit_options,
+    limits_from,
+    quiet_option,
+    target_kwargs_from,
+    unsafe_option,
 )
 
 
@@ -96,7 +102,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     clean dry run), 1 verification or target check failed (nothing written),
     2 error.
     """
-    from ..migrate import migrate
+    from ..commands.migrate import migrate
     from ..render.migrate import render
 
     kw = target_kwargs_from(target_kwargs)

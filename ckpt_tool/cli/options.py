@@ -70,6 +70,6 @@ def target_kwargs_from(text: str | None) -> dict[str, Any] | None:
     """``--target-kwargs`` parsed; None when not given (target.py, a big import, only then)."""
     if text is None:
         return None
-    from ..target import parse_target_kwargs
+    from ..tensors.target import parse_target_kwargs
 
     return parse_target_kwargs(text)

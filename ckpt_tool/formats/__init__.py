@@ -6,14 +6,15 @@ byte sources); ``load`` locates the state_dict and returns a Checkpoint.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import importlib
 import os
 from typing import Callable, Iterator
 
 from ..errors import InputError
-from ..model import Checkpoint, TensorMeta
 from ..limits import DEFAULT_LIMITS, Limits
+from ..model import Checkpoint, TensorMeta
 from . import detect as _detect
 from .base import Loaded, ReadOptions
 
@@ -39,6 +40,10 @@ def reader_for(fmt: str) -> Reader:
 
 def read_file(path: str, options: ReadOptions) -> Loaded:
     """Read one file or folder (any format) into a Loaded, without locating."""
+    if options.read_blob is None:
+        from .blob import read_torch_blob
+
+        options = dataclasses.replace(options, read_blob=read_torch_blob)
     fmt = _detect.detect(path)
     if options.unsafe and fmt in (_detect.TORCH_ZIP, _detect.TORCH_LEGACY, _detect.PICKLE, _detect.TORCH_TAR):
         from .unsafe import read_unsafe
@@ -57,7 +62,7 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
 
 
 def _shard_tensors(loaded: Loaded, path: str) -> list[TensorMeta]:
-    from ..locate import build
+    from .locate import build
 
     return list(build(loaded, path).tensors)
 
@@ -70,7 +75,7 @@ def load(
     limits: Limits = DEFAULT_LIMITS,
 ) -> Checkpoint:
     """Read a checkpoint's metadata safely: no code runs and no tensor bytes are read."""
-    from ..locate import build
+    from .locate import build
 
     p = os.fspath(path)
     if not os.path.lexists(p):

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GlobalRef, TensorMeta
-from ..source import DataSource
 from ..limits import DEFAULT_LIMITS, Limits
+from ..model import DataSource, GlobalRef, TensorMeta
+from ..pickles.unpickler import BlobReader
 
 
 @dataclass
@@ -34,3 +34,5 @@ class Loaded:
 class ReadOptions:
     limits: Limits = DEFAULT_LIMITS
     unsafe: bool = False
+    # How torch.save bytes nested in a pickle are read; read_file fills in formats/blob.py's.
+    read_blob: BlobReader | None = None

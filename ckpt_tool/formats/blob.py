@@ -13,9 +13,8 @@ import zipfile
 from typing import Any, Callable, NamedTuple
 
 from ..errors import InputError, LimitExceeded
-from ..model import GlobalRef
-from ..source import DataSource
-from ..unpickle import Limits, restricted_loads
+from ..model import DataSource, GlobalRef
+from ..pickles.unpickler import Limits, restricted_loads
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # 30 bytes
 
@@ -120,7 +119,7 @@ def read_torch_blob(blob: bytes, *, path: str, where: str, limits: Limits) -> tu
         return _read_zip_blob(blob, path, where, limits)
     from .legacy import parse_legacy_bytes
 
-    parsed = parse_legacy_bytes(blob, path=path, where=where, limits=limits)
+    parsed = parse_legacy_bytes(blob, path=path, where=where, limits=limits, read_blob=read_torch_blob)
     return parsed.root, parsed.references
 
 
@@ -137,6 +136,6 @@ def _read_zip_blob(blob: bytes, path: str, where: str, limits: Limits) -> tuple[
     result = restricted_loads(
         data, where=f"{where}/{pkl}", path=path,
         persistent_load=storage_loader(archive, prefix, source, path),  # type: ignore[arg-type]
-        limits=limits,
+        limits=limits, read_blob=read_torch_blob,
     )
     return result.obj, list(result.references)

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import dtypes
-from ..errors import InputError
-from ..model import StorageRef, TensorMeta, contiguous_strides
-from ..source import DataSource, open_regular, pread_exact, read_pickle_file
-from ..unpickle import DTypeRef, Limits, Placeholder, restricted_loads
+from ..errors import CkptError, InputError
+from ..io.source import open_regular, pread_exact, read_pickle_file
+from ..model import DataSource, StorageRef, TensorMeta, contiguous_strides
+from ..pickles.unpickler import DTypeRef, Limits, Placeholder, restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import DCP
 
@@ -261,14 +262,13 @@ class DcpSource(DataSource):
 
 
 def _blob_tensor_bytes(blob: bytes, key: str, dt: dtypes.DType, chunk: Chunk, file: str, limits: Limits) -> bytes:
-    from .. import security
-    from ..tensordata import tensor_bytes
-    from ..unpickle import LazyTensor
+    from ..pickles import severity
+    from ..pickles.unpickler import LazyTensor
     from .blob import read_torch_blob
 
     where = f"chunk of tensor {key!r}"
     obj, refs = read_torch_blob(blob, path=file, where=where, limits=limits)
-    unsafe = sorted({r.qualname for r in refs if r.severity != security.SAFE})
+    unsafe = sorted({r.qualname for r in refs if r.severity != severity.SAFE})
     if unsafe:
         raise InputError(f"the {where} names {', '.join(unsafe[:3])}, not a plain tensor; refusing it", file)
     if not isinstance(obj, LazyTensor) or obj.storage is None:
@@ -283,7 +283,7 @@ def _blob_tensor_bytes(blob: bytes, key: str, dt: dtypes.DType, chunk: Chunk, fi
                       StorageRef(st.source, st.key, st.nbytes))
     if meta.numel and meta.byte_span[1] > st.nbytes:
         raise InputError(f"the {where} reaches past the end of its storage", file)
-    return tensor_bytes(meta)
+    return _contiguous_bytes(meta)
 
 
 def _prod(dims: tuple[int, ...]) -> int:
@@ -319,3 +319,62 @@ def _place(out: bytearray, data: bytes, shape: tuple[int, ...], chunk: Chunk, it
             if index[d] < outer[d]:
                 break
             index[d] = 0
+
+
+def _contiguous_bytes(meta: TensorMeta) -> bytes:
+    """A chunk's elements in C order; a strided chunk is gathered byte-wise with NumPy (never torch)."""
+    assert meta.storage is not None  # checked by the caller
+    if meta.numel == 0:
+        return b""
+    if meta.is_contiguous:
+        return meta.storage.source.read(meta.storage.key, meta.storage_offset * meta.itemsize, meta.nbytes)
+    import numpy as np
+
+    start, end = meta.byte_span
+    raw = np.frombuffer(meta.storage.source.read(meta.storage.key, start, end - start), dtype=np.uint8)
+    size = meta.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        raw, shape=(*meta.shape, size), strides=(*(s * size for s in (meta.stride or ())), 1), writeable=False)
+    return np.ascontiguousarray(view).tobytes()
+
+
+@dataclass(frozen=True)
+class ItemRegion:
+    """One item of a DCP data file: where torch.load will read it from."""
+
+    fqn: str
+    offset: int
+    length: int
+    is_bytes: bool  # a non-tensor item, loaded with torch.load(weights_only=False)
+    transformed: bool  # compressed or otherwise transformed on save: its bytes are not a pickle
+
+
+def dcp_regions(metadata_path: str) -> dict[str, list[ItemRegion]] | None:
+    """The items of each ``.distcp`` file, read from ``.metadata`` with the restricted unpickler."""
+    try:
+        with open(metadata_path, "rb") as f:
+            data = f.read(1 << 30)
+        root = restricted_loads(data, where=".metadata", path=metadata_path).obj
+    except (OSError, CkptError):
+        return None
+    if not isinstance(root, Placeholder):
+        return None
+    attrs = root.attributes
+    md = attrs.get("state_dict_metadata")
+    storage = attrs.get("storage_data")
+    if not isinstance(md, Mapping) or not isinstance(storage, Mapping):
+        return None
+    out: dict[str, list[ItemRegion]] = {}
+    for index, info in storage.items():
+        if not isinstance(index, Placeholder) or not isinstance(info, Placeholder):
+            return None
+        fqn = index.attributes.get("fqn")
+        i = info.attributes
+        rel, offset, length = i.get("relative_path"), i.get("offset"), i.get("length")
+        if not (isinstance(rel, str) and isinstance(offset, int) and isinstance(length, int)):
+            return None
+        item = md.get(fqn)
+        is_bytes = isinstance(item, Placeholder) and item._ckpt_name == "BytesStorageMetadata"
+        out.setdefault(rel, []).append(
+            ItemRegion(str(fqn), offset, length, is_bytes, bool(i.get("transform_descriptors"))))
+    return out

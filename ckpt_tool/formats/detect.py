@@ -5,7 +5,8 @@ import os
 import struct
 
 from ..errors import InputError, UnsupportedFormat
-from ..source import open_regular
+from ..io.containers import LEGACY_MAGIC
+from ..io.source import open_regular
 
 TORCH_ZIP = "torch-zip"
 TORCHSCRIPT = "torchscript"
@@ -18,7 +19,6 @@ DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
 TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints: recognised, read only with --unsafe
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
-LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 # The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):
 # LONG1 opcode + bytes for protocols >= 2 (after a FRAME for 4+), text for 0 and 1.
 _LEGACY_LONG1 = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"

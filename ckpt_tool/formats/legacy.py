@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded, UnsupportedFormat
-from ..model import GlobalRef
-from ..source import DataSource, FileSource, open_regular
-from ..unpickle import Limits, LazyStorage, Placeholder, StorageType, restricted_load_stream
+from ..io.source import BlobSource, FileSource, open_regular
+from ..model import DataSource, GlobalRef
+from ..pickles.unpickler import BlobReader, LazyStorage, Limits, Placeholder, StorageType, restricted_load_stream
 from .base import Loaded, ReadOptions
 from .detect import TORCH_LEGACY
 
@@ -104,6 +104,7 @@ def parse_legacy(
     limits: Limits,
     consumed: Callable[[], int],
     bound: int,
+    read_blob: BlobReader | None = None,
 ) -> LegacyParse:
     """Parse a legacy blob from ``stream`` (positioned at 0), locating its storages.
 
@@ -162,7 +163,7 @@ def parse_legacy(
             raise InputError(f"{label}truncated legacy torch checkpoint: the file ends before the {what}", path)
         try:
             result = restricted_load_stream(stream, where=f"{where} {what}".strip(), path=path,
-                                            persistent_load=persistent, limits=limits)
+                                            persistent_load=persistent, limits=limits, read_blob=read_blob)
         except LimitExceeded:
             raise
         except InputError as exc:
@@ -251,7 +252,8 @@ def read_legacy(path: str, options: ReadOptions) -> Loaded:
             return os.pread(fd, n, offset)
 
         parsed = parse_legacy(stream, size, pread, path=path, where="", source=source,
-                              limits=options.limits, consumed=lambda: raw.pos, bound=bound)
+                              limits=options.limits, consumed=lambda: raw.pos, bound=bound,
+                              read_blob=options.read_blob)
         regions.update(parsed.regions)
     finally:
         os.close(fd)
@@ -261,9 +263,9 @@ def read_legacy(path: str, options: ReadOptions) -> Loaded:
     return loaded
 
 
-def parse_legacy_bytes(blob: bytes, *, path: str, where: str, limits: Limits) -> LegacyParse:
+def parse_legacy_bytes(blob: bytes, *, path: str, where: str, limits: Limits,
+                       read_blob: BlobReader | None = None) -> LegacyParse:
     """A legacy blob held in memory (``torch.storage._load_from_bytes``)."""
-    from .blob import BlobSource
 
     regions: dict[str, tuple[int, int]] = {}
     source = BlobSource(path, blob, lambda key: _region(regions, key, path))
@@ -274,7 +276,7 @@ def parse_legacy_bytes(blob: bytes, *, path: str, where: str, limits: Limits) ->
         return blob[offset : offset + n]
 
     parsed = parse_legacy(stream, size, pread, path=path, where=where, source=source, limits=limits,
-                          consumed=stream.tell, bound=size)
+                          consumed=stream.tell, bound=size, read_blob=read_blob)
     regions.update(parsed.regions)
     return parsed
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import io
 import os
 
+from ..io.source import read_pickle_file
 from ..model import GlobalRef
-from ..source import read_pickle_file
-from ..unpickle import restricted_load_stream
+from ..pickles.unpickler import restricted_load_stream
 from .base import Loaded, ReadOptions
 from .detect import DILL, PICKLE
 
@@ -27,7 +27,7 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
     size = len(data)
     stream = io.BytesIO(data)
     result = restricted_load_stream(stream, where=os.path.basename(path) or "pickle", path=path,
-                                    limits=options.limits)
+                                    limits=options.limits, read_blob=options.read_blob)
     warnings: list[str] = []
     rest = size - stream.tell()
     if rest > 0:
@@ -46,7 +46,7 @@ def _scan_verdicts(data: bytes, references: list[GlobalRef], where: str) -> list
     closure; the scanner recognises that idiom from the opcodes and calls it
     suspicious, and inspect/diff/migrate must report the same verdict.
     """
-    from ..scan import scan_pickle_bytes
+    from ..pickles.scanner import scan_pickle_bytes
 
     judged = {(g.module, g.name): g for g in scan_pickle_bytes(data, where).globals}
     return [judged.get((r.module, r.name), r) for r in references] + [

@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
+from ..io.source import FileSource, open_regular, pread_exact
 from ..model import StorageRef, TensorMeta
-from ..source import FileSource, open_regular, pread_exact
 from .base import Loaded, ReadOptions
 from .detect import SAFETENSORS
 

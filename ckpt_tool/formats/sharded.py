@@ -7,9 +7,9 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..errors import InputError, LimitExceeded
+from ..io.source import open_regular, pread_exact
 from ..model import TensorMeta
-from ..source import open_regular, pread_exact
-from ..unpickle import DEFAULT_LIMITS
+from ..pickles.unpickler import DEFAULT_LIMITS
 from .base import Loaded, ReadOptions
 from .detect import SHARDED, find_index
 

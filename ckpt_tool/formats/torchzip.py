@@ -9,13 +9,14 @@ import re
 from collections import OrderedDict
 from typing import Any
 
-from .. import dtypes, security
+from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..source import FileSource
-from ..unpickle import LazyStorage, Placeholder, StorageType, restricted_loads
+from ..io.source import FileSource
+from ..io.ziparchive import ZipArchive
+from ..pickles import severity
+from ..pickles.unpickler import LazyStorage, Placeholder, StorageType, restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import TORCH_ZIP, TORCHSCRIPT
-from .ziparchive import ZipArchive
 
 _UINT8 = dtypes.BY_NAME["uint8"]
 _ODD_MEMBER = re.compile(r"(^/|\.\.|\\|^$)")
@@ -86,7 +87,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         result = restricted_loads(
             data, where=pkl, path=path,
             persistent_load=storage_loader(archive, prefix, source, path),
-            limits=options.limits,
+            limits=options.limits, read_blob=options.read_blob,
         )
         warnings = _archive_warnings(archive, prefix, names)
         loaded = Loaded(
@@ -124,7 +125,7 @@ def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str
 
 def _scan_other_pickles(archive: ZipArchive, main: str, loaded: Loaded, options: ReadOptions) -> None:
     """Report dangerous globals in every other pickle member without using its result."""
-    from ..scan import scan_pickle_bytes
+    from ..pickles.scanner import scan_pickle_bytes
 
     for name in archive.names():
         if name == main or not name.endswith(".pkl") or name.endswith(".debug_pkl"):
@@ -135,7 +136,7 @@ def _scan_other_pickles(archive: ZipArchive, main: str, loaded: Loaded, options:
             loaded.warnings.append(f"could not read archive member {name!r}: {exc.message}")
             continue
         for ref in scan_pickle_bytes(data, where=name).globals:
-            if ref.severity != security.SAFE:
+            if ref.severity != severity.SAFE:
                 loaded.references.append(ref)
 
 

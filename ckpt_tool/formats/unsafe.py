@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError
-from ..unpickle import NumpyArray
+from ..pickles.unpickler import NumpyArray
 from .base import Loaded, ReadOptions
 from .detect import DILL, PICKLE, TORCH_TAR, TORCHSCRIPT
 
@@ -23,7 +23,7 @@ def read_unsafe(path: str, fmt: str, options: ReadOptions) -> Loaded:
     """Load with torch.load(weights_only=False) or dill, mapping every storage to the CPU."""
     import torch
 
-    from ..torchsource import remember_locations
+    from .torchsource import remember_locations
 
     note = "loaded with --unsafe: the file's pickles were executed (use only for files you trust)"
     if fmt == PICKLE:
@@ -51,7 +51,7 @@ def read_unsafe(path: str, fmt: str, options: ReadOptions) -> Loaded:
 
 
 def _load_pickle(path: str) -> tuple[Any, str]:
-    from ..scan import scan_pickle_bytes
+    from ..pickles.scanner import scan_pickle_bytes
 
     with open(path, "rb") as f:
         head = f.read()
@@ -73,7 +73,7 @@ def _load_pickle(path: str) -> tuple[Any, str]:
 def _is_torchscript(path: str, fmt: str) -> bool:
     if fmt == TORCH_TAR:
         return False
-    from .ziparchive import ZipArchive
+    from ..io.ziparchive import ZipArchive
 
     try:
         archive = ZipArchive(path)

@@ -6,15 +6,7 @@ import sys
 from itertools import repeat
 from typing import Any, Iterable
 
-
-def human_bytes(n: int | float) -> str:
-    step = 1024.0
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < step or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= step
-    return f"{value:.1f} TiB"
+from ..units import human_bytes  # noqa: F401 - re-exported for the renderers
 
 
 def human_count(n: int) -> str:

@@ -1,7 +1,7 @@
 """Text rendering of a DoctorReport."""
 from __future__ import annotations
 
-from ..doctor import DoctorReport
+from ..commands.doctor import DoctorReport
 from .common import human_bytes
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from operator import attrgetter
 from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
+from operator import attrgetter
 from typing import Any
 
-from ..inspect import InspectReport
-from .common import dumps, human_bytes, human_count, shape_str, simple_columns, simple_table
+from ..commands.inspect import InspectReport
+from .common import dumps, human_bytes, human_count, shape_str, simple_columns
 
 
 def json_text(report: InspectReport) -> str:

@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from .. import dtypes
 from ..errors import InputError
+from ..io.source import FileSource, pread_exact
 from ..model import StorageRef, TensorMeta, contiguous_strides
-from ..source import FileSource, pread_exact
-from ..tensordata import tensor_bytes
+from ..tensors.tensordata import tensor_bytes
 
 CHUNK = 4 << 20  # bytes per read/write: large enough for disk speed, small enough to stay in cache
 _BIG = 1 << 20  # tensors at least this large are streamed on their own
@@ -90,7 +90,7 @@ def cast_bytes(meta: TensorMeta, dtype: str) -> bytes:
     """The tensor's values converted to ``dtype`` (torch is imported only here)."""
     import torch
 
-    from ..tensordata import to_torch
+    from ..tensors.tensordata import to_torch
 
     x = to_torch(meta).to(getattr(torch, dtypes.lookup(dtype).name)).contiguous()
     if x.numel() == 0:

@@ -18,7 +18,7 @@ def materialise(tensors: Sequence[OutTensor]) -> dict[str, Any]:
     """Torch tensors for the output, one object per tied group."""
     import torch
 
-    from ..tensordata import to_torch
+    from ..tensors.tensordata import to_torch
 
     out: dict[str, Any] = {}
     by_view: dict[object, Any] = {}

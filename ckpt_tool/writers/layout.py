@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from typing import Any, Sequence
 
 from ..errors import RuleConflict
-from ..locate import is_tensor
+from ..formats.locate import is_tensor
+from ..keys.rules import RuleSet
 from ..model import Checkpoint
-from ..rules import RuleSet
-from ..unpickle import Placeholder, is_module_placeholder
+from ..pickles.unpickler import Placeholder, is_module_placeholder
 from .base import OutTensor
 from .torchpickle import make_state_dict
 

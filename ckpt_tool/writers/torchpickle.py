@@ -24,9 +24,9 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import UnsafeContentError
+from ..io.source import MemorySource
 from ..model import StorageRef, TensorMeta, contiguous_strides
-from ..source import MemorySource
-from ..unpickle import DTypeRef, LazyTensor, NumpyArray, Placeholder
+from ..pickles.unpickler import DTypeRef, LazyTensor, NumpyArray, Placeholder
 from .base import OutTensor
 
 _P = pickle  # opcode constants

@@ -14,11 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import security
-from .errors import CkptError, UsageError
-from .model import Checkpoint, TensorMeta
+from ..errors import CkptError, UsageError
+from ..model import Checkpoint, TensorMeta
+from ..pickles import severity
+from ..pickles.unpickler import DEFAULT_LIMITS, Limits
 from .policy import Policy
-from .unpickle import DEFAULT_LIMITS, Limits
 
 CHECKS = ("loads_safely", "matches_target", "no_nan_inf", "dtype_policy", "file_size", "required_metadata",
           "sha256", "warnings")
@@ -107,7 +107,7 @@ def gate(
         raise UsageError("a single sha256 pin needs a single PATH; pin several files in the policy's [sha256] table")
     built = None
     if pol.target is not None:
-        from .target import build_target
+        from ..tensors.target import build_target
 
         built = build_target(pol.target, dict(pol.target_kwargs or {}))
     files = [_gate_one(os.fspath(p), pol, built, limits, progress) for p in paths]
@@ -117,7 +117,7 @@ def gate(
 def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Progress | None) -> FileGate:
     checks = [_loads_safely(path, pol, limits)]
     try:
-        from .formats import load
+        from ..formats import load
 
         ckpt = load(path, key=pol.key, limits=limits)
     except CkptError as exc:
@@ -164,10 +164,10 @@ def _loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
         errors.extend(f.errors)
         for g in f.globals:
             item = f"{g.qualname} ({g.where})" if g.where else g.qualname
-            (dangerous if g.severity == security.DANGEROUS else suspicious
-             if g.severity == security.SUSPICIOUS else []).append(item)
+            (dangerous if g.severity == severity.DANGEROUS else suspicious
+             if g.severity == severity.SUSPICIOUS else []).append(item)
         for x in f.findings:
-            (dangerous if x.severity == security.DANGEROUS else suspicious).append(x.message)
+            (dangerous if x.severity == severity.DANGEROUS else suspicious).append(x.message)
     if dangerous:
         return Check("loads_safely", False, "dangerous references (never executed): " + _listing(dangerous))
     if errors:
@@ -182,8 +182,8 @@ def _loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
 def _matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -> Check:
     if built is None:
         return _skip("matches_target", "no target (--target or the policy's target)")
+    from ..keys.infer import suggest
     from .diff import _attribute_prefixes, compare_tensors
-    from .infer import suggest
 
     missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt.tensors, built.tensors, lazy=built.lazy)
     if pol.ignore_target_dtype:
@@ -247,7 +247,7 @@ def _nonfinite_counts(tensors: list[TensorMeta]) -> Iterator[tuple[TensorMeta, i
     core, each bit-testing the chunk it read (tensordata.check_reads), so the
     check runs at about the speed of reading the file.
     """
-    from .tensordata import all_finite, check_reads, group_reads
+    from ..tensors.tensordata import all_finite, check_reads, group_reads
 
     # Small tensors (200,000 of them in some files) are read in the calling thread and
     # bit-tested a batch at a time: a thread hand-off and a NumPy call per tensor cost more
@@ -287,7 +287,7 @@ _SMALL_TENSOR = 256 << 10  # bytes: smaller contiguous tensors are checked in ba
 
 def _small_nonfinite_counts(tensors: list[TensorMeta]) -> dict[int, tuple[int, int]]:
     """id(tensor) -> (NaN count, Inf count) for small contiguous tensors, batched by dtype."""
-    from .tensordata import all_finite, tensor_bytes
+    from ..tensors.tensordata import all_finite, tensor_bytes
 
     out: dict[int, tuple[int, int]] = {}
     by_dtype: dict[str, list[TensorMeta]] = {}
@@ -315,7 +315,7 @@ def _count_chunk(raw: Any, dtype: str) -> tuple[int, int]:
     """(NaN count, Inf count) of raw little-endian ``dtype`` values, with torch."""
     import torch
 
-    from .tensordata import torch_dtype
+    from ..tensors.tensordata import torch_dtype
 
     x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch_dtype(dtype))
     if x.dtype.is_floating_point and x.element_size() == 1:  # float8: no isnan kernels everywhere
@@ -330,7 +330,7 @@ def count_nonfinite(t: TensorMeta, buffer: bytearray | None = None) -> tuple[int
     torch import); only a chunk that holds a NaN or Inf is counted with torch
     (torch.isfinite runs at ~0.4 GB/s).
     """
-    from .tensordata import all_finite, iter_raw
+    from ..tensors.tensordata import all_finite, iter_raw
 
     nan = inf = 0
     if buffer is None or len(buffer) < min(_CHUNK, t.nbytes):
@@ -364,7 +364,7 @@ def _dtype_policy(ckpt: Checkpoint, pol: Policy) -> Check:
 def _file_size(path: str, pol: Policy) -> Check:
     if pol.max_file_size is None:
         return _skip("file_size", "no limit (--max-size or the policy's max_file_size)")
-    from .render.common import human_bytes
+    from ..units import human_bytes
 
     size = path_bytes(path)
     verdict = "<=" if size <= pol.max_file_size else ">"

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError
-from .model import TensorMeta
+from ..errors import InputError
+from ..model import TensorMeta
 
 if TYPE_CHECKING:
     import torch

@@ -9,8 +9,8 @@ import os
 import re
 import xml.etree.ElementTree as ET
 
-from .errors import WriteError
-from .gate import GateReport
+from ..commands.gate import GateReport
+from ..errors import WriteError
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 

@@ -17,16 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from . import atomic, writers
-from .errors import UsageError
-from .formats import load
-from .locate import resolve_key
-from .model import Checkpoint, TensorMeta
-from .rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
-from .unpickle import DEFAULT_LIMITS, Limits
-from .writers.base import OutTensor, require_data
-from .writers.layout import dedupe, placeholders_in, safetensors_metadata, torch_root
-
+from .. import writers
+from ..errors import UsageError
+from ..formats import load
+from ..formats.locate import resolve_key
+from ..io import atomic
+from ..keys.rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
+from ..model import Checkpoint, TensorMeta
+from ..pickles.unpickler import DEFAULT_LIMITS, Limits
+from ..writers.base import OutTensor, require_data
+from ..writers.layout import dedupe, placeholders_in, safetensors_metadata, torch_root
 
 _SHARED_NOTE = re.compile(r"\d+ tensors share storage")
 
@@ -142,7 +142,7 @@ def build_rules(*, rules_file: str | None = None, strip_prefix: Sequence[str] = 
 
 def check_target(spec: str, tensors: Sequence[OutTensor], target_tensors: Sequence[TensorMeta],
                  allow_missing: Sequence[str], lazy: Sequence[str] = ()) -> TargetCheck:
-    from .model import shapes_compatible
+    from ..model import shapes_compatible
 
     have = {t.key: t for t in tensors}
     want = {t.key for t in target_tensors}
@@ -203,7 +203,7 @@ def migrate(
     is called with rules inferred by ``auto`` before they are applied.
     ``_after_write`` (tests only) sees the temporary output before it is verified.
     """
-    from .writers.sharded import parse_size
+    from ..writers.sharded import parse_size
 
     src = os.fspath(src)
     out = os.fspath(out) if out is not None else None
@@ -240,12 +240,12 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     built = None
     inferred = None
     if target:
-        from .target import build_target
+        from ..tensors.target import build_target
 
         built = build_target(target, target_kwargs)
         warnings += [f"target: {w}" for w in built.warnings]
         if auto:
-            from .infer import suggest
+            from ..keys.infer import suggest
 
             pre = make_plan(ck.tensors, rules)
             renamed_view = [TensorMeta(e.output, t.dtype, t.shape) for e, t in zip(pre.entries, ck.tensors)
@@ -283,7 +283,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         root, sd_key, kept, more = torch_root(ck, chosen, tensors, rules, state_dict_only)
         warnings += more
         _refuse_placeholders(root, sd_key, src)
-        from .writers.torchzip import pickle_root
+        from ..writers.torchzip import pickle_root
 
         payload.update(pickle=pickle_root(root), root=root, sd_key=sd_key)
         report_args["metadata_kept"] = tuple(kept)
@@ -295,7 +295,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         clash = sorted(a for a in aliases if a in meta)
         if clash:
             warnings.append(f"metadata entries replaced by tie records: {', '.join(clash[:5])}")
-        from .writers.safetensors import check_dtypes
+        from ..writers.safetensors import check_dtypes
 
         check_dtypes(stored)
         payload.update(stored=stored, aliases=aliases, meta=meta)
@@ -316,8 +316,8 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     folder = fmt in writers.FOLDER_FORMATS
     atomic.check_destination(out, _source_paths(src, ck), force=force, folder=folder)
     if folder and force:
-        from .writers.dcp import DCP_SUFFIXES
-        from .writers.sharded import SHARD_SUFFIXES
+        from ..writers.dcp import DCP_SUFFIXES
+        from ..writers.sharded import SHARD_SUFFIXES
 
         atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
     job = _Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
@@ -329,7 +329,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
 
 def _refuse_placeholders(root: Any, sd_key: str, src: str) -> None:
     """Placeholders are never pickled as if they were the objects they stand for."""
-    from .errors import UnsafeContentError
+    from ..errors import UnsafeContentError
 
     sd = resolve_key(root, sd_key, src) if sd_key else root
     if isinstance(sd, Mapping):
@@ -387,19 +387,19 @@ def _write(job: _Job) -> MigrateReport:
     tmp: atomic.AtomicDir | atomic.AtomicFile = atomic.AtomicDir(job.out) if folder else atomic.AtomicFile(job.out)
     with tmp:
         if isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None and job.fmt == writers.TORCH_ZIP:
-            from .writers.torchzip import write_torch_zip
+            from ..writers.torchzip import write_torch_zip
 
             data_pkl, table = job.payload["pickle"]
             p.start("writing", sum(s.nbytes for s in table.storages))
             write_torch_zip(tmp.fd, job.out, data_pkl, table, p.advance)
         elif isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None and job.fmt == writers.SAFETENSORS:
-            from .writers.safetensors import write_safetensors
+            from ..writers.safetensors import write_safetensors
 
             p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
             write_safetensors(tmp.fd, job.payload["stored"], {**job.payload["meta"], **job.payload["aliases"]},
                               p.advance)
         elif isinstance(tmp, atomic.AtomicDir) and job.fmt == writers.SHARDED:
-            from .writers.sharded import write_sharded
+            from ..writers.sharded import write_sharded
 
             limit = job.shard_bytes or 1
             p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
@@ -410,7 +410,7 @@ def _write(job: _Job) -> MigrateReport:
                 job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "
                                     f"of their own: {', '.join(big[:3])}")
         elif isinstance(tmp, atomic.AtomicDir) and job.fmt == writers.DCP:
-            from .writers.dcp import write_dcp
+            from ..writers.dcp import write_dcp
 
             p.start("writing", sum(t.nbytes for t in job.tensors))
             write_dcp(tmp.path, job.tensors, p.advance)

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable, Iterable
 
-from . import rules
-from .formats import load
-from .model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
-from .unpickle import DEFAULT_LIMITS, Limits
+from ..formats import load
+from ..keys import rules
+from ..model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
+from ..pickles.unpickler import DEFAULT_LIMITS, Limits
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
 
 def compute_stats(t: TensorMeta) -> TensorStats:
     """min/max/mean/std and NaN/Inf counts, reading the tensor's bytes."""
-    from .tensordata import to_torch
+    from ..tensors.tensordata import to_torch
 
     x = to_torch(t)
     torch = __import__("torch")

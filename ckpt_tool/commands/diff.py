@@ -14,12 +14,12 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import UsageError
-from .model import Checkpoint, TensorMeta, json_safe, shapes_compatible
-from .unpickle import DEFAULT_LIMITS, Limits
+from ..errors import UsageError
+from ..model import Checkpoint, TensorMeta, json_safe, shapes_compatible
+from ..pickles.unpickler import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
-    from .infer import Suggestion
+    from ..keys.infer import Suggestion
 
 # Metadata a reader adds about the file's layout, not about its contents: not diffed.
 LAYOUT_METADATA = {"sharded": ("shards", "shard_format", "metadata")}
@@ -377,7 +377,7 @@ class _NumpyCompare:
         """
         import numpy as np
 
-        from .tensordata import all_finite, same_bytes
+        from ..tensors.tensordata import all_finite, same_bytes
 
         acc = _Acc()
         if self.same_dtype and same_bytes(ra, rb):
@@ -417,7 +417,7 @@ class _NumpyCompare:
 
 def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> ValueDiff | None:
     """compare_pair's result for finite float16/32/64 values (_NumpyCompare), reading the pair here."""
-    from .tensordata import iter_raw
+    from ..tensors.tensordata import iter_raw
 
     compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol)
     for ra, rb in zip(iter_raw(ta, _CHUNK * compare.fa.itemsize), iter_raw(tb, _CHUNK * compare.fb.itemsize)):
@@ -453,7 +453,7 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
     read twice. A pair with NaN/Inf, or of another dtype, that differs gets
     None at its first such chunk (its remaining chunks are passed over).
     """
-    from .tensordata import all_finite, check_reads, group_reads, same_bytes
+    from ..tensors.tensordata import all_finite, check_reads, group_reads, same_bytes
 
     # Small pairs (200,000 of them in some files) are read here and bit-tested in
     # batches: a thread hand-off and a NumPy call per pair would cost more than the bytes.
@@ -505,7 +505,7 @@ _SMALL_PAIR = 256 << 10  # bytes: pairs of smaller tensors are tested in batches
 
 def _small_verdicts(pairs: list[tuple[TensorMeta, TensorMeta]]) -> dict[tuple[int, int], bool]:
     """Per (id(a), id(b)) of small pairs: True if the bytes are the same and none is NaN/Inf (tested per batch)."""
-    from .tensordata import RAW_CHUNK, all_finite, tensor_bytes
+    from ..tensors.tensordata import RAW_CHUNK, all_finite, tensor_bytes
 
     out: dict[tuple[int, int], bool] = {}
     pending: dict[str, list[tuple[tuple[int, int], bytes]]] = {}  # dtype -> identical pairs awaiting the bit test
@@ -536,7 +536,7 @@ def _small_verdicts(pairs: list[tuple[TensorMeta, TensorMeta]]) -> dict[tuple[in
 
 def _compare_dtype(a: str, b: str) -> str:
     """bf16 vs fp32 compares in fp32; anything with fp64 or an integer in fp64; complex in complex128."""
-    from . import dtypes
+    from .. import dtypes
 
     kinds = {dtypes.lookup(a).kind, dtypes.lookup(b).kind}
     if "complex" in kinds:
@@ -561,7 +561,7 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float,
     """
     import torch
 
-    from .tensordata import iter_chunks
+    from ..tensors.tensordata import iter_chunks
 
     if _threads is not None and not _threads:
         # One thread: on chunks this small, OpenMP workers spin-waiting for a busy
@@ -668,7 +668,7 @@ def diff(
     """
     import os
 
-    from .formats import load
+    from ..formats import load
 
     if (b is None) == (target is None):
         raise UsageError("give either a second checkpoint B or --target SPEC (exactly one)")
@@ -685,7 +685,7 @@ def diff(
     plain: tuple[str, ...] = ()
     ckpt_b: Checkpoint | None = None
     if target is not None:
-        from .target import build_target
+        from ..tensors.target import build_target
 
         built = build_target(target, target_kwargs)
         b_label, b_tensors, b_format = target, list(built.tensors), f"nn.Module built on {built.device}"
@@ -702,7 +702,7 @@ def diff(
         missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt_a.tensors, b_tensors, lazy=lazy)
         suggestion = None
         if missing or unexpected or shape_mm:
-            from .infer import suggest  # rules and scoring: only when the keys do not line up
+            from ..keys.infer import suggest  # rules and scoring: only when the keys do not line up
 
             suggestion = suggest(ckpt_a.tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
         meta: dict[str, Any] = {"changed": [], "only_a": [], "only_b": []}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import stat
-from abc import ABC, abstractmethod
 from typing import Callable
 
-from .errors import InputError
+from ..errors import InputError
+from ..model import DataSource
 
 
 def open_regular(path: str) -> int:
@@ -56,27 +56,6 @@ def pread_exact(fd: int, length: int, offset: int, path: str) -> bytes:
         parts.append(chunk)
         got += len(chunk)
     return b"".join(parts)
-
-
-class DataSource(ABC):
-    """Something that can hand out the bytes of a storage by key."""
-
-    path: str
-
-    @abstractmethod
-    def read(self, key: str, offset: int, length: int) -> bytes:
-        """``length`` bytes starting ``offset`` bytes into storage ``key``."""
-
-    def read_into(self, key: str, offset: int, out: memoryview) -> None:
-        """Fill ``out`` with the bytes starting ``offset`` bytes into storage ``key``.
-
-        Streaming readers reuse one buffer: a fresh multi-MB ``bytes`` per
-        read costs page faults that double the time of reading it.
-        """
-        out[:] = self.read(key, offset, len(out))
-
-    def close(self) -> None:
-        """Release file handles; reading again reopens them."""
 
 
 class FileSource(DataSource):
@@ -142,6 +121,27 @@ class FileSource(DataSource):
             self._on_close()
 
 
+class BlobSource(DataSource):
+    """Storages that are regions of one bytes object (no file behind them)."""
+
+    def __init__(self, path: str, blob: bytes, resolve: Callable[[str], tuple[int, int]]) -> None:
+        self.path = path
+        self._view = memoryview(blob)
+        self._resolve = resolve
+
+    def region(self, key: str) -> tuple[int, int]:
+        return self._resolve(key)
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        start, size = self._resolve(key)
+        if offset < 0 or length < 0 or offset + length > size:
+            raise InputError(
+                f"storage {key!r} holds {size} bytes but a tensor needs bytes {offset}..{offset + length}",
+                self.path,
+            )
+        return bytes(self._view[start + offset : start + offset + length])
+
+
 class MemorySource(DataSource):
     """Storages already in memory (NumPy arrays inside a pickle, --unsafe loads)."""
 
@@ -163,7 +163,7 @@ class MemorySource(DataSource):
 
 def read_pickle_file(path: str, limit: int, what: str) -> bytes:
     """A whole (pickle) file, refused before reading when it is over ``limit`` bytes."""
-    from .errors import LimitExceeded
+    from ..errors import LimitExceeded
 
     fd = open_regular(path)
     try:

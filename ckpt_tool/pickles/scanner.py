@@ -1,29 +1,33 @@
-"""``ckpt scan``: find every pickle in the inputs and list what it would import, never running it.
+"""The static walk of every pickle in a file's bytes, whatever holds it: the security reading path.
 
 A file is judged by every interpretation a loader might take of its bytes,
 not by its name: a torch zip (every pickle member, not only data.pkl, and
 when the central directory is broken, every local header), the legacy
 format (its sequence of pickles), a plain pickle or dill file, a pickle with
 a zip appended (torch reads such files as legacy), a tar, a NumPy ``.npy``
-with an object dtype, DCP ``.metadata`` and the byte items of its ``.distcp``
-files, and bytes that a pickle hands to ``pickle.loads`` or
-``torch.storage._load_from_bytes``. safetensors headers are validated.
+with an object dtype, the byte items of DCP ``.distcp`` files, and bytes
+that a pickle hands to ``pickle.loads`` or ``torch.storage._load_from_bytes``.
+Nothing here imports a module named in a pickle or calls anything.
 """
 from __future__ import annotations
 
 import os
+import re
 import struct
-from collections.abc import Sequence
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import security
-from .blob import Blob
-from .errors import CkptError, InputError
-from .formats.detect import LEGACY_MAGIC
-from .model import GlobalRef
-from .pickle_walk import BytesRef, Finding, Walk, walk
-from .limits import DEFAULT_LIMITS, Limits
+from ..errors import CkptError, InputError
+from ..io.blob import Blob
+from ..io.containers import LEGACY_MAGIC, npy_pickle_offset, tar_members
+from ..io.zipsweep import CorruptZip, member_blob, member_head, read_directory, sweep_local_headers
+from ..limits import DEFAULT_LIMITS, Limits
+from ..model import GlobalRef
+from . import severity
+from .walker import BytesRef, Finding, Walk, walk
+
+_ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file
@@ -47,158 +51,18 @@ class PickleScan:
 
     @property
     def verdict(self) -> str:
-        return security.worst([g.severity for g in self.globals] + [f.severity for f in self.findings])
+        return severity.worst([g.severity for g in self.globals] + [f.severity for f in self.findings])
 
 
 def scan_pickle_bytes(data: bytes, where: str) -> PickleScan:
     """Walk one in-memory pickle (and the pickles nested in it)."""
-    scanner = _Scanner("", DEFAULT_LIMITS)
+    scanner = Scanner("", DEFAULT_LIMITS)
     scanner.pickles(Blob.from_bytes(data), where, 0, limit=1, strict=True)
     return PickleScan(where, list(scanner.globals), scanner.errors[0] if scanner.errors else None,
                       list(scanner.findings))
 
 
-@dataclass(frozen=True)
-class FileScan:
-    """The verdict on one file: the globals its pickles name and what else they do."""
-
-    path: str
-    format: str
-    verdict: str  # safe, suspicious, dangerous, or error (could not be read, nothing dangerous found)
-    globals: tuple[GlobalRef, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    errors: tuple[str, ...] = ()
-    pickles: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "format": self.format,
-            "verdict": self.verdict,
-            "pickles": self.pickles,
-            "globals": [{"module": g.module, "name": g.name, "severity": g.severity, "where": g.where}
-                        for g in self.globals],
-            "findings": [{"severity": f.severity, "message": f.message, "where": f.where} for f in self.findings],
-            "errors": list(self.errors),
-        }
-
-
-@dataclass(frozen=True)
-class ScanReport:
-    files: tuple[FileScan, ...]
-    skipped: tuple[str, ...] = ()  # files inside folders that hold no pickle, zip, npy or safetensors
-    strict: bool = False
-
-    @property
-    def counts(self) -> dict[str, int]:
-        out = {security.SAFE: 0, security.SUSPICIOUS: 0, security.DANGEROUS: 0, ERROR: 0}
-        for f in self.files:
-            out[f.verdict] += 1
-        return out
-
-    @property
-    def exit_code(self) -> int:
-        """1 on a dangerous file (--strict: also suspicious), else 2 on an unreadable one, else 0."""
-        bad = {security.DANGEROUS} | ({security.SUSPICIOUS} if self.strict else set())
-        if any(f.verdict in bad or any(g.severity in bad for g in f.globals) for f in self.files):
-            return 1
-        return 2 if any(f.errors for f in self.files) else 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "files": [f.to_json() for f in self.files],
-            "skipped": list(self.skipped),
-            "counts": self.counts,
-            "strict": self.strict,
-            "passed": self.exit_code == 0,
-        }
-
-
-def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
-         limits: Limits = DEFAULT_LIMITS, skip_other: bool = False) -> ScanReport:
-    """Scan files and folders (recursively) for pickles and judge what they would import.
-
-    A file named explicitly that holds nothing to scan (no pickle, zip, tar,
-    NumPy or safetensors data) is an error, unless ``skip_other`` (for hooks
-    that pass every file of a commit); inside folders such files are skipped.
-    """
-    files: list[FileScan] = []
-    skipped: list[str] = []
-    for raw in paths:
-        path = os.fspath(raw)
-        if os.path.isdir(path):
-            from .scan_folder import scan_folder
-
-            in_folder, skip = scan_folder(path, limits)
-            files.extend(in_folder)
-            skipped.extend(skip)
-        elif path.endswith(".index.json") and os.path.isfile(path):
-            files.extend(_scan_shards(path, limits))
-        else:
-            found = scan_file(path, limits=limits, explicit=not skip_other)
-            if found is None:
-                skipped.append(path)
-            else:
-                files.append(found)
-    return ScanReport(tuple(files), tuple(skipped), strict)
-
-
-def _scan_shards(index: str, limits: Limits) -> list[FileScan]:
-    """The shards a ``*.index.json`` names (the index itself is JSON: nothing to scan)."""
-    from .formats.sharded import read_index
-
-    try:
-        weight_map = read_index(index)["weight_map"]
-    except CkptError as exc:
-        return [FileScan(index, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))]
-    folder = os.path.dirname(index)
-    shards = list(dict.fromkeys(weight_map.values()))
-    return [scan_file(os.path.join(folder, s), limits=limits) or _nothing(os.path.join(folder, s)) for s in shards]
-
-
-def _nothing(path: str) -> FileScan:
-    return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(
-        f"{path}: holds no pickle, zip, tar, NumPy or safetensors data: nothing ckpt can scan",))
-
-
-def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = True,
-              hint: str | None = None, regions: list[Any] | None = None) -> FileScan | None:
-    """Scan one file; None when it holds nothing to scan (only when not ``explicit``).
-
-    ``regions`` (the items of a DCP data file, from its ``.metadata``) and
-    ``hint`` (DCP_DATA: a data file whose metadata is unreadable) come from
-    the folder walk.
-    """
-    from .source import open_regular
-
-    scanner = _Scanner(path, limits)
-    try:
-        fd = open_regular(path)
-    except CkptError as exc:
-        return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))
-    try:
-        size = os.fstat(fd).st_size
-        blob = Blob.from_fd(fd, size)
-        if size == 0:
-            scanner.errors.append(f"{path}: empty file (0 bytes)")
-        elif regions is not None:
-            scanner.format = DCP_DATA
-            scanner.dcp_items(blob, regions)
-        elif hint == DCP_DATA:
-            scanner.format = DCP_DATA
-            scanner.sweep_zips(blob, os.path.basename(path), 0)
-        else:
-            scanner.top_level(blob, path)
-    finally:
-        os.close(fd)
-    if scanner.format == UNKNOWN_FORMAT and not scanner.errors and not explicit:
-        return None
-    if scanner.format == UNKNOWN_FORMAT and not scanner.errors:
-        return _nothing(path)
-    return scanner.result(path)
-
-
-class _Scanner:
+class Scanner:
     """Collects what one file's pickles reference while its bytes are dispatched by format."""
 
     def __init__(self, path: str, limits: Limits) -> None:
@@ -212,18 +76,18 @@ class _Scanner:
         self.torchscript = False
         self._seen: set[tuple[str, str, str]] = set()
 
-    def result(self, path: str) -> FileScan:
-        worst = security.worst([g.severity for g in self.globals] + [f.severity for f in self.findings])
-        verdict = ERROR if self.errors and worst != security.DANGEROUS else worst
-        return FileScan(path, self.format, verdict, tuple(self.globals), tuple(self.findings),
-                        tuple(self.errors), self.walked)
+    @property
+    def verdict(self) -> str:
+        """The worst severity found; "error" when the file could not be read and nothing dangerous was found."""
+        worst = severity.worst([g.severity for g in self.globals] + [f.severity for f in self.findings])
+        return ERROR if self.errors and worst != severity.DANGEROUS else worst
 
     def error(self, where: str, message: str) -> None:
         parts = [p for p in (self.path, where) if p]
         self.errors.append(": ".join(parts + [message]))
 
-    def finding(self, severity: str, message: str, where: str) -> None:
-        self.findings.append(Finding(severity, message, where))
+    def finding(self, sev: str, message: str, where: str) -> None:
+        self.findings.append(Finding(sev, message, where))
 
     # -- dispatch --------------------------------------------------------------
     def top_level(self, blob: Blob, path: str) -> None:
@@ -232,16 +96,13 @@ class _Scanner:
             self.format = TORCH_ZIP
             self.zip(blob, "", 0)
             return
-        if _is_safetensors(head, blob.length):
-            self.format = SAFETENSORS
-            self.safetensors(path)
+        if is_safetensors(head, blob.length):
+            self.format = SAFETENSORS  # no pickle inside: the caller validates the header
             return
         if head.startswith(b"\x93NUMPY"):
             self.format = NUMPY
             self.npy(blob, os.path.basename(path), 0)
             return
-        from .scan_folder import tar_members
-
         members = tar_members(blob)
         if members is not None:
             self.format = TAR  # torch tries tar before the legacy pickles; scan both readings
@@ -260,7 +121,7 @@ class _Scanner:
     def blob(self, blob: Blob, where: str, depth: int, *, lenient: bool) -> None:
         """Bytes found inside something else: a member, an embedded payload."""
         if depth > MAX_DEPTH:
-            self.finding(security.DANGEROUS, "pickles nested too deeply to follow", where)
+            self.finding(severity.DANGEROUS, "pickles nested too deeply to follow", where)
             return
         head = blob.read(0, 16)
         if head.startswith(b"PK\x03\x04"):
@@ -301,7 +162,7 @@ class _Scanner:
         for g in w.globals:
             sev = g.severity
             if self.torchscript and g.module.split(".")[0] == "__torch__":
-                sev = security.SAFE  # TorchScript classes come from the archive's code/, never an import
+                sev = severity.SAFE  # TorchScript classes come from the archive's code/, never an import
             key = (g.module, g.name, g.where)
             if key not in self._seen:
                 self._seen.add(key)
@@ -332,8 +193,6 @@ class _Scanner:
             self.sweep_zips(blob, where, depth)
 
     def zip_by_directory(self, blob: Blob, where: str, depth: int, *, quiet: bool) -> bool:
-        from .scan_zip import CorruptZip, read_directory
-
         try:
             entries = read_directory(blob)
         except CorruptZip as exc:
@@ -349,21 +208,17 @@ class _Scanner:
         return True
 
     def sweep_zips(self, blob: Blob, where: str, depth: int) -> None:
-        from .scan_zip import sweep_local_headers
-
         self.zip_entries(blob, sweep_local_headers(blob), where, depth, swept=True)
 
     def zip_entries(self, blob: Blob, entries: list[Any], where: str, depth: int, swept: bool = False) -> None:
-        from .scan_zip import classify_members, member_blob
-
         names = [e.name for e in entries]
         is_script = any("/code/" in n or n.startswith("code/") or n.endswith("constants.pkl") for n in names)
         if is_script and depth == 0:
             self.torchscript = True
             if self.format == TORCH_ZIP:
                 self.format = TORCHSCRIPT
-        for severity, message in classify_members(names, swept):
-            self.finding(severity, message, where or "zip")
+        for sev, message in classify_members(names, swept):
+            self.finding(sev, message, where or "zip")
         for entry, kind in _members_to_scan(blob, entries):
             label = f"{where} > {entry.name}" if where else entry.name
             try:
@@ -378,8 +233,6 @@ class _Scanner:
 
     # -- other containers --------------------------------------------------------
     def npy(self, blob: Blob, where: str, depth: int) -> None:
-        from .scan_folder import npy_pickle_offset
-
         try:
             offset = npy_pickle_offset(blob)
         except InputError as exc:
@@ -397,7 +250,7 @@ class _Scanner:
                 self.error(where, f"item lies past the end of the file ({blob.length} bytes)")
                 continue
             if r.transformed:
-                self.finding(security.SUSPICIOUS, "item is stored transformed (e.g. compressed); not scanned",
+                self.finding(severity.SUSPICIOUS, "item is stored transformed (e.g. compressed); not scanned",
                              where)
                 continue
             sub = blob.sub(r.offset, r.length)
@@ -406,18 +259,6 @@ class _Scanner:
             elif sub.read(0, 4) == b"PK\x03\x04":
                 self.zip(sub, where, 1)
 
-    def safetensors(self, path: str) -> None:
-        from .formats.base import ReadOptions
-        from .formats.safetensors import read_safetensors
-
-        try:
-            loaded = read_safetensors(path, ReadOptions(limits=self.limits))
-        except CkptError as exc:
-            self.errors.append(exc.message)
-            return
-        for source in loaded.sources:
-            source.close()
-
 
 def _members_to_scan(blob: Blob, entries: list[Any]) -> list[tuple[Any, str]]:
     """Pickle members by name, plus members that are pickles, zips or npy files by their bytes.
@@ -425,8 +266,6 @@ def _members_to_scan(blob: Blob, entries: list[Any]) -> list[tuple[Any, str]]:
     Storages (``<archive>/data/<key>``) are raw tensor bytes torch never
     unpickles, so they are skipped unless their name ends in ``.pkl``.
     """
-    from .scan_zip import member_head
-
     out = []
     for e in entries:
         name = e.name
@@ -442,7 +281,24 @@ def _members_to_scan(blob: Blob, entries: list[Any]) -> list[tuple[Any, str]]:
     return out
 
 
-def _is_safetensors(head: bytes, size: int) -> bool:
+def classify_members(names: list[str], swept: bool) -> list[tuple[str, str]]:
+    """Findings about the names themselves: path tricks and duplicates never appear in torch.save."""
+    out = []
+    odd = [n for n in names if _ODD_NAME.search(n)]
+    if odd:
+        out.append((severity.SUSPICIOUS,
+                    "odd archive member names (torch.save never writes them): "
+                    + ", ".join(repr(n) for n in odd[:5]) + (" ..." if len(odd) > 5 else "")))
+    if not swept:
+        dup = [n for n, k in Counter(names).items() if k > 1]
+        if dup:
+            out.append((severity.SUSPICIOUS,
+                        "duplicate archive members (readers disagree on which one counts): "
+                        + ", ".join(repr(n) for n in dup[:5])))
+    return out
+
+
+def is_safetensors(head: bytes, size: int) -> bool:
     if len(head) < 9:
         return False
     (n,) = struct.unpack_from("<Q", head)

@@ -12,12 +12,12 @@ from math import prod
 from operator import attrgetter
 from typing import Any, Iterator, Mapping
 
-from . import security
-from .errors import CkptError, InputError, LimitExceeded, UsageError
-from .formats.base import Loaded
-from .model import Candidate, Checkpoint, GlobalRef, StorageRef, TensorMeta, contiguous_strides
-from .source import MemorySource
-from .unpickle import DEFAULT_LIMITS, LazyTensor, Limits, NumpyArray, Placeholder, is_module_placeholder
+from ..errors import CkptError, InputError, LimitExceeded, UsageError
+from ..io.source import MemorySource
+from ..model import Candidate, Checkpoint, GlobalRef, StorageRef, TensorMeta, contiguous_strides
+from ..pickles import severity
+from ..pickles.unpickler import DEFAULT_LIMITS, LazyTensor, Limits, NumpyArray, Placeholder, is_module_placeholder
+from .base import Loaded
 
 # Where training code conventionally keeps the weights, in order of preference.
 WELL_KNOWN_KEYS = (
@@ -467,13 +467,13 @@ def detect_framework(root: Any) -> str | None:
 
 def reference_warnings(refs: list[GlobalRef]) -> list[str]:
     warnings = []
-    dangerous = sorted({r.qualname for r in refs if r.severity == security.DANGEROUS})
+    dangerous = sorted({r.qualname for r in refs if r.severity == severity.DANGEROUS})
     if dangerous:
         warnings.append(
             "dangerous reference(s) in the pickle, NOT executed: " + ", ".join(dangerous)
             + " (run `ckpt scan` for details)"
         )
-    suspicious = sorted({r.qualname for r in refs if r.severity == security.SUSPICIOUS})
+    suspicious = sorted({r.qualname for r in refs if r.severity == severity.SUSPICIOUS})
     if suspicious:
         shown = ", ".join(suspicious[:8]) + (f" and {len(suspicious) - 8} more" if len(suspicious) > 8 else "")
         warnings.append(

@@ -20,8 +20,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Union
 
-from . import security
-from .model import GlobalRef
+from ..model import GlobalRef
+from . import severity as levels
 
 SMALL = 1 << 16  # bytes/str arguments above this are referenced by offset, not held
 MAX_LINE = 1 << 20  # longest text line a protocol-0 opcode may carry
@@ -140,7 +140,7 @@ def walk(
     *,
     size: int,
     on_embedded: OnEmbedded | None = None,
-    severity: Callable[[str, str], str] = security.severity,
+    severity: Callable[[str, str], str] = levels.severity,
 ) -> Walk:
     """Walk the pickle that starts at ``f``'s position; ``size`` is where the stream ends."""
     w = Walk(where)
@@ -234,7 +234,7 @@ def walk(
                 return Glob("builtins", "setattr")
             if key in _SETATTR and how == "call" and len(argv) == 3 and isinstance(argv[1], str):
                 if isinstance(argv[0], Glob):
-                    finding(security.DANGEROUS, f"setattr modifies the imported object "
+                    finding(levels.DANGEROUS, f"setattr modifies the imported object "
                             f"{argv[0].module}.{argv[0].name} (module-level state)")
                     misused.add(key)
                 escape(argv[2])
@@ -245,7 +245,7 @@ def walk(
             if key in NESTED_LOADERS:
                 payload = as_bytes(argv[0]) if argv else None
                 if payload is None:
-                    finding(security.DANGEROUS,
+                    finding(levels.DANGEROUS,
                             f"{func.module}.{func.name} unpickles bytes computed at load time (cannot be checked)")
                 elif on_embedded is not None:
                     on_embedded(payload, f"{func.module}.{func.name}")
@@ -269,22 +269,22 @@ def walk(
                 maker = argv[0]
                 if not (isinstance(maker, Glob) or (isinstance(maker, Made) and isinstance(maker.by, Glob)
                                                     and maker.by.name == "_load_type")):
-                    finding(security.DANGEROUS, "dill._create_type calls an object built by the pickle")
+                    finding(levels.DANGEROUS, "dill._create_type calls an object built by the pickle")
             return Made(func)
         escape(args)
         if isinstance(func, Made) or func is UNKNOWN:
             what = f"the result of {func.by.module}.{func.by.name}" if isinstance(func, Made) and isinstance(
                 func.by, Glob) else "an object built at load time"
             if how == "call":
-                finding(security.DANGEROUS, f"calls {what} (code the pickle constructed, e.g. a function)")
+                finding(levels.DANGEROUS, f"calls {what} (code the pickle constructed, e.g. a function)")
             else:
-                finding(security.SUSPICIOUS, f"instantiates {what} (a class the pickle constructed)")
+                finding(levels.SUSPICIOUS, f"instantiates {what} (a class the pickle constructed)")
             return Made(func)
         raise _Stop(f"{how} of a non-callable constant")
 
     def mutate(target: object, how: str) -> None:
         if isinstance(target, Glob):
-            finding(security.DANGEROUS,
+            finding(levels.DANGEROUS,
                     f"{how} modifies the imported object {target.module}.{target.name} (module-level state)")
 
     read = f.read
@@ -463,16 +463,16 @@ def walk(
                 if isinstance(module_v, str) and isinstance(name_v, str):
                     stack.append(add_global(module_v, name_v))
                 else:
-                    add_global("?", "?", security.DANGEROUS)
-                    finding(security.DANGEROUS,
+                    add_global("?", "?", levels.DANGEROUS)
+                    finding(levels.DANGEROUS,
                             f"STACK_GLOBAL names a global computed at load time ({_describe(module_v)}."
                             f"{_describe(name_v)}), which cannot be resolved statically")
                     stack.append(UNKNOWN)
             elif c in (0x82, 0x83, 0x84):  # EXT1, EXT2, EXT4
                 fmt = {0x82: "<B", 0x83: "<H", 0x84: "<i"}[c]
                 (ext,) = struct.unpack(fmt, read_exact(struct.calcsize(fmt)))
-                add_global("?", f"<extension code {ext}>", security.DANGEROUS)
-                finding(security.DANGEROUS,
+                add_global("?", f"<extension code {ext}>", levels.DANGEROUS)
+                finding(levels.DANGEROUS,
                         f"extension code {ext} names a global through copyreg's registry at load time")
                 stack.append(UNKNOWN)
             elif c == 0x52:  # REDUCE
@@ -498,7 +498,7 @@ def walk(
                 escape(pop())
                 target = top()
                 if isinstance(target, Glob):
-                    finding(security.DANGEROUS,
+                    finding(levels.DANGEROUS,
                             f"BUILD sets attributes on the imported object {target.module}.{target.name}")
             elif c == 0x50:  # PERSID
                 readline()
@@ -520,8 +520,8 @@ def walk(
     w.opcodes = opcodes
     if any(g.module in _DILL for g in w.globals):
         w.globals = [
-            GlobalRef(g.module, g.name, security.SUSPICIOUS, g.where)
-            if (g.module, g.name) in _IDIOM and (g.module, g.name) not in misused and g.severity == security.DANGEROUS
+            GlobalRef(g.module, g.name, levels.SUSPICIOUS, g.where)
+            if (g.module, g.name) in _IDIOM and (g.module, g.name) not in misused and g.severity == levels.DANGEROUS
             else g
             for g in w.globals
         ]

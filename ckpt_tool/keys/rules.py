@@ -36,9 +36,9 @@ import shlex  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any, Mapping, NamedTuple, Sequence  # noqa: E402
 
-from . import dtypes  # noqa: E402
-from .errors import RuleConflict, UsageError  # noqa: E402
-from .model import TensorMeta  # noqa: E402
+from .. import dtypes  # noqa: E402
+from ..errors import RuleConflict, UsageError  # noqa: E402
+from ..model import TensorMeta  # noqa: E402
 
 
 @dataclass(frozen=True)

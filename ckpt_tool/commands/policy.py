@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from . import dtypes
-from .errors import UsageError
+from .. import dtypes
+from ..errors import UsageError
 
 DEFAULT_MAX_METADATA_BYTES = 1 << 20
 

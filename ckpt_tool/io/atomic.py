@@ -20,7 +20,7 @@ import stat
 import threading
 from typing import Callable, Iterable, Iterator
 
-from .errors import OutputExists, UsageError, WriteError
+from ..errors import OutputExists, UsageError, WriteError
 
 TEMP_MARK = ".ckpt-tmp-"
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__
+from ..version import __version__
 
 MATRIX = 256
 TOLERANCE = 1e-2  # relative; TF32 or reduced-precision matmul kernels stay well inside it

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .model import TensorMeta, shapes_compatible
+from ..model import TensorMeta, shapes_compatible
 from .rules import KNOWN_PREFIXES, RuleSet, detect_prefixes
 
 # Wrapper prefixes tried on both sides, most specific first.

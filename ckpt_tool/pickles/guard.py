@@ -20,7 +20,7 @@ import re
 import struct
 from typing import Any, Callable
 
-from .errors import InputError
+from ..errors import InputError
 
 # Opcodes without an argument (STOP is handled separately: it ends the walk).
 _NOARG = b"()012NRbdaeltsu}])Qo\x81\x85\x86\x87\x88\x89\x8f\x90\x91\x92\x93\x94\x97\x98"

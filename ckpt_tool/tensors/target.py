@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import TargetError, UsageError
-from .model import TensorMeta
+from ..errors import TargetError, UsageError
+from ..model import TensorMeta
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Sequence
 
-from .model import TensorMeta
-from .unpickle import DTypeRef, LazyTensor, NumpyArray, Placeholder
-from .source import pread_exact
-from .writers.base import CHUNK, OutTensor, Region, coalesced, file_location, out_bytes, small_location, tensor_data
-from .writers.torchpickle import as_meta
+from ..io.source import pread_exact
+from ..model import TensorMeta
+from ..pickles.unpickler import DTypeRef, LazyTensor, NumpyArray, Placeholder
+from ..writers.base import CHUNK, OutTensor, Region, coalesced, file_location, out_bytes, small_location, tensor_data
+from ..writers.torchpickle import as_meta
 
 MAX_REPORTED = 5
 Advance = Callable[[int], None]
@@ -107,7 +107,7 @@ def _unproven_large(checked: list[tuple[str, OutTensor, TensorMeta]],
     stays in the list: the tensor-by-tensor pass then names its first
     differing byte.
     """
-    from .tensordata import check_reads, group_reads, same_bytes
+    from ..tensors.tensordata import check_reads, group_reads, same_bytes
 
     large = [i for i, (_, exp, act) in enumerate(checked)
              if exp.nbytes >= _LARGE and exp.streamable and act.is_contiguous and act.nbytes == exp.nbytes]
@@ -337,7 +337,7 @@ def available_devices() -> list[str]:
 
 def resolve_devices(requested: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
     """(devices to verify on, status of those that cannot be). An explicit unavailable device is an error."""
-    from .errors import UsageError
+    from ..errors import UsageError
 
     have = available_devices()
     if not requested:
@@ -366,7 +366,7 @@ def roundtrip_device(actual: Mapping[str, TensorMeta], expected: Sequence[OutTen
     """Each output tensor copied to ``device`` and back must keep every bit."""
     import torch
 
-    from .tensordata import to_torch
+    from ..tensors.tensordata import to_torch
 
     problems: list[str] = []
     for t in expected:
@@ -399,7 +399,7 @@ def load_into_target(module: Any, actual: Mapping[str, TensorMeta], device: str,
     """
     import torch
 
-    from .tensordata import to_torch
+    from ..tensors.tensordata import to_torch
 
     module.to(device)
     state = {k: to_torch(m).to(device) for k, m in actual.items()}
@@ -447,11 +447,11 @@ def verify_output(path: str, fmt: str, tensors: Sequence[OutTensor], *, pickled_
     Returns (device -> passed, the first problems). An output that cannot be
     read back is a failed verification, not an error.
     """
-    from . import writers
-    from .errors import CkptError
-    from .formats import read_file
-    from .formats.base import ReadOptions
-    from .locate import build, resolve_key
+    from .. import writers
+    from ..errors import CkptError
+    from ..formats import read_file
+    from ..formats.base import ReadOptions
+    from ..formats.locate import build, resolve_key
 
     p = progress
     results: dict[str, bool] = {}
@@ -486,7 +486,7 @@ def verify_output(path: str, fmt: str, tensors: Sequence[OutTensor], *, pickled_
             if device == "cpu" and not target:
                 continue  # the re-read above ran on the CPU
             if target and module is None:
-                from .target import build_target
+                from ..tensors.target import build_target
 
                 module = build_target(target, target_kwargs, meta=False).module
             p.start(f"on {device}", sum(t.nbytes for t in tensors))

@@ -10,13 +10,11 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from collections import Counter
 from dataclasses import dataclass
 
-from . import security
+from ..errors import InputError, LimitExceeded
 from .blob import Blob
-from .errors import InputError, LimitExceeded
-from .formats.ziparchive import zip64_extra as _zip64_extra
+from .ziparchive import zip64_extra as _zip64_extra
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -25,7 +23,6 @@ _CENTRAL = b"PK\x01\x02"
 _LOCAL = b"PK\x03\x04"
 _CENTRAL_FMT = struct.Struct("<4s6H3L5H2L")  # 46 bytes
 _LOCAL_FMT = struct.Struct("<4s5H3L2H")  # 30 bytes
-_ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
 MAX_SWEPT = 1_000_000
 MAX_DIRECTORY = 1 << 30  # 200k storages take ~15 MB of central directory
 
@@ -198,20 +195,3 @@ def _inflate(blob: Blob, start: int, csize: int, limit: int, name: str) -> bytes
     except zlib.error as exc:
         raise InputError(f"archive member {name!r} is corrupt: {exc}") from None
     return bytes(out)
-
-
-def classify_members(names: list[str], swept: bool) -> list[tuple[str, str]]:
-    """Findings about the names themselves: path tricks and duplicates never appear in torch.save."""
-    out = []
-    odd = [n for n in names if _ODD_NAME.search(n)]
-    if odd:
-        out.append((security.SUSPICIOUS,
-                    "odd archive member names (torch.save never writes them): "
-                    + ", ".join(repr(n) for n in odd[:5]) + (" ..." if len(odd) > 5 else "")))
-    if not swept:
-        dup = [n for n, k in Counter(names).items() if k > 1]
-        if dup:
-            out.append((security.SUSPICIOUS,
-                        "duplicate archive members (readers disagree on which one counts): "
-                        + ", ".join(repr(n) for n in dup[:5])))
-    return out

@@ -13,7 +13,7 @@ SUSPICIOUS = "suspicious"
 DANGEROUS = "dangerous"
 ORDER = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2}
 
-# Rebuilt by ckpt_tool.unpickle itself (never imported).
+# Rebuilt by ckpt_tool.pickles.unpickler itself (never imported).
 SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
     [
         ("collections", "OrderedDict"),
@@ -216,7 +216,7 @@ def _severity(module: str, name: str) -> str:
 
 
 def _is_torch_dtype(name: str) -> bool:
-    from . import dtypes
+    from .. import dtypes
 
     return name in dtypes.BY_NAME or name in (
         "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "cfloat", "cdouble", "half",

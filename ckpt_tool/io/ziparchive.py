@@ -14,7 +14,7 @@ import zlib
 from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
-from ..source import open_regular, pread_exact
+from .source import open_regular, pread_exact
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"

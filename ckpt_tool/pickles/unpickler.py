@@ -18,9 +18,10 @@ from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import dtypes, pickle_guard, security
-from .errors import InputError, LimitExceeded
-from .model import GlobalRef, StorageRef
+from .. import dtypes
+from ..errors import InputError, LimitExceeded
+from ..model import GlobalRef, StorageRef
+from . import guard, severity
 
 # --------------------------------------------------------------------------- data
 
@@ -490,13 +491,18 @@ def _torch_global(name: str) -> Any:
 # --------------------------------------------------------------------- unpickler
 
 
-from .limits import DEFAULT_LIMITS, Limits  # noqa: E402 - defined in limits.py, importable from here as before
+from ..limits import DEFAULT_LIMITS, Limits  # noqa: E402 - defined in limits.py, importable from here as before
 
 
 @dataclass
 class UnpickleResult:
     obj: Any
     references: list[GlobalRef] = field(default_factory=list)
+
+
+# Reads torch.save bytes nested in a pickle: (bytes, path=, where=, limits=) -> (object, globals).
+# The format readers pass theirs in (formats/blob.py); this layer never imports them.
+BlobReader = Callable[..., "tuple[Any, list[GlobalRef]]"]
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -510,8 +516,10 @@ class RestrictedUnpickler(pickle.Unpickler):
         persistent_load: Callable[[Any], Any] | None = None,
         path: str = "",
         limits: Limits = DEFAULT_LIMITS,
+        read_blob: BlobReader | None = None,
     ) -> None:
         super().__init__(file)
+        self.read_blob = read_blob
         self.where = where
         self.path = path
         self.limits = limits
@@ -527,7 +535,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         key = (module, name)
         if key not in self._seen:
             self._seen.add(key)
-            self.references.append(GlobalRef(module, name, security.severity(module, name), self.where))
+            self.references.append(GlobalRef(module, name, severity.severity(module, name), self.where))
         if key in _ALLOWED:
             return _ALLOWED[key]
         if key == ("torch.storage", "_load_from_bytes"):
@@ -551,12 +559,13 @@ class RestrictedUnpickler(pickle.Unpickler):
         depth = getattr(_NESTING, "depth", 0)
         if depth >= MAX_NESTED_BLOBS:
             raise pickle.UnpicklingError("torch.save bytes are nested inside each other too deeply")
-        from .formats.blob import read_torch_blob  # formats import this module: import late
-
+        if self.read_blob is None:
+            raise pickle.UnpicklingError("holds torch.save bytes (torch.storage._load_from_bytes) that this "
+                                         "reader does not follow")
         self._nested += 1
         _NESTING.depth = depth + 1
         try:
-            obj, refs = read_torch_blob(
+            obj, refs = self.read_blob(
                 bytes(data), path=self.path, where=f"{self.where} > torch.save bytes #{self._nested}",
                 limits=self.limits,
             )
@@ -581,6 +590,7 @@ def restricted_loads(
     path: str,
     persistent_load: Callable[[Any], Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    read_blob: BlobReader | None = None,
 ) -> UnpickleResult:
     """Unpickle ``data`` without importing or calling anything it names."""
     if len(data) > limits.max_pickle_bytes:
@@ -589,9 +599,9 @@ def restricted_loads(
             "(raise it with --max-pickle-bytes)",
             path,
         )
-    pickle_guard.check_bytes(data, where=where, path=path)
+    guard.check_bytes(data, where=where, path=path)
     unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load,
-                                    path=path, limits=limits)
+                                    path=path, limits=limits, read_blob=read_blob)
     return _run(unpickler, where, path)
 
 
@@ -602,6 +612,7 @@ def restricted_load_stream(
     path: str,
     persistent_load: Callable[[Any], Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    read_blob: BlobReader | None = None,
 ) -> UnpickleResult:
     """Unpickle one pickle from a binary stream, leaving it just past the STOP opcode.
 
@@ -609,9 +620,9 @@ def restricted_load_stream(
     torch files) read each pickle this way; the caller bounds the stream.
     The pickle's bytes are checked (pickle_guard) before they are unpickled.
     """
-    data = pickle_guard.read_one(stream, where=where, path=path, max_bytes=limits.max_pickle_bytes)
+    data = guard.read_one(stream, where=where, path=path, max_bytes=limits.max_pickle_bytes)
     unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load,
-                                    path=path, limits=limits)
+                                    path=path, limits=limits, read_blob=read_blob)
     return _run(unpickler, where, path)
 
 

@@ -1,0 +1,209 @@
+"""``ckpt scan``: find every pickle in the inputs and list what it would import, never running it.
+
+A file is judged by every interpretation a loader might take of its bytes,
+not by its name: a torch zip (every pickle member, not only data.pkl, and
+when the central directory is broken, every local header), the legacy
+format (its sequence of pickles), a plain pickle or dill file, a pickle with
+a zip appended (torch reads such files as legacy), a tar, a NumPy ``.npy``
+with an object dtype, DCP ``.metadata`` and the byte items of its ``.distcp``
+files, and bytes that a pickle hands to ``pickle.loads`` or
+``torch.storage._load_from_bytes``. safetensors headers are validated.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CkptError
+from ..formats.base import ReadOptions
+from ..formats.dcp import ItemRegion, dcp_regions
+from ..formats.safetensors import read_safetensors
+from ..formats.sharded import read_index
+from ..io.blob import Blob
+from ..io.source import open_regular
+from ..limits import DEFAULT_LIMITS, Limits
+from ..model import GlobalRef
+from ..pickles import severity
+from ..pickles.scanner import DCP_DATA, ERROR, SAFETENSORS, UNKNOWN_FORMAT, Scanner
+from ..pickles.walker import Finding
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """The verdict on one file: the globals its pickles name and what else they do."""
+
+    path: str
+    format: str
+    verdict: str  # safe, suspicious, dangerous, or error (could not be read, nothing dangerous found)
+    globals: tuple[GlobalRef, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    errors: tuple[str, ...] = ()
+    pickles: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "verdict": self.verdict,
+            "pickles": self.pickles,
+            "globals": [{"module": g.module, "name": g.name, "severity": g.severity, "where": g.where}
+                        for g in self.globals],
+            "findings": [{"severity": f.severity, "message": f.message, "where": f.where} for f in self.findings],
+            "errors": list(self.errors),
+        }
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    files: tuple[FileScan, ...]
+    skipped: tuple[str, ...] = ()  # files inside folders that hold no pickle, zip, npy or safetensors
+    strict: bool = False
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = {severity.SAFE: 0, severity.SUSPICIOUS: 0, severity.DANGEROUS: 0, ERROR: 0}
+        for f in self.files:
+            out[f.verdict] += 1
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        """1 on a dangerous file (--strict: also suspicious), else 2 on an unreadable one, else 0."""
+        bad = {severity.DANGEROUS} | ({severity.SUSPICIOUS} if self.strict else set())
+        if any(f.verdict in bad or any(g.severity in bad for g in f.globals) for f in self.files):
+            return 1
+        return 2 if any(f.errors for f in self.files) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": [f.to_json() for f in self.files],
+            "skipped": list(self.skipped),
+            "counts": self.counts,
+            "strict": self.strict,
+            "passed": self.exit_code == 0,
+        }
+
+
+def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
+         limits: Limits = DEFAULT_LIMITS, skip_other: bool = False) -> ScanReport:
+    """Scan files and folders (recursively) for pickles and judge what they would import.
+
+    A file named explicitly that holds nothing to scan (no pickle, zip, tar,
+    NumPy or safetensors data) is an error, unless ``skip_other`` (for hooks
+    that pass every file of a commit); inside folders such files are skipped.
+    """
+    files: list[FileScan] = []
+    skipped: list[str] = []
+    for raw in paths:
+        path = os.fspath(raw)
+        if os.path.isdir(path):
+            in_folder, skip = scan_folder(path, limits)
+            files.extend(in_folder)
+            skipped.extend(skip)
+        elif path.endswith(".index.json") and os.path.isfile(path):
+            files.extend(_scan_shards(path, limits))
+        else:
+            found = scan_file(path, limits=limits, explicit=not skip_other)
+            if found is None:
+                skipped.append(path)
+            else:
+                files.append(found)
+    return ScanReport(tuple(files), tuple(skipped), strict)
+
+
+def _scan_shards(index: str, limits: Limits) -> list[FileScan]:
+    """The shards a ``*.index.json`` names (the index itself is JSON: nothing to scan)."""
+    try:
+        weight_map = read_index(index)["weight_map"]
+    except CkptError as exc:
+        return [FileScan(index, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))]
+    folder = os.path.dirname(index)
+    shards = list(dict.fromkeys(weight_map.values()))
+    return [scan_file(os.path.join(folder, s), limits=limits) or _nothing(os.path.join(folder, s)) for s in shards]
+
+
+def _nothing(path: str) -> FileScan:
+    return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(
+        f"{path}: holds no pickle, zip, tar, NumPy or safetensors data: nothing ckpt can scan",))
+
+
+def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = True,
+              hint: str | None = None, regions: list[Any] | None = None) -> FileScan | None:
+    """Scan one file; None when it holds nothing to scan (only when not ``explicit``).
+
+    ``regions`` (the items of a DCP data file, from its ``.metadata``) and
+    ``hint`` (DCP_DATA: a data file whose metadata is unreadable) come from
+    the folder walk.
+    """
+    scanner = Scanner(path, limits)
+    try:
+        fd = open_regular(path)
+    except CkptError as exc:
+        return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))
+    try:
+        size = os.fstat(fd).st_size
+        blob = Blob.from_fd(fd, size)
+        if size == 0:
+            scanner.errors.append(f"{path}: empty file (0 bytes)")
+        elif regions is not None:
+            scanner.format = DCP_DATA
+            scanner.dcp_items(blob, regions)
+        elif hint == DCP_DATA:
+            scanner.format = DCP_DATA
+            scanner.sweep_zips(blob, os.path.basename(path), 0)
+        else:
+            scanner.top_level(blob, path)
+            if scanner.format == SAFETENSORS:
+                _check_safetensors(scanner, path, limits)
+    finally:
+        os.close(fd)
+    if scanner.format == UNKNOWN_FORMAT and not scanner.errors and not explicit:
+        return None
+    if scanner.format == UNKNOWN_FORMAT and not scanner.errors:
+        return _nothing(path)
+    return _file_scan(scanner, path)
+
+
+
+
+def _check_safetensors(scanner: Scanner, path: str, limits: Limits) -> None:
+    """safetensors holds no pickle; its header is validated by the one safetensors reader."""
+    try:
+        loaded = read_safetensors(path, ReadOptions(limits=limits))
+    except CkptError as exc:
+        scanner.errors.append(exc.message)
+        return
+    for source in loaded.sources:
+        source.close()
+
+
+def scan_folder(path: str, limits: Limits) -> tuple[list[Any], list[str]]:
+    """Scan every file under ``path`` (hidden ones too); list those that hold nothing to scan."""
+    files: list[Any] = []
+    skipped: list[str] = []
+    for root, dirs, names in os.walk(path, onerror=None):
+        dirs.sort()
+        regions: dict[str, list[ItemRegion]] | None = None
+        if ".metadata" in names:
+            regions = dcp_regions(os.path.join(root, ".metadata"))
+        for name in sorted(names):
+            full = os.path.join(root, name)
+            if name.endswith(".distcp") and ".metadata" in names:
+                if regions is not None:
+                    result = scan_file(full, limits=limits, regions=regions.get(name, []))
+                else:  # the metadata could not be read: look for embedded archives everywhere
+                    result = scan_file(full, limits=limits, hint=DCP_DATA)
+            else:
+                result = scan_file(full, limits=limits, explicit=False)
+            if result is None:
+                skipped.append(full)
+            else:
+                files.append(result)
+    return files, skipped
+
+
+def _file_scan(scanner: Scanner, path: str) -> FileScan:
+    return FileScan(path, scanner.format, scanner.verdict, tuple(scanner.globals), tuple(scanner.findings),
+                    tuple(scanner.errors), scanner.walked)

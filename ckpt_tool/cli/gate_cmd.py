@@ -8,7 +8,7 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit
-from .options import json_option, key_option, limit_options, limits_from, quiet_option, target_kwargs_from
+from .options import json_option, sarif_option, key_option, limit_options, limits_from, quiet_option, target_kwargs_from
 
 
 @click.command("gate")
@@ -30,12 +30,14 @@ from .options import json_option, key_option, limit_options, limits_from, quiet_
 @click.option("--sha256", default=None, metavar="HEX", help="The file's expected sha256 (one PATH).")
 @click.option("--junit", "junit_file", type=click.Path(), default=None, metavar="FILE",
               help="Also write a JUnit XML report (one test case per check) for CI systems.")
+@sarif_option
 @json_option
 @quiet_option
 @limit_options
 def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | None, target_kwargs: str | None,
                  key: str | None, strict: bool | None, nan_check: bool | None, allow_dtypes: tuple[str, ...],
                  max_size: str | None, required: tuple[str, ...], sha256: str | None, junit_file: str | None,
+                 sarif_file: str | None,
                  as_json: bool, quiet: bool, **kwargs: Any) -> int:
     """The pre-deploy checks for CI, each reported pass/fail with its detail.
 
@@ -72,6 +74,10 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
         from ..render.junit import write_junit
 
         write_junit(report, junit_file)
+    if sarif_file:
+        from ..render.sarif import gate_sarif, write_sarif
+
+        write_sarif(gate_sarif(report), sarif_file)
     if as_json:
         click.echo(dumps(report.to_json()))
     else:

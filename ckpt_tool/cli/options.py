@@ -73,3 +73,7 @@ def target_kwargs_from(text: str | None) -> dict[str, Any] | None:
     from ..tensors.target import parse_target_kwargs
 
     return parse_target_kwargs(text)
+
+sarif_option = click.option(
+    "--sarif", "sarif_file", type=click.Path(), default=None, metavar="FILE",
+    help="Also write a SARIF 2.1.0 report, the format code-scanning services (e.g. GitHub) read.")

@@ -7,7 +7,7 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit, one_line
-from .options import json_option, limit_options, limits_from, quiet_option
+from .options import json_option, sarif_option, limit_options, limits_from, quiet_option
 
 
 @click.command("scan")
@@ -19,9 +19,10 @@ from .options import json_option, limit_options, limits_from, quiet_option
 @click.option("--skip-other", is_flag=True,
               help="Skip named files that hold no pickle, zip, NumPy or safetensors data instead of failing "
                    "(for hooks that pass every file).")
+@sarif_option
 @limit_options
 def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: bool, verbose: bool,
-                 skip_other: bool, **kwargs: Any) -> int:
+                 skip_other: bool, sarif_file: str | None, **kwargs: Any) -> int:
     """Statically scan every pickle in the inputs, without running any of it.
 
     Folders are scanned recursively. Each global a pickle imports gets a
@@ -36,6 +37,10 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
     for f in report.files:
         for e in f.errors:
             click.echo(f"ckpt: error: {one_line(str(e))}", err=True)
+    if sarif_file:
+        from ..render.sarif import scan_sarif, write_sarif
+
+        write_sarif(scan_sarif(report), sarif_file)
     if as_json:
         click.echo(dumps(report.to_json()))
     else:

@@ -1,11 +1,14 @@
 """Small formatting helpers shared by the text renderers."""
 from __future__ import annotations
 
+import os
+
 import json
 import sys
 from itertools import repeat
 from typing import Any, Iterable
 
+from ..errors import WriteError
 from ..units import human_bytes  # noqa: F401 - re-exported for the renderers
 
 
@@ -132,3 +135,18 @@ def simple_columns(columns: list[Any], headers: list[str]) -> str:
         padded.append(columns[-1])
         lines.extend(map(str.rstrip, map("  ".join, zip(*padded))))
     return "\n".join(lines)
+
+
+def write_report(data: bytes, path: str, what: str) -> None:
+    """Write a report file under a temporary name beside ``path``, then rename it into place."""
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.ckpt-tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise WriteError(f"cannot write the {what}: {exc.strerror}", path) from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

@@ -5,12 +5,13 @@ with their message, so a failing gate reads like a failing test.
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import xml.etree.ElementTree as ET
 
 from ..commands.gate import GateReport
-from ..errors import WriteError
+from .common import write_report
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -51,15 +52,7 @@ def to_xml(report: GateReport) -> ET.ElementTree:
 
 
 def write_junit(report: GateReport, path: str) -> None:
-    """Write the report beside ``path`` under a temporary name, then rename it into place."""
-    tree = to_xml(report)
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.ckpt-tmp-{os.getpid()}")
-    try:
-        tree.write(tmp, encoding="utf-8", xml_declaration=True)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise WriteError(f"cannot write the JUnit report: {exc.strerror}", path) from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Write the report atomically (a temporary name beside ``path``, then a rename)."""
+    buf = io.BytesIO()
+    to_xml(report).write(buf, encoding="utf-8", xml_declaration=True)
+    write_report(buf.getvalue(), path, "JUnit report")

@@ -170,7 +170,9 @@ def test_zip_member_name_holds_the_next_central_record(tmp_path):
 
 
 def test_dcp_chunk_zip_claims_a_newer_zip_version(tmp_path):
-    # found by the long fuzz run: zipfile raised NotImplementedError("zip file version 12.8") for a chunk
+    # found by the long fuzz run: zipfile raised NotImplementedError("zip file version 12.8") for a chunk.
+    # torch's reader (miniz) ignores "version needed to extract" and loads such a chunk; so does ckpt's one
+    # zip reader now (loader parity), and the migrate succeeds, verified.
     import shutil
 
     folder = tmp_path / "dcp"
@@ -183,8 +185,9 @@ def test_dcp_chunk_zip_claims_a_newer_zip_version(tmp_path):
         at = data.find(b"PK\x01\x02", at + 1)
     shard.write_bytes(bytes(data))
     r = run_main(["migrate", str(folder), "-o", str(tmp_path / "out.safetensors"), "--device", "cpu"])
-    assert_one_line_error(r, "not a readable zip archive")
-    assert not (tmp_path / "out.safetensors").exists()
+    assert r.code == 0, r
+    assert "verified: cpu passed" in r.out
+    assert (tmp_path / "out.safetensors").exists()
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors through /proc/self/fd")

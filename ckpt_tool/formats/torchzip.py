@@ -12,6 +12,7 @@ from typing import Any
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
 from ..io.source import FileSource
+from ..model import DataSource
 from ..io.ziparchive import ZipArchive
 from ..pickles import severity
 from ..pickles.unpickler import LazyStorage, Placeholder, StorageType, restricted_loads
@@ -23,19 +24,26 @@ _ODD_MEMBER = re.compile(r"(^/|\.\.|\\|^$)")
 
 
 def archive_prefix(archive: ZipArchive) -> str:
-    """The folder torch's reader uses: the first entry's top-level folder."""
+    """The folder torch's reader uses, with its slash: the first entry's name up to its first '/'.
+
+    As torch's PyTorchStreamReader: an empty folder name ("/data.pkl") is a
+    folder like any other; a first entry with no '/' at all is refused.
+    """
     names = archive.names()
     if not names:
         raise InputError("zip archive has no members", archive.path)
     first = names[0]
-    return first.split("/", 1)[0] if "/" in first else ""
+    if "/" not in first:
+        raise InputError(f"zip archive is not a torch checkpoint: its first member {first!r} is not in a folder "
+                         "(torch.load refuses it: 'file in archive is not in a subdirectory')", archive.path)
+    return first.split("/", 1)[0] + "/"
 
 
 def _join(prefix: str, name: str) -> str:
-    return f"{prefix}/{name}" if prefix else name
+    return prefix + name
 
 
-def storage_loader(archive: ZipArchive, prefix: str, source: FileSource, path: str):
+def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: str):
     """A persistent_load that turns torch's storage ids into LazyStorages."""
     cache: dict[str, LazyStorage] = {}
 
@@ -60,6 +68,7 @@ def storage_loader(archive: ZipArchive, prefix: str, source: FileSource, path: s
         if info is None:
             raise InputError(f"storage {key!r} is named in data.pkl but archive member {member!r} is missing", path)
         nbytes = numel * dt.itemsize
+        archive.check_readable(info)
         if nbytes > info.size:
             raise InputError(
                 f"storage {key!r} should hold {nbytes} bytes but archive member {member!r} has {info.size}", path
@@ -111,10 +120,10 @@ def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str
     plain = (
         "\n/" not in joined and ".." not in joined and "\\" not in joined and "\n\n" not in joined
         and joined.count("\n") == count + 1  # no name holds a newline
-        and (not prefix or joined.count("\n" + prefix + "/") == count)
+        and joined.count("\n" + prefix) == count
     )
     odd = [] if plain else [
-        n for n in archive.names() if _ODD_MEMBER.search(n) or (prefix and not n.startswith(prefix + "/"))
+        n for n in archive.names() if _ODD_MEMBER.search(n) or not n.startswith(prefix)
     ]
     if odd:
         warnings.append(f"odd archive member names: {', '.join(repr(n) for n in odd[:5])}")

@@ -23,7 +23,9 @@ _CENTRAL = b"PK\x01\x02"
 _LOCAL = b"PK\x03\x04"
 # the 46-byte central-directory entry, unpacking only the fields used:
 # signature, method, crc, compressed size, size, name/extra/comment lengths, local header offset
-_CENTRAL_FMT = struct.Struct("<4s6xH4x3L3H8xL")
+_CENTRAL_FMT = struct.Struct("<4s4xHH4x3L3H8xL")
+# General-purpose flags miniz (torch's zip reader) refuses to extract: encrypted, patched, strong encryption.
+UNSUPPORTED_FLAGS = 0x0001 | 0x0020 | 0x0040
 _LOCAL_FMT = struct.Struct("<4s5H3L2H")  # 30 bytes
 _HEADER_BLOCK = 64 << 10  # local headers of neighbouring small members are read together
 _BATCH_AFTER = 8  # members located one by one before neighbours are located in blocks
@@ -38,16 +40,19 @@ class Member(NamedTuple):
     size: int
     method: int
     crc: int
+    flags: int
 
 
 class ZipArchive:
     """The members of a zip file, by name, with lazily located data offsets."""
 
-    def __init__(self, path: str, member_limit: int = 1 << 31) -> None:
+    def __init__(self, path: str, member_limit: int = 1 << 31, *, data: bytes | None = None) -> None:
+        """The archive in file ``path``, or in ``data`` (torch.save bytes nested in a pickle, a DCP chunk)."""
         self.path = path
         self.member_limit = member_limit  # largest size a deflated member may inflate to
-        self._fd: int | None = open_regular(path)
-        self.file_size = os.fstat(self._fd).st_size
+        self._data = data
+        self._fd: int | None = open_regular(path) if data is None else None
+        self.file_size = os.fstat(self._fd).st_size if self._fd is not None else len(data or b"")
         self.members: dict[str, Member] = {}
         self.duplicates: list[str] = []
         self._data_offsets: dict[str, int] = {}
@@ -67,6 +72,14 @@ class ZipArchive:
             self._fd = open_regular(self.path)
         return self._fd
 
+    def _pread(self, n: int, offset: int) -> bytes:
+        if self._data is not None:
+            chunk = self._data[offset : offset + n]
+            if len(chunk) != n or offset < 0:
+                raise InputError(f"truncated: needed {n} bytes at offset {offset}, the archive ends first", self.path)
+            return chunk
+        return pread_exact(self.fd, n, offset, self.path)
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
@@ -75,7 +88,7 @@ class ZipArchive:
     # -- central directory ---------------------------------------------------
     def _read_central_directory(self) -> None:
         tail_len = min(self.file_size, 65536 + 22)
-        tail = pread_exact(self.fd, tail_len, self.file_size - tail_len, self.path)
+        tail = self._pread(tail_len, self.file_size - tail_len)
         pos = tail.rfind(_EOCD)
         if pos < 0:
             raise InputError("corrupt or truncated zip archive: no end-of-archive record", self.path)
@@ -93,7 +106,7 @@ class ZipArchive:
                 "corrupt or truncated zip archive: the central directory lies past the end of the file",
                 self.path,
             )
-        data = pread_exact(self.fd, cd_size, cd_offset, self.path)
+        data = self._pread(cd_size, cd_offset)
         unpack = _CENTRAL_FMT.unpack_from
         new_member = tuple.__new__  # Member(...) without a Python-level __new__ call, 200,000 times
         pos = 0
@@ -103,7 +116,7 @@ class ZipArchive:
         for _ in range(count):
             if pos + 46 > end:
                 raise InputError("corrupt zip archive: central directory is cut short", self.path)
-            sig, method, crc, csize, usize, nlen, xlen, clen, hoff = unpack(data, pos)
+            sig, flags, method, crc, csize, usize, nlen, xlen, clen, hoff = unpack(data, pos)
             if sig != _CENTRAL:
                 raise InputError("corrupt zip archive: bad central directory entry", self.path)
             name_bytes = data[pos + 46 : pos + 46 + nlen]
@@ -119,20 +132,20 @@ class ZipArchive:
                 )
             if name in members:
                 self.duplicates.append(name)
-            members[name] = new_member(Member, (name, hoff, csize, usize, method, crc))
+            members[name] = new_member(Member, (name, hoff, csize, usize, method, crc, flags))
         if len(members) + len(self.duplicates) != count:
             raise InputError("corrupt zip archive: entry count does not match", self.path)
 
     def _zip64_directory(self, eocd_at: int) -> tuple[int, int, int]:
         if eocd_at < 20:
             raise InputError("corrupt zip archive: zip64 locator missing", self.path)
-        loc = pread_exact(self.fd, 20, eocd_at - 20, self.path)
+        loc = self._pread(20, eocd_at - 20)
         if loc[:4] != _EOCD64_LOC:
             raise InputError("corrupt zip archive: zip64 locator missing", self.path)
         (rec_at,) = struct.unpack_from("<Q", loc, 8)
         if rec_at + 56 > self.file_size:
             raise InputError("corrupt zip archive: zip64 record past the end of the file", self.path)
-        rec = pread_exact(self.fd, 56, rec_at, self.path)
+        rec = self._pread(56, rec_at)
         if rec[:4] != _EOCD64:
             raise InputError("corrupt zip archive: bad zip64 record", self.path)
         count, cd_size, cd_offset = struct.unpack_from("<QQQ", rec, 32)
@@ -154,7 +167,7 @@ class ZipArchive:
             found = self._data_offsets.get(name)
             if found is not None:
                 return found
-        head = pread_exact(self.fd, 30, m.header_offset, self.path)
+        head = self._pread(30, m.header_offset)
         sig, _, _, _, _, _, _, _, _, nlen, xlen = _LOCAL_FMT.unpack(head)
         if sig != _LOCAL:
             raise InputError(f"corrupt zip archive: bad local header for {name!r}", self.path)
@@ -181,7 +194,7 @@ class ZipArchive:
         i = bisect.bisect_left(self._offsets, base)
         if i + 1 >= len(self._offsets) or self._offsets[i + 1] - base >= _HEADER_BLOCK:
             return  # no neighbour close by: a big member, located the direct way
-        block = os.pread(self.fd, min(_HEADER_BLOCK, self.file_size - base), base)
+        block = self._pread(min(_HEADER_BLOCK, self.file_size - base), base)
         unpack = _LOCAL_FMT.unpack_from
         by_offset = self._by_offset
         for j in range(i, len(by_offset)):
@@ -195,11 +208,20 @@ class ZipArchive:
             if sig == _LOCAL and start + info.compressed_size <= self.file_size:
                 self._data_offsets.setdefault(name, start)
 
+    def check_readable(self, m: Member) -> None:
+        """Refuse what torch's reader refuses to extract (miniz: "unsupported encryption")."""
+        if m.flags & UNSUPPORTED_FLAGS:
+            raise InputError(f"archive member {m.name!r} is encrypted (general-purpose flags {m.flags:#06x}); "
+                             "torch.load refuses it with 'unsupported encryption'", self.path)
+        if m.method not in (0, 8):
+            raise InputError(f"archive member {m.name!r} uses unsupported compression {m.method}", self.path)
+
     def region(self, name: str) -> tuple[int, int]:
         """(offset, size) of a stored member, for zero-copy tensor reads."""
         m = self.members.get(name)
         if m is None:
             raise InputError(f"archive member {name!r} is missing", self.path)
+        self.check_readable(m)
         if m.method != 0:
             raise InputError(f"archive member {name!r} is compressed; torch stores tensors uncompressed", self.path)
         return self.data_offset(name), m.size
@@ -213,6 +235,7 @@ class ZipArchive:
         m = self.members.get(name)
         if m is None:
             raise InputError(f"archive member {name!r} is missing", self.path)
+        self.check_readable(m)
         if m.method != 0 and self.member_limit < limit:
             limit, option = self.member_limit, "--max-member-bytes"
         if m.size > limit:
@@ -220,7 +243,7 @@ class ZipArchive:
                 f"archive member {name!r} claims {m.size} bytes, over the limit of {limit} (raise it with {option})",
                 self.path,
             )
-        raw = pread_exact(self.fd, m.compressed_size, self.data_offset(name), self.path)
+        raw = self._pread(m.compressed_size, self.data_offset(name))
         if m.method == 0:
             return raw
         if m.method == 8:

@@ -7,7 +7,6 @@ payload is found in any archive some reader might still open.
 """
 from __future__ import annotations
 
-import re
 import struct
 import zlib
 from dataclasses import dataclass

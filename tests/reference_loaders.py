@@ -17,7 +17,8 @@ crashing load costs only its own timeout) and reports, one JSON line per case:
 - ``safetensors``: ``safe_open(framework="pt")`` and ``get_tensor`` of every key;
 - ``pickle``: ``pickle.load`` of the file, ``ok`` only when that one pickle spans
   the whole file (a plain pickle file, as ``pickle.dump`` writes one; a legacy
-  torch file is several pickles and raw bytes, so it is not "read" by this step);
+  torch file is several pickles and raw bytes, so it is not "read" by this step,
+  nor is a file whose pickle is torch's legacy magic number);
   ``ran`` as above. ckpt's contract names plain pickle files as inputs, and
   torch.load does not read them (it expects the legacy magic number);
 - ``wo_false``: ``torch.load(weights_only=False)``, ``ran`` as above (runs last).
@@ -50,6 +51,7 @@ PREIMPORT = (
     "torch.utils.cpp_extension", "torch.hub", "torch._dynamo.config", "torch.utils._config_module",
     "torch._inductor.cpp_builder", "timeit", "cProfile", "pkgutil",
 )
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 CLEAN_CLASSES = {"weights-only-metadata", "clean-control", "quantized"}
 UNSUPPORTED = re.compile(r"GLOBAL (\S+) was not an allowed global by default")
 BLOCKED = re.compile(r"unsupported GLOBAL (\S+) whose module (\S+) is blocked")
@@ -143,8 +145,11 @@ def _pickle(path: str, marker: str | None) -> dict[str, Any]:
 
     try:
         with open(path, "rb") as f:
-            pickle.load(f)
+            obj = pickle.load(f)
             trailing = len(f.read())
+        if type(obj) is int and obj == LEGACY_MAGIC:
+            return {"ok": False, "error": "starts with torch's legacy magic number: judged by torch.load",
+                    "ran": _marker_ran(marker)}
         out: dict[str, Any] = {"ok": trailing == 0, "trailing": trailing}
         if trailing:
             out["error"] = f"{trailing} bytes after the pickle's STOP"

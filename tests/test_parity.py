@@ -8,8 +8,9 @@ the batch (inspect once per file, in-process) and each case asserts:
 
 (a) a file some reference loader reads cleanly (without running a payload)
     is readable by ``ckpt inspect`` (exit 0), unless it is dangerous (a payload
-    ran somewhere, or the case hides a call ckpt must flag);
-(b) a file every reference loader refuses makes ``ckpt inspect`` exit 2,
+    ran somewhere, the case hides a call ckpt must flag, or it has the shape of
+    a public weights_only advisory);
+(b) a file every reference loader refuses (no payload having run) makes ``ckpt inspect`` exit 2,
     fails ``ckpt gate``, and is not "safe" to ``ckpt scan`` (exit 1 or 2);
 (c) a file whose payload ran under any loader makes ``ckpt scan`` exit 1
     naming the call (module.name in ``globals``, severity dangerous), fails
@@ -233,13 +234,13 @@ def _gate_failed(gate: dict[str, Any]) -> bool:
 def parity_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list[str]:
     v = reference_verdict(case, ref)
     ins, scan, gate = ck["inspect"], ck["scan"], ck["gate"]
-    dangerous = v["ran"] or bool(case.flag)
+    dangerous = v["ran"] or bool(case.flag) or bool(case.advisory)
     problems = []
     if case.kind != "folder":
         if v["reads_clean"] and not dangerous and ins["code"] != 0:
             problems.append(f"(a) a reference loader reads it cleanly but inspect exits {ins['code']}: "
                             f"{ins['err'].strip()[:300]}")
-        if v["refused_all"]:
+        if v["refused_all"] and not v["ran"]:  # a payload that ran and then broke the load: (c) decides
             if ins["code"] != 2:
                 problems.append(f"(b) every reference loader refuses it but inspect exits {ins['code']}")
             if not _gate_failed(gate):

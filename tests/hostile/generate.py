@@ -285,12 +285,9 @@ def _nested(c: Corpus) -> None:
         deepest = b.write_torch_zip({**records, "inner.pth": deepest})
     c.add("nested_pth_depth4", "nested", deepest, "malicious .pth nested 4 archives deep", flag=("os.system",))
     inner = b.dumps(b.Reduce(os.system, c.touch("nested_pickle_loads")))
-    import pickle
-
     c.add("nested_pickle_loads", "nested",
           b.torch_save_calling({**sd, "x": b.Call(inner)}, "pickle", "loads"),
           "pickle.loads of an embedded pickle", payload=True, calls=("pickle.loads", "_pickle.loads"))
-    assert pickle  # imported for the reader of this code: the call above is pickle.loads
     inner_zip = b.tsave({"x": b.Reduce(os.system, c.touch("nested_load_from_bytes"))})
     import torch
 
@@ -416,7 +413,6 @@ def _zip_structure(c: Corpus) -> None:
           b.dumps(b.Reduce(os.system, c.touch("zip_prepended_pickle_payload"))) + clean,
           "a posix.system pickle prepended to a clean zip (torch reads it as legacy)", payload=True,
           calls=("posix.system", "os.system"))
-    del evil
 
 
 def _mixed_compression(members, deflate) -> bytes:

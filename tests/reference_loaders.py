@@ -1,0 +1,290 @@
+"""What the real loaders do with each file: the reference side of the parity harness.
+
+Usage: ``python tests/reference_loaders.py MANIFEST.json RESULTS.jsonl``
+
+MANIFEST is a JSON list of ``{"name", "path", "kind", "marker", "cls"}``. torch
+is imported once; each case then runs in a forked child (so one hanging or
+crashing load costs only its own timeout) and reports, one JSON line per case:
+
+- ``wo_true``: ``torch.load(weights_only=True)``: ``ok``, ``error``, the unsupported
+  globals torch names in its message (``needs_first``: torch names only the first
+  it meets), ``ran`` (the case's marker appeared);
+- ``unsafe_globals``: ``torch.serialization.get_unsafe_globals_in_checkpoint``
+  (static; zip checkpoints only);
+- ``needs_all`` (clean cases only): the globals that make weights_only load
+  succeed, found by adding torch's reported global to ``safe_globals`` and
+  retrying; ``needs_loads`` says whether the load then succeeded (issue 15);
+- ``safetensors``: ``safe_open(framework="pt")`` and ``get_tensor`` of every key;
+- ``pickle``: ``pickle.load`` of the file, ``ok`` only when that one pickle spans
+  the whole file (a plain pickle file, as ``pickle.dump`` writes one; a legacy
+  torch file is several pickles and raw bytes, so it is not "read" by this step,
+  nor is a file whose pickle is torch's legacy magic number);
+  ``ran`` as above. ckpt's contract names plain pickle files as inputs, and
+  torch.load does not read them (it expects the legacy magic number);
+- ``wo_false``: ``torch.load(weights_only=False)``, ``ran`` as above (runs last).
+
+Folders are reported file by file (``files``: relative path -> the same steps).
+Special files (``kind == "special"``: FIFOs, devices) are never opened: torch
+and safetensors block on them forever, so their verdict is "refused (hangs)"
+by construction. Run this in a throwaway directory: payloads only touch their
+marker files, but loaders may write beside themselves.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import select
+import signal
+import stat
+import sys
+import time
+import traceback
+import warnings
+from typing import Any
+
+TIMEOUT_S = float(os.environ.get("REFERENCE_TIMEOUT_S", "30"))
+# Modules the payloads import: imported once here so forked children do not each pay for them.
+PREIMPORT = (
+    "torch.utils.collect_env", "torch.jit.unsupported_tensor_ops", "torch.fx.graph_module",
+    "torch.utils.cpp_extension", "torch.hub", "torch._dynamo.config", "torch.utils._config_module",
+    "torch._inductor.cpp_builder", "timeit", "cProfile", "pkgutil",
+)
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+CLEAN_CLASSES = {"weights-only-metadata", "clean-control", "quantized"}
+UNSUPPORTED = re.compile(r"GLOBAL (\S+) was not an allowed global by default")
+BLOCKED = re.compile(r"unsupported GLOBAL (\S+) whose module (\S+) is blocked")
+
+
+class TrainConfig:
+    """``__main__.TrainConfig``: the training script's own class, present where it loads its checkpoints."""
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    return {"ok": False, "type": type(exc).__name__, "error": str(exc)[:3000]}
+
+
+def _marker_ran(marker: str | None) -> bool:
+    if marker and os.path.exists(marker):
+        os.remove(marker)
+        return True
+    return False
+
+
+def _resolve(full: str) -> Any:
+    if "." not in full:  # torch names builtins without their module
+        import builtins
+
+        return getattr(builtins, full)
+    parts = full.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise ImportError(full)
+
+
+def _wo_true(torch: Any, path: str, marker: str | None, extra: list[Any] | None = None) -> dict[str, Any]:
+    try:
+        with torch.serialization.safe_globals(extra or []):
+            torch.load(path, weights_only=True, map_location="cpu")
+        out: dict[str, Any] = {"ok": True}
+    except BaseException as exc:  # noqa: BLE001 - every refusal is a verdict
+        out = _error(exc)
+        msg = str(exc)
+        out["needs_first"] = UNSUPPORTED.findall(msg) + [m[0] for m in BLOCKED.findall(msg)]
+        out["blocked"] = bool(BLOCKED.search(msg))
+    out["ran"] = _marker_ran(marker)
+    return out
+
+
+def _needs_all(torch: Any, path: str, first: dict[str, Any]) -> dict[str, Any]:
+    """Add each global torch reports to safe_globals and retry (clean cases only)."""
+    needs: list[str] = []
+    objs: list[Any] = []
+    res = first
+    for _ in range(25):
+        if res["ok"] or res.get("blocked") or not res.get("needs_first"):
+            break
+        name = res["needs_first"][0]
+        if name in needs:
+            break
+        try:
+            objs.append(_resolve(name))
+        except Exception as exc:  # noqa: BLE001 - an unresolvable global ends the search
+            return {"needs": needs + [name], "loads": False, "unresolvable": f"{name}: {exc}"}
+        needs.append(name)
+        res = _wo_true(torch, path, None, objs)
+    return {"needs": needs, "loads": bool(res["ok"]), "last_error": None if res["ok"] else res.get("error", "")[:500]}
+
+
+def _safetensors(path: str, marker: str | None) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    try:
+        n = 0
+        with safe_open(path, framework="pt") as f:
+            for k in f.keys():
+                f.get_tensor(k)
+                n += 1
+            f.metadata()
+        out: dict[str, Any] = {"ok": True, "tensors": n}
+    except BaseException as exc:  # noqa: BLE001
+        out = _error(exc)
+    out["ran"] = _marker_ran(marker)
+    return out
+
+
+def _pickle(path: str, marker: str | None) -> dict[str, Any]:
+    import pickle
+
+    try:
+        with open(path, "rb") as f:
+            obj = pickle.load(f)
+            trailing = len(f.read())
+        if type(obj) is int and obj == LEGACY_MAGIC:
+            return {"ok": False, "error": "starts with torch's legacy magic number: judged by torch.load",
+                    "ran": _marker_ran(marker)}
+        out: dict[str, Any] = {"ok": trailing == 0, "trailing": trailing}
+        if trailing:
+            out["error"] = f"{trailing} bytes after the pickle's STOP"
+    except BaseException as exc:  # noqa: BLE001
+        out = _error(exc)
+    out["ran"] = _marker_ran(marker)
+    return out
+
+
+def _wo_false(torch: Any, path: str, marker: str | None) -> dict[str, Any]:
+    try:
+        torch.load(path, weights_only=False, map_location="cpu")
+        out: dict[str, Any] = {"ok": True}
+    except BaseException as exc:  # noqa: BLE001
+        out = _error(exc)
+    out["ran"] = _marker_ran(marker)
+    return out
+
+
+def _file_steps(torch: Any, path: str, marker: str | None, cls: str, emit) -> None:
+    first = _wo_true(torch, path, marker)
+    emit("wo_true", first)
+    try:
+        emit("unsafe_globals", {"ok": True, "globals": sorted(torch.serialization.get_unsafe_globals_in_checkpoint(path))})
+    except BaseException as exc:  # noqa: BLE001
+        emit("unsafe_globals", _error(exc))
+    if cls in CLEAN_CLASSES and not first["ok"] and not first["ran"]:
+        emit("needs_all", _needs_all(torch, path, first))
+    emit("safetensors", _safetensors(path, marker))
+    emit("pickle", _pickle(path, marker))
+    emit("wo_false", _wo_false(torch, path, marker))
+
+
+def _folder_files(folder: str) -> list[str]:
+    out = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for f in sorted(files):
+            p = os.path.join(root, f)
+            try:
+                if stat.S_ISREG(os.stat(p).st_mode):
+                    out.append(p)
+            except OSError:
+                continue
+    return out
+
+
+def _child(case: dict[str, Any], wfd: int) -> None:
+    import torch
+
+    def emit_to(prefix: str):
+        def emit(step: str, result: dict[str, Any]) -> None:
+            os.write(wfd, (json.dumps({"file": prefix, "step": step, "result": result}) + "\n").encode())
+        return emit
+
+    if case["kind"] == "folder":
+        files = _folder_files(case["path"])
+        os.write(wfd, (json.dumps({"file": None, "step": "listing",
+                                   "result": [os.path.relpath(p, case["path"]) for p in files]}) + "\n").encode())
+        for p in files:
+            _file_steps(torch, p, case["marker"], case["cls"], emit_to(os.path.relpath(p, case["path"])))
+    else:
+        _file_steps(torch, case["path"], case["marker"], case["cls"], emit_to(""))
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": case["name"], "kind": case["kind"]}
+    if case["kind"] == "special":
+        out["skipped"] = "special file: never opened (torch.load and safe_open block on it)"
+        return out
+    rfd, wfd = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: load, report through the pipe, never return into the parent's code
+        os.close(rfd)
+        code = 0
+        try:
+            _child(case, wfd)
+        except BaseException:  # noqa: BLE001 - report the harness's own failure, then exit
+            os.write(wfd, (json.dumps({"file": None, "step": "harness_error",
+                                       "result": traceback.format_exc()[-2000:]}) + "\n").encode())
+            code = 1
+        os._exit(code)
+    os.close(wfd)
+    buf = b""
+    timed_out = False
+    while True:
+        left = TIMEOUT_S - (time.monotonic() - start)
+        if left <= 0:
+            timed_out = True
+            os.kill(pid, signal.SIGKILL)
+            break
+        ready, _, _ = select.select([rfd], [], [], left)
+        if ready:
+            chunk = os.read(rfd, 1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+    os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    out["timed_out"] = timed_out
+    out["exit_status"] = status
+    out["seconds"] = round(time.monotonic() - start, 3)
+    files: dict[str, dict[str, Any]] = {}
+    for line in buf.decode(errors="replace").splitlines():
+        rec = json.loads(line)
+        if rec["step"] in ("listing", "harness_error"):
+            out[rec["step"]] = rec["result"]
+        else:
+            files.setdefault(rec["file"], {})[rec["step"]] = rec["result"]
+    if case["kind"] == "folder":
+        out["files"] = files
+    else:
+        out["steps"] = files.get("", {})
+    return out
+
+
+def main(argv: list[str]) -> int:
+    warnings.simplefilter("ignore")
+    import torch  # noqa: F401 - imported once, before forking
+    import safetensors.torch  # noqa: F401
+
+    for mod in PREIMPORT:
+        try:
+            importlib.import_module(mod)
+        except Exception:  # noqa: BLE001 - a missing optional module only costs time in the child
+            pass
+    with open(argv[1]) as f:
+        manifest = json.load(f)
+    with open(argv[2], "w") as out:
+        for case in manifest:
+            out.write(json.dumps(run_case(case)) + "\n")
+            out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -451,7 +451,8 @@ def verify_output(path: str, fmt: str, tensors: Sequence[OutTensor], *, pickled_
     from ..errors import CkptError
     from ..formats import read_file
     from ..formats.base import ReadOptions
-    from ..formats.locate import build, resolve_key
+    from ..formats.checkpoint import build
+    from ..formats.locate import resolve_key
 
     p = progress
     results: dict[str, bool] = {}

@@ -352,7 +352,7 @@ def _refuse_placeholders(root: Any, sd_key: str, src: str) -> None:
 def _devices(active: bool, devices: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
     if not active:
         return [], {}
-    from .verify import resolve_devices
+    from .verify_devices import resolve_devices
 
     return resolve_devices(devices)
 

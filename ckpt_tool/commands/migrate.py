@@ -23,8 +23,8 @@ from ..formats import load
 from ..formats.locate import resolve_key
 from ..io import atomic
 from ..keys.rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
+from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
-from ..pickles.unpickler import DEFAULT_LIMITS, Limits
 from ..writers.base import OutTensor, require_data
 from ..writers.layout import dedupe, placeholders_in, safetensors_metadata, torch_root
 

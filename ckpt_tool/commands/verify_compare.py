@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..io.source import pread_exact
 from ..model import TensorMeta
-from ..pickles.unpickler import DTypeRef, LazyTensor, NumpyArray, Placeholder
+from ..pickles.placeholders import DTypeRef, LazyTensor, NumpyArray, Placeholder
 from ..writers.base import CHUNK, OutTensor, Region, coalesced, file_location, small_location, tensor_data
 from ..writers.torchpickle import as_meta
 

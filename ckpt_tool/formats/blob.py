@@ -13,8 +13,9 @@ import zipfile
 from typing import Any, Callable, NamedTuple
 
 from ..errors import InputError, LimitExceeded
+from ..limits import Limits
 from ..model import DataSource, GlobalRef
-from ..pickles.unpickler import Limits, restricted_loads
+from ..pickles.unpickler import restricted_loads
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # 30 bytes
 

@@ -13,7 +13,7 @@ from ..io.source import MemorySource
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Candidate, Checkpoint, GlobalRef, TensorMeta
 from ..pickles import severity
-from ..pickles.unpickler import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
+from ..pickles.placeholders import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
 from .base import Loaded
 from .locate import all_tensors_str_keys, choose, is_real_module, is_tensor, module_tensors, tensors_of
 from .metas import layout_warnings, metas_of

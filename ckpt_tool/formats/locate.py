@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 from ..errors import InputError, LimitExceeded, UsageError
 from ..model import Candidate, TensorMeta
-from ..pickles.unpickler import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
+from ..pickles.placeholders import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
 
 # Where training code conventionally keeps the weights, in order of preference.
 WELL_KNOWN_KEYS = (

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from ..errors import InputError
 from ..io.source import MemorySource
 from ..model import StorageRef, TensorMeta, contiguous_strides
-from ..pickles.unpickler import LazyTensor, NumpyArray
+from ..pickles.placeholders import LazyTensor, NumpyArray
 
 _KEY = attrgetter("key")
 _DEVICE = attrgetter("device")

@@ -14,7 +14,8 @@ from ..errors import InputError, LimitExceeded
 from ..io.source import FileSource
 from ..io.ziparchive import ZipArchive
 from ..pickles import severity
-from ..pickles.unpickler import LazyStorage, Placeholder, StorageType, restricted_loads
+from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
+from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import TORCH_ZIP, TORCHSCRIPT
 

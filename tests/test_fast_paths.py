@@ -21,8 +21,8 @@ from ckpt_tool.io.ziparchive import ZipArchive
 from ckpt_tool.render.common import simple_table
 from ckpt_tool.tensors.tensordata import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
 
-diff_mod = importlib.import_module("ckpt_tool.commands.diff")
-gate_mod = importlib.import_module("ckpt_tool.commands.gate")
+diff_mod = importlib.import_module("ckpt_tool.commands.diff_values")
+nonfinite_mod = importlib.import_module("ckpt_tool.commands.nonfinite")
 
 FLOATS = ["float16", "bfloat16", "float32", "float64", "complex64", "complex128",
           "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz"]
@@ -233,7 +233,7 @@ def test_nan_check_of_large_tensors_counts_every_chunk_like_torch(tmp_path):
     tensors["h"] = torch.randn(5_000_000, generator=gen).half()
     tensors["h"][4_999_999] = float("inf")
     ckpt = _checkpoint(tmp_path, tensors, "big.safetensors")
-    counts = {t.key: (n, i) for t, n, i in gate_mod._nonfinite_counts(list(ckpt.tensors))}
+    counts = {t.key: (n, i) for t, n, i in nonfinite_mod.nonfinite_counts(list(ckpt.tensors))}
     assert counts == {k: (int(v.isnan().sum()), int(v.isinf().sum())) for k, v in tensors.items()}
     assert counts["w0"] == (3, 0) and counts["w2"] == (0, 1) and counts["h"] == (0, 1)
 
@@ -244,7 +244,7 @@ def test_batched_nan_check_names_the_one_bad_small_tensor(tmp_path):
     tensors["big"] = torch.randn(300_000)
     tensors["big"][-1] = float("nan")
     ckpt = _checkpoint(tmp_path, tensors, "x.pth")
-    counts = {t.key: (n, i) for t, n, i in gate_mod._nonfinite_counts(list(ckpt.tensors))}
+    counts = {t.key: (n, i) for t, n, i in nonfinite_mod.nonfinite_counts(list(ckpt.tensors))}
     assert counts["t1234"] == (0, 1) and counts["big"] == (1, 0)
     assert sum(n + i for n, i in counts.values()) == 2
 

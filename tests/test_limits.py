@@ -336,7 +336,7 @@ def test_dcp_metadata_claims_a_huge_tensor(tmp_path, fixtures_dir):
     from ckpt_tool import dtypes
     from ckpt_tool.errors import InputError
     from ckpt_tool.formats.dcp import Chunk, DcpSource
-    from ckpt_tool.pickles.unpickler import DEFAULT_LIMITS
+    from ckpt_tool.limits import DEFAULT_LIMITS
 
     folder = tmp_path / "dcp"
     shutil.copytree(fixtures_dir / "dcp", folder)
@@ -404,7 +404,7 @@ def test_running_out_of_memory_is_one_line_not_an_internal_error():
 def test_many_distinct_globals_do_not_grow_the_process_forever(tmp_path):
     # found by the long fuzz run: every global name a file invents became a class kept for the
     # life of the process (a worker grew to 2.6 GB after 500,000 inputs)
-    from ckpt_tool.pickles import unpickler as unpickle
+    from ckpt_tool.pickles import placeholders as unpickle
 
     body = b"".join(b"cm%d\nC%d\n" % (i, i) for i in range(25_000))
     p = _pickle_file(tmp_path, b"\x80\x02(" + body + b"l.")

@@ -906,7 +906,7 @@ def test_verification_reports_byte_differences_beside_a_dtype_problem(tmp_path):
     from safetensors.torch import save_file
 
     from ckpt_tool import load
-    from ckpt_tool.commands.verify import compare_pairs
+    from ckpt_tool.commands.verify_compare import compare_pairs
     from ckpt_tool.writers.base import OutTensor
 
     g = torch.Generator().manual_seed(6)

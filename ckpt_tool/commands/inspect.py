@@ -9,8 +9,8 @@ from typing import Any, Callable, Iterable
 
 from ..formats import load
 from ..keys import rules
+from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
-from ..pickles.unpickler import DEFAULT_LIMITS, Limits
 
 
 @dataclass(frozen=True)

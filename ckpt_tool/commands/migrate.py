@@ -23,8 +23,8 @@ from ..formats import load
 from ..formats.locate import resolve_key
 from ..io import atomic
 from ..keys.rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
+from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
-from ..pickles.unpickler import DEFAULT_LIMITS, Limits
 from ..writers.base import OutTensor, require_data
 from ..writers.layout import dedupe, placeholders_in, safetensors_metadata, torch_root
 
@@ -352,7 +352,7 @@ def _refuse_placeholders(root: Any, sd_key: str, src: str) -> None:
 def _devices(active: bool, devices: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
     if not active:
         return [], {}
-    from .verify import resolve_devices
+    from .verify_devices import resolve_devices
 
     return resolve_devices(devices)
 

@@ -62,7 +62,7 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
 
 
 def _shard_tensors(loaded: Loaded, path: str) -> list[TensorMeta]:
-    from .locate import build
+    from .checkpoint import build
 
     return list(build(loaded, path).tensors)
 
@@ -75,7 +75,7 @@ def load(
     limits: Limits = DEFAULT_LIMITS,
 ) -> Checkpoint:
     """Read a checkpoint's metadata safely: no code runs and no tensor bytes are read."""
-    from .locate import build
+    from .checkpoint import build
 
     p = os.fspath(path)
     if not os.path.lexists(p):

@@ -12,8 +12,9 @@ from typing import Any
 from ..errors import InputError
 from ..io.source import BlobSource
 from ..io.ziparchive import ZipArchive
+from ..limits import Limits
 from ..model import GlobalRef
-from ..pickles.unpickler import Limits, restricted_loads
+from ..pickles.unpickler import restricted_loads
 
 
 def read_torch_blob(blob: bytes, *, path: str, where: str, limits: Limits) -> tuple[Any, list[GlobalRef]]:

@@ -19,8 +19,10 @@ from typing import Any
 from .. import dtypes
 from ..errors import CkptError, InputError
 from ..io.source import open_regular, pread_exact, read_pickle_file
+from ..limits import Limits
 from ..model import DataSource, StorageRef, TensorMeta, contiguous_strides
-from ..pickles.unpickler import DTypeRef, Limits, Placeholder, restricted_loads
+from ..pickles.placeholders import DTypeRef, Placeholder
+from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import DCP
 
@@ -263,7 +265,7 @@ class DcpSource(DataSource):
 
 def _blob_tensor_bytes(blob: bytes, key: str, dt: dtypes.DType, chunk: Chunk, file: str, limits: Limits) -> bytes:
     from ..pickles import severity
-    from ..pickles.unpickler import LazyTensor
+    from ..pickles.placeholders import LazyTensor
     from .blob import read_torch_blob
 
     where = f"chunk of tensor {key!r}"

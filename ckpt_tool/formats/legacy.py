@@ -19,8 +19,10 @@ from typing import Any, Callable
 from .. import dtypes
 from ..errors import InputError, LimitExceeded, UnsupportedFormat
 from ..io.source import BlobSource, FileSource, open_regular
+from ..limits import Limits
 from ..model import DataSource, GlobalRef
-from ..pickles.unpickler import BlobReader, LazyStorage, Limits, Placeholder, StorageType, restricted_load_stream
+from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
+from ..pickles.unpickler import BlobReader, restricted_load_stream
 from .base import Loaded, ReadOptions
 from .detect import TORCH_LEGACY
 

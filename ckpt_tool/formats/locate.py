@@ -1,4 +1,4 @@
-"""Find the state_dict inside a container, and describe everything around it.
+"""Find the state_dict inside a container (checkpoint.py describes everything around it).
 
 Works on what the restricted unpickler built (dicts, LazyTensors, inert
 placeholders), so a pickled nn.Module yields the keys torch's
@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from math import prod
-from operator import attrgetter
 from typing import Any, Iterator, Mapping
 
-from ..errors import CkptError, InputError, LimitExceeded, UsageError
-from ..io.source import MemorySource
-from ..model import Candidate, Checkpoint, GlobalRef, StorageRef, TensorMeta, contiguous_strides
-from ..pickles import severity
-from ..pickles.unpickler import DEFAULT_LIMITS, LazyTensor, Limits, NumpyArray, Placeholder, is_module_placeholder
-from .base import Loaded
+from ..errors import InputError, LimitExceeded, UsageError
+from ..model import Candidate, TensorMeta
+from ..pickles.placeholders import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
 
 # Where training code conventionally keeps the weights, in order of preference.
 WELL_KNOWN_KEYS = (
@@ -31,7 +26,6 @@ NOT_WEIGHTS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim",
                "lr_scheduler", "lr_schedulers", "scaler", "grad_scaler", "callbacks", "loops")
 MAX_DEPTH = 64
 MAX_SHARED_VISITS = 100_000  # revisits of shared submodules (tied weights need a handful)
-SUMMARY_NODES = 100_000  # values rendered by one summarize() call
 
 
 _TENSOR_TYPES = (LazyTensor, TensorMeta, NumpyArray)
@@ -45,7 +39,7 @@ def is_tensor(obj: Any) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth: int = 0,
+def module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth: int = 0,
                     seen: dict[int, int] | None = None) -> None:
     """nn.Module.state_dict() on a placeholder: params, persistent buffers, submodules.
 
@@ -82,7 +76,7 @@ def _module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth
     if isinstance(modules, Mapping):
         for name, child in modules.items():
             if is_module_placeholder(child):
-                _module_tensors(child, f"{prefix}{name}.", out, depth + 1, seen)
+                module_tensors(child, f"{prefix}{name}.", out, depth + 1, seen)
     for name, value in attrs.items():
         if is_tensor(value) and not name.startswith("_"):
             # plain tensor attributes never reach a state_dict; remembered for warnings
@@ -97,13 +91,13 @@ def tensors_of(obj: Any) -> "Mapping[str, Any] | None":
     """The state_dict an object stands for, or None if it is not tensor-holding."""
     if is_module_placeholder(obj):
         out: OrderedDict[str, Any] = OrderedDict()
-        _module_tensors(obj, "", out)
+        module_tensors(obj, "", out)
         return OrderedDict((k, v) for k, v in out.items() if not k.startswith("\0"))
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.nn.Module):
         return real_module_tensors(obj)
     if isinstance(obj, Mapping):
-        if _all_tensors_str_keys(obj):
+        if all_tensors_str_keys(obj):
             return obj  # the common flat state_dict (callers only read it)
         found = OrderedDict((str(k), v) for k, v in obj.items() if is_tensor(v))
         if len(found) < len(obj):
@@ -146,7 +140,7 @@ def _tensor_tree(obj: Any, prefix: str, out: dict[str, Any], depth: int, seen: s
 _PLAIN_TENSOR_TYPES = frozenset((LazyTensor, TensorMeta))
 
 
-def _all_tensors_str_keys(obj: Mapping[Any, Any]) -> bool:
+def all_tensors_str_keys(obj: Mapping[Any, Any]) -> bool:
     """Every key a str and every value a lazy tensor: checked in C-speed passes (200,000 entries)."""
     return bool(obj) and set(map(type, obj.values())) <= _PLAIN_TENSOR_TYPES and set(map(type, obj)) == {str}
 
@@ -154,7 +148,7 @@ def _all_tensors_str_keys(obj: Mapping[Any, Any]) -> bool:
 def _is_flat_state_dict(obj: Any) -> bool:
     if not isinstance(obj, Mapping) or not obj:
         return False
-    if _all_tensors_str_keys(obj):
+    if all_tensors_str_keys(obj):
         return True
     tensors = 0
     for k, v in obj.items():
@@ -253,7 +247,7 @@ def choose(root: Any, key: str | None, path: str) -> tuple[str | None, Any, list
         if tensors_of(chosen_obj) is None and not is_tensor(chosen_obj):
             raise UsageError(f"--key {key!r} holds no tensors", path)
         chosen = key
-    elif is_module_placeholder(root) or _is_flat_state_dict(root) or _is_real_module(root):
+    elif is_module_placeholder(root) or _is_flat_state_dict(root) or is_real_module(root):
         chosen, chosen_obj = "", root
     else:
         chosen, chosen_obj = None, None
@@ -292,330 +286,6 @@ def _in_optimizer_state(root: Any, dotted: str) -> bool:
     return False
 
 
-def _is_real_module(obj: Any) -> bool:
+def is_real_module(obj: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.nn.Module)
-
-
-# ------------------------------------------------------------------ conversion
-
-
-_INT_ONLY = {int}
-
-
-def _valid_dims(values: Any) -> bool:
-    """A tuple of non-negative ints (C-speed checks: this runs once per tensor)."""
-    return type(values) is tuple and (not values or (set(map(type, values)) == _INT_ONLY and min(values) >= 0))
-
-
-_INT_OR_BOOL = {int, bool}
-
-
-def _layout_info(shape: Any, stride: Any) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None:
-    """(shape, stride, numel, index of the last element) if both are valid, else None.
-
-    Bools count as the ints they equal (as in torch.Size): the cache in
-    metas_of matches (True, 4) to (1, 4), so both must read the same.
-    """
-    if not (type(shape) is tuple and type(stride) is tuple and len(stride) == len(shape)):
-        return None
-    dims = shape + stride
-    types = set(map(type, dims))
-    if not types <= _INT_OR_BOOL:
-        return None
-    if bool in types:
-        shape, stride = tuple(map(int, shape)), tuple(map(int, stride))
-        dims = shape + stride
-    if dims and min(dims) < 0:
-        return None
-    numel = prod(shape)
-    last = (numel - 1 if stride == contiguous_strides(shape)
-            else sum((d - 1) * s for d, s in zip(shape, stride)))
-    return shape, stride, numel, last
-
-
-def metas_of(held: Mapping[str, Any], memory: MemorySource) -> list[TensorMeta]:
-    """TensorMetas for a state_dict's values (to_meta, with a fast path for pickled tensors).
-
-    A model has few distinct (shape, stride) pairs, so their checks run once
-    per pair; the validated tuples are shared, which also turns a pickle's
-    bool dims into ints (as torch.Size does).
-    """
-    values = list(held.values())
-    if set(map(type, values)) == {TensorMeta} and list(map(_KEY, values)) == list(held):
-        return values  # already TensorMetas under their own keys (sharded safetensors)
-    checked: dict[Any, Any] = {}
-    out = []
-    append = out.append
-    for key, obj in held.items():
-        st = obj.storage if type(obj) is LazyTensor else None
-        if st is None:
-            append(to_meta(key, obj, memory))
-            continue
-        pair = (obj.shape, obj.stride)
-        try:
-            info = checked[pair]
-        except KeyError:
-            info = checked[pair] = _layout_info(*pair)
-        except TypeError:  # unhashable dims: to_meta names the tensor
-            info = None
-        offset = obj.storage_offset
-        if info is None or type(offset) is not int or offset < 0:
-            append(to_meta(key, obj, memory))  # raises the error that names the tensor
-            continue
-        shape, stride, numel, last = info
-        if numel and (offset + last + 1) * obj.dtype.itemsize > st.nbytes:
-            append(to_meta(key, obj, memory))
-            continue
-        append(TensorMeta(key, obj.dtype.name, shape, stride, offset, st.ref, st.location))
-    return out
-
-
-def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
-    if type(obj) is LazyTensor:
-        st = obj.storage
-        shape, stride, offset = obj.shape, obj.stride, obj.storage_offset
-        if not (type(shape) is tuple and type(stride) is tuple and len(stride) == len(shape)
-                and type(offset) is int and offset >= 0 and _valid_dims(shape + stride)):
-            raise InputError(f"tensor {key!r} has an invalid shape, stride or offset")
-        if st is None:
-            return TensorMeta(key, obj.dtype.name, shape, stride, offset, None, "meta")
-        numel = prod(shape)
-        if numel:
-            # the last element's byte, as TensorMeta.byte_span computes it (inlined: once per tensor)
-            last = offset + (numel - 1 if stride == contiguous_strides(shape)
-                             else sum((d - 1) * s for d, s in zip(shape, stride)))
-            if (last + 1) * obj.dtype.itemsize > st.nbytes:
-                raise InputError(f"tensor {key!r} reaches past the end of its storage ({st.nbytes} bytes)")
-        return TensorMeta(key, obj.dtype.name, shape, stride, offset, st.ref, st.location)
-    if isinstance(obj, TensorMeta):
-        return obj if obj.key == key else TensorMeta(key, obj.dtype, obj.shape, obj.stride,
-                                                      obj.storage_offset, obj.storage, obj.device)
-    if isinstance(obj, NumpyArray):
-        if obj.dtype is None:
-            raise InputError(f"NumPy array {key!r} has an unsupported dtype {obj.type_string!r}")
-        shape = obj.shape
-        stride = contiguous_strides(shape)
-        if obj.fortran and len(shape) > 1:
-            stride = tuple(reversed(contiguous_strides(tuple(reversed(shape)))))
-        nbytes = len(obj.data)
-        ref = StorageRef(memory, memory.add(obj.data), nbytes)
-        return TensorMeta(key, obj.dtype.name, shape, stride, 0, ref, "cpu")
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(obj, torch.Tensor):
-        # a corrupt module's _parameters can hold anything: never import torch to say so
-        raise InputError(f"{key!r} is a {type(obj).__name__}, not a tensor")
-    from .torchsource import torch_tensor_meta  # only reached for --unsafe loads
-
-    return torch_tensor_meta(key, obj, memory)
-
-
-def summarize(obj: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
-    """A JSON-safe rendering of metadata: values kept, tensors and objects described.
-
-    At most SUMMARY_NODES values are rendered per call: a pickle's shared
-    lists (each holding the next one 2,000 times) would otherwise take forever.
-    """
-    if budget is None:
-        budget = [SUMMARY_NODES]
-    budget[0] -= 1
-    if depth > 12 or budget[0] < 0:
-        return "..."
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, NumpyArray) and obj.dtype is None:
-        return f"<ndarray {obj.type_string or '?'} {list(obj.shape)}>"
-    if isinstance(obj, (LazyTensor, NumpyArray)):
-        dt = obj.dtype.name if obj.dtype else "?"
-        return f"<tensor {dt} {list(obj.shape)}>"
-    if isinstance(obj, TensorMeta):
-        return f"<tensor {obj.dtype} {list(obj.shape)}>"
-    if isinstance(obj, bytes):
-        return f"<{len(obj)} bytes>"
-    if isinstance(obj, Mapping):
-        return {str(k): summarize(v, depth + 1, budget) for k, v in list(obj.items())[:2000]}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        items = list(obj)[:2000]
-        return [summarize(v, depth + 1, budget) for v in items]
-    if isinstance(obj, Placeholder):
-        out: dict[str, Any] = {"__class__": obj.qualname}
-        if obj.attributes:
-            out.update({str(k): summarize(v, depth + 1, budget) for k, v in obj.attributes.items()})
-        elif obj.args:
-            out["__args__"] = summarize(list(obj.args), depth + 1, budget)
-        return out
-    if is_tensor(obj):
-        return f"<tensor {str(obj.dtype).replace('torch.', '')} {list(obj.shape)}>"
-    return f"<{type(obj).__name__}>"
-
-
-def detect_framework(root: Any) -> str | None:
-    if not isinstance(root, Mapping):
-        return None
-    # a flat state_dict can have 200,000 str keys: use its key view rather than a copy
-    keys = root.keys() if isinstance(root, dict) and set(map(type, root)) == {str} else {str(k) for k in root}
-    if "pytorch-lightning_version" in keys or "lightning_version" in keys:
-        return "lightning"
-    if "ds_version" in keys or "ds_config" in keys or "buffer_names" in keys:
-        return "deepspeed"
-    if "arch" in keys and "state_dict" in keys:
-        return "timm"
-    if keys & {"optimizer", "optimizer_state_dict", "epoch", "step", "global_step", "scheduler"}:
-        return "training-dict"
-    return None
-
-
-def reference_warnings(refs: list[GlobalRef]) -> list[str]:
-    warnings = []
-    dangerous = sorted({r.qualname for r in refs if r.severity == severity.DANGEROUS})
-    if dangerous:
-        warnings.append(
-            "dangerous reference(s) in the pickle, NOT executed: " + ", ".join(dangerous)
-            + " (run `ckpt scan` for details)"
-        )
-    suspicious = sorted({r.qualname for r in refs if r.severity == severity.SUSPICIOUS})
-    if suspicious:
-        shown = ", ".join(suspicious[:8]) + (f" and {len(suspicious) - 8} more" if len(suspicious) > 8 else "")
-        warnings.append(
-            f"{len(suspicious)} unknown pickled class(es) or function(s) read as inert placeholders "
-            f"(not imported, never called): {shown}"
-        )
-    return warnings
-
-
-def build(loaded: Loaded, path: str, key: str | None = None, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
-    """Turn a reader's result into a Checkpoint with its state_dict located."""
-    try:
-        return _build(loaded, path, key, limits)
-    except CkptError as exc:
-        if exc.path is None:
-            exc.path = path  # errors found deep inside the container still name the file
-        raise
-
-
-def _check_limits(held: Mapping[str, Any], limits: Limits) -> None:
-    """--max-tensors and --max-key-length, for every format (C-speed passes over the keys)."""
-    if len(held) > limits.max_tensors:
-        raise LimitExceeded(f"the state_dict holds {len(held)} tensors, over the limit of {limits.max_tensors} "
-                            "(raise it with --max-tensors)")
-    if held and max(map(len, held)) > limits.max_key_length:
-        key = next(k for k in held if len(k) > limits.max_key_length)
-        raise LimitExceeded(f"tensor key {key[:40]!r}... is {len(key)} characters long, over the limit of "
-                            f"{limits.max_key_length} (raise it with --max-key-length)")
-
-
-def _build(loaded: Loaded, path: str, key: str | None, limits: Limits) -> Checkpoint:
-    root = loaded.root
-    memory = MemorySource(path)
-    tensors: list[TensorMeta] | None = None
-    warnings = list(loaded.warnings)
-    held: Mapping[str, Any]
-    if loaded.tensors is not None and key is None:
-        # the reader built the state_dict itself (safetensors): nothing to locate or convert
-        chosen, candidates, held = "", [Candidate("", len(loaded.tensors), True)], root
-        tensors = loaded.tensors
-    elif key is None and isinstance(root, Mapping) and _all_tensors_str_keys(root):
-        # a flat state_dict (the common .pth): choose() and tensors_of() would each
-        # test that again, a pass over 200,000 values in some files
-        chosen, candidates, held = "", [Candidate("", len(root), True)], root
-    else:
-        chosen, obj, candidates = choose(root, key, path)
-        if chosen is None:
-            warnings.append("no tensors found in this file")
-            held = {}
-        elif is_tensor(obj):
-            held = {chosen.rsplit(".", 1)[-1]: obj}
-        else:
-            held = tensors_of(obj) or {}
-            if is_module_placeholder(obj):
-                plain: dict[str, Any] = {}
-                _module_tensors(obj, "", plain)
-                extra = sorted(k[len("\0plain:"):] for k in plain if k.startswith("\0plain:"))
-                if extra:
-                    warnings.append(
-                        "tensors held as plain module attributes never reach a state_dict: " + ", ".join(extra[:8])
-                    )
-    _check_limits(held, limits)
-    if tensors is None:
-        tensors = metas_of(held, memory)
-    return _checkpoint(loaded, path, chosen, candidates, held, tensors, warnings, memory)
-
-
-def _checkpoint(
-    loaded: Loaded, path: str, chosen: str | None, candidates: list[Candidate], held: Mapping[str, Any],
-    tensors: list[TensorMeta], warnings: list[str], memory: MemorySource,
-) -> Checkpoint:
-    """The Checkpoint around located tensors: layout, metadata beside the state_dict, warnings."""
-    root = loaded.root
-    layout = loaded.layout or _layout(root, chosen)
-    metadata = dict(loaded.metadata)
-    if chosen:
-        metadata.update(_metadata_without(root, chosen))
-    elif chosen == "" and isinstance(root, Placeholder):
-        metadata["__class__"] = root.qualname
-    elif chosen == "" and isinstance(root, Mapping) and len(held) < len(root):
-        # a top-level dict mixing tensors with other values ({"w": ..., "epoch": 3}): keep the others
-        metadata.update((str(k), summarize(v)) for k, v in root.items()
-                        if not is_tensor(v) and str(k) not in held and not str(k).endswith("_extra_state"))
-    warnings.extend(reference_warnings(loaded.references))
-    warnings.extend(layout_warnings(tensors))
-    sources = tuple(loaded.sources) + ((memory,) if memory.buffers else ())
-    return Checkpoint(
-        path=path, format=loaded.format, tensors=tuple(tensors), layout=layout,
-        state_dict_key=chosen, metadata=metadata,
-        # a reader that built the tensors itself has only tensors at its top level: no framework keys
-        framework=loaded.framework or (None if loaded.tensors is not None else detect_framework(root)),
-        candidates=tuple(candidates), references=tuple(loaded.references), warnings=tuple(warnings),
-        root=root, sources=sources,
-    )
-
-
-def _layout(root: Any, chosen: str | None) -> str:
-    if chosen == "":
-        return "module" if (is_module_placeholder(root) or _is_real_module(root)) else "state_dict"
-    if chosen is None:
-        return "empty"
-    return "container"
-
-
-def _metadata_without(root: Any, chosen: str) -> dict[str, Any]:
-    if not isinstance(root, Mapping):
-        return {}
-    top = chosen.split(".")[0]
-    out = {}
-    for k, v in root.items():
-        if str(k) == chosen:
-            continue
-        if str(k) == top and "." in chosen:
-            out[str(k)] = "<holds the state_dict>"
-            continue
-        out[str(k)] = summarize(v)
-    return out
-
-
-_KEY = attrgetter("key")
-_DEVICE = attrgetter("device")
-_STORAGE_ID = attrgetter("storage_id")
-
-
-def layout_warnings(tensors: list[TensorMeta]) -> list[str]:
-    warnings = []
-    all_devices = set(map(_DEVICE, tensors))  # C-speed passes: this runs on 200,000 tensors
-    devices = sorted(all_devices - {"cpu", "meta"})
-    if devices:
-        warnings.append(f"tensors were saved on {', '.join(devices)}; ckpt reads them on the CPU")
-    if "meta" in all_devices:
-        warnings.append("some tensors were saved on the meta device and hold no data")
-    ids = list(map(_STORAGE_ID, tensors))
-    if len(set(ids)) == len(ids):
-        return warnings  # no storage is shared (the common case, checked at C speed)
-    groups: dict[Any, list[str]] = {}
-    for t in tensors:
-        sid = t.storage_id
-        if sid is not None:
-            groups.setdefault(sid, []).append(t.key)
-    shared = [keys for keys in groups.values() if len(keys) > 1]
-    if shared:
-        sample = "; ".join(" = ".join(ks[:3]) for ks in shared[:3])
-        warnings.append(f"{sum(len(s) for s in shared)} tensors share storage ({sample})")
-    return warnings

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 from ..errors import InputError, LimitExceeded
 from ..io.source import open_regular, pread_exact
+from ..limits import DEFAULT_LIMITS
 from ..model import TensorMeta
-from ..pickles.unpickler import DEFAULT_LIMITS
 from .base import Loaded, ReadOptions
 from .detect import SHARDED, find_index
 

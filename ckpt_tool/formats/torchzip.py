@@ -15,7 +15,8 @@ from ..io.source import FileSource
 from ..model import DataSource
 from ..io.ziparchive import ZipArchive
 from ..pickles import severity
-from ..pickles.unpickler import LazyStorage, Placeholder, StorageType, restricted_loads
+from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
+from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import TORCH_ZIP, TORCHSCRIPT
 

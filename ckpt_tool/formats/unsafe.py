@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError
-from ..pickles.unpickler import NumpyArray
+from ..pickles.placeholders import NumpyArray
 from .base import Loaded, ReadOptions
 from .detect import DILL, PICKLE, TORCH_TAR, TORCHSCRIPT
 

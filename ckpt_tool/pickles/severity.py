@@ -13,7 +13,7 @@ SUSPICIOUS = "suspicious"
 DANGEROUS = "dangerous"
 ORDER = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2}
 
-# Rebuilt by ckpt_tool.pickles.unpickler itself (never imported).
+# Rebuilt by the restricted unpickler itself, from ckpt_tool.pickles.rebuilders (never imported).
 SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
     [
         ("collections", "OrderedDict"),

@@ -11,7 +11,7 @@ from ..errors import RuleConflict
 from ..formats.locate import is_tensor
 from ..keys.rules import RuleSet
 from ..model import Checkpoint
-from ..pickles.unpickler import Placeholder, is_module_placeholder
+from ..pickles.placeholders import Placeholder, is_module_placeholder
 from .base import OutTensor
 from .torchpickle import make_state_dict
 

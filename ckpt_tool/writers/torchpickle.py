@@ -26,7 +26,7 @@ from .. import dtypes
 from ..errors import UnsafeContentError
 from ..io.source import MemorySource
 from ..model import StorageRef, TensorMeta, contiguous_strides
-from ..pickles.unpickler import DTypeRef, LazyTensor, NumpyArray, Placeholder
+from ..pickles.placeholders import DTypeRef, LazyTensor, NumpyArray, Placeholder
 from .base import OutTensor
 
 _P = pickle  # opcode constants

@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 
 from .errors import WriteError
 from .gate import GateReport
+from .staletemp import owned_name
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -53,8 +54,7 @@ def to_xml(report: GateReport) -> ET.ElementTree:
 def write_junit(report: GateReport, path: str) -> None:
     """Write the report beside ``path`` under a temporary name, then rename it into place."""
     tree = to_xml(report)
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.ckpt-tmp-{os.getpid()}")
+    tmp = owned_name(path)  # beside it, naming its writer (staletemp.py)
     try:
         tree.write(tmp, encoding="utf-8", xml_declaration=True)
         os.replace(tmp, path)

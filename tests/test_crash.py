@@ -10,7 +10,8 @@ verification, for each output kind. After every kill:
   untouched or the new one complete;
 - after SIGINT/SIGTERM: exit 130, one line, no temporary file left behind
   (after SIGKILL nothing can clean up: a hidden ``.NAME.ckpt-tmp-*`` file may
-  stay, and must not confuse anything);
+  stay, and must not confuse anything; the next migrate into the folder
+  removes it, see test_staletemp.py);
 - a rerun succeeds.
 
 Then: a full disk (RLIMIT_FSIZE, and a real full tmpfs where one can be
@@ -188,11 +189,13 @@ def test_stale_temporaries_from_a_killed_run_do_not_confuse_a_rerun(tmp_path, so
     assert r.returncode == -signal.SIGKILL
     stale = temporaries(tmp_path)
     assert stale and not out.exists()  # SIGKILL: nothing could clean up, and OUT never appeared
-    assert run_main(args).code == 0
-    assert_out_complete(out, source)
-    assert temporaries(tmp_path) == stale  # the rerun used its own temporary name
     r = run_main(["inspect", str(tmp_path / stale[0])])  # a stale temporary is a cut file, reported as such
     assert r.code == 2 and not problems(r), r
+    rerun = run_main(args)
+    assert rerun.code == 0 and not problems(rerun), rerun
+    assert_out_complete(out, source)
+    assert temporaries(tmp_path) == []  # the rerun removed the dead writer's temporary, and said so
+    assert rerun.err.startswith("ckpt: removed a stale temporary output of a killed run")
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ compared bit for bit with what the rules say, loaded into the target on each
 device when one is given, and only then renamed into place. A failed
 verification leaves no output (and an old output, with --force, untouched).
 Before writing, the stale temporaries of killed runs in OUT's folder are
-removed.
+removed, and an output that would not fit in the free space is refused.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from . import atomic, staletemp, writers
+from . import atomic, freespace, staletemp, writers
 from .errors import UsageError
 from .formats import load
 from .locate import resolve_key
@@ -330,8 +330,12 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         from .writers.sharded import SHARD_SUFFIXES
 
         atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
-    # 5. room for it: stale temporaries of killed runs go first
+    # 5. room for it: stale temporaries of killed runs go first, then the free space must hold every file
     report_args["cleaned"] = _clean_stale(out, on_cleaned, warnings)
+    from .writers.sizes import planned_sizes, quick_bound
+
+    freespace.require(out, lambda: planned_sizes(fmt, out, tensors, payload, shard_bytes),  # --force does not skip it
+                      quick_bound(fmt, out, tensors, payload, shard_bytes))
     job = _Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
                allow_missing, verify, limits, progress, after_write, report_args, warnings, force)
     # 6. write, verify, publish

@@ -15,7 +15,8 @@ verification, for each output kind. After every kill:
 - a rerun succeeds.
 
 Then: a full disk (RLIMIT_FSIZE, and a real full tmpfs where one can be
-mounted), a read-only destination (a read-only bind mount), OUT equal to SRC
+mounted; the free-space check that normally refuses first is in
+test_freespace.py), a read-only destination (a read-only bind mount), OUT equal to SRC
 (directly, through a symlink, through a hard link) and two migrations racing
 to the same OUT.
 """
@@ -261,7 +262,10 @@ def _umount(path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(OUTPUTS))
-def test_disk_full_is_one_error_and_no_output(tmp_path, source, kind):
+def test_disk_full_is_one_error_and_no_output(tmp_path, source, kind, monkeypatch):
+    """The disk fills up mid-write (another process took the space after the free-space check)."""
+    from ckpt_tool import freespace
+
     disk = tmp_path / "small"
     disk.mkdir()
     if not _mount(["-t", "tmpfs", "-o", "size=96k", "tmpfs", str(disk)]):
@@ -269,7 +273,8 @@ def test_disk_full_is_one_error_and_no_output(tmp_path, source, kind):
     try:
         name, extra = OUTPUTS[kind]
         out = disk / name
-        r = run_ckpt(["migrate", str(source), "-o", str(out), "--device", "cpu", *extra])
+        monkeypatch.setattr(freespace, "available", lambda folder: None)  # the check sees no figure: writing starts
+        r = run_main(["migrate", str(source), "-o", str(out), "--device", "cpu", *extra])
         assert_one_line_error(r, "no space left on the device", "nothing was left behind")
         assert not out.exists() and not temporaries(disk) and os.listdir(disk) == []
     finally:

@@ -142,7 +142,6 @@ class Lock:
             os.close(fd)
 
 
-_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS)
 
 
@@ -169,13 +168,19 @@ def hold(path: str) -> Lock:
 
 
 def _try_lock(path: str) -> tuple[str, Lock | None]:
-    """("taken", lock) | ("busy", None) | ("gone", None) | ("unsupported", Lock(fd or None))."""
+    """("taken", lock) | ("busy", None) | ("gone", None) | ("unsupported", Lock(fd or None)).
+
+    "unsupported": no lock can be tested here (a file system without locks, a
+    file we may not open); rules 1-3 of the module docstring decide alone.
+    """
     try:
         fd = _open_for_lock(path)
     except FileNotFoundError:
         return "gone", None
-    except OSError:
+    except (PermissionError, IsADirectoryError):
         return "unsupported", Lock(None)
+    except OSError:
+        return "busy", None  # replaced by a link or something odd meanwhile: leave it
     if fcntl is None:
         return "unsupported", Lock(fd)
     try:
@@ -184,7 +189,7 @@ def _try_lock(path: str) -> tuple[str, Lock | None]:
         if exc.errno in _NO_LOCKS:
             return "unsupported", Lock(fd)
         os.close(fd)
-        return ("busy" if exc.errno in _BUSY else "unsupported"), None
+        return "busy", None  # held (EWOULDBLOCK), or an error we cannot read as "free": leave it
     return "taken", Lock(fd)
 
 
@@ -195,17 +200,18 @@ def process_alive(pid: int, start: int) -> bool:
     """Whether the process that wrote ``pid`` and ``start`` may still run (True when unsure)."""
     if pid <= 0 or os.name == "nt":
         return True  # on Windows os.kill(pid, 0) would terminate the process: never probe there
+    mine = True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass  # it exists, under another user
+        mine = False  # it exists, under another user (whose /proc entry hidepid may hide)
     except OSError:
         return True  # cannot tell (an odd platform): assume alive, remove nothing
     got = _proc_stat(pid)
-    if got is None:
-        return True  # no /proc (macOS): the pid exists, which is all we can know
+    if got is None or (got[0] == "X" and not mine):
+        return True  # no /proc (macOS), or it is hidden from us: the pid exists, which is all we can know
     state, started = got
     if state in ("Z", "X"):
         return False  # killed and not yet reaped by its parent: it writes nothing more
@@ -296,16 +302,19 @@ def _candidates(folder: str, recursive: bool) -> Iterator[tuple[str, os.stat_res
         except OSError:
             continue  # unreadable or vanished: nothing of ours can be listed there
         for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
             if is_temporary(entry.name):
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # vanished meanwhile
                 if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
                     yield entry.path, st
                 continue  # never look inside a temporary folder
-            if recursive and stat.S_ISDIR(st.st_mode):
-                stack.append(entry.path)
+            try:
+                if recursive and entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+            except OSError:
+                continue  # vanished or unreadable: nothing of ours to find there
 
 
 def _judge(path: str) -> tuple[str, str, Owner | None]:
@@ -340,7 +349,7 @@ def examine(path: str, st: os.stat_result, *, dry_run: bool) -> Temporary:
     if state == "busy":
         return Temporary(path, size, owner, "in-use", "another process holds its lock")
     try:
-        if lock is not None and lock.fd is not None and not _same_inode(lock.fd, path):
+        if not _unchanged(path, st, lock.fd if lock is not None else None):
             return Temporary(path, size, owner, "in-use", "replaced meanwhile")
         if dry_run:
             return Temporary(path, size, owner, "stale", reason)
@@ -356,12 +365,14 @@ def examine(path: str, st: os.stat_result, *, dry_run: bool) -> Temporary:
             lock.release()
 
 
-def _same_inode(fd: int, path: str) -> bool:
+def _unchanged(path: str, st: os.stat_result, fd: int | None) -> bool:
+    """``path`` is still the file or folder found (and, with ``fd``, the one locked)."""
     try:
-        a, b = os.fstat(fd), os.lstat(path)
+        now = os.lstat(path)
+        held = os.fstat(fd) if fd is not None else now
     except OSError:
         return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
 
 def clean(folder: str, *, recursive: bool = False, dry_run: bool = False) -> CleanReport:

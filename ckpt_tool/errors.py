@@ -63,6 +63,10 @@ class WriteError(CkptError):
     """Writing the output failed (disk full, read-only folder, ...); nothing was left behind."""
 
 
+class NotEnoughSpace(WriteError):
+    """The output would not fit in the free space of its file system; found before anything was read or written."""
+
+
 class VerificationError(CkptError):
     """What was written does not match what the rules say it must hold."""
 

@@ -10,11 +10,13 @@ verification, for each output kind. After every kill:
   untouched or the new one complete;
 - after SIGINT/SIGTERM: exit 130, one line, no temporary file left behind
   (after SIGKILL nothing can clean up: a hidden ``.NAME.ckpt-tmp-*`` file may
-  stay, and must not confuse anything);
+  stay, and must not confuse anything; the next migrate into the folder
+  removes it, see test_staletemp.py);
 - a rerun succeeds.
 
 Then: a full disk (RLIMIT_FSIZE, and a real full tmpfs where one can be
-mounted), a read-only destination (a read-only bind mount), OUT equal to SRC
+mounted; the free-space check that normally refuses first is in
+test_freespace.py), a read-only destination (a read-only bind mount), OUT equal to SRC
 (directly, through a symlink, through a hard link) and two migrations racing
 to the same OUT.
 """
@@ -188,11 +190,13 @@ def test_stale_temporaries_from_a_killed_run_do_not_confuse_a_rerun(tmp_path, so
     assert r.returncode == -signal.SIGKILL
     stale = temporaries(tmp_path)
     assert stale and not out.exists()  # SIGKILL: nothing could clean up, and OUT never appeared
-    assert run_main(args).code == 0
-    assert_out_complete(out, source)
-    assert temporaries(tmp_path) == stale  # the rerun used its own temporary name
     r = run_main(["inspect", str(tmp_path / stale[0])])  # a stale temporary is a cut file, reported as such
     assert r.code == 2 and not problems(r), r
+    rerun = run_main(args)
+    assert rerun.code == 0 and not problems(rerun), rerun
+    assert_out_complete(out, source)
+    assert temporaries(tmp_path) == []  # the rerun removed the dead writer's temporary, and said so
+    assert rerun.err.startswith("ckpt: removed a stale temporary output of a killed run")
 
 
 @pytest.mark.slow
@@ -258,7 +262,10 @@ def _umount(path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(OUTPUTS))
-def test_disk_full_is_one_error_and_no_output(tmp_path, source, kind):
+def test_disk_full_is_one_error_and_no_output(tmp_path, source, kind, monkeypatch):
+    """The disk fills up mid-write (another process took the space after the free-space check)."""
+    from ckpt_tool.io import freespace
+
     disk = tmp_path / "small"
     disk.mkdir()
     if not _mount(["-t", "tmpfs", "-o", "size=96k", "tmpfs", str(disk)]):
@@ -266,7 +273,8 @@ def test_disk_full_is_one_error_and_no_output(tmp_path, source, kind):
     try:
         name, extra = OUTPUTS[kind]
         out = disk / name
-        r = run_ckpt(["migrate", str(source), "-o", str(out), "--device", "cpu", *extra])
+        monkeypatch.setattr(freespace, "available", lambda folder: None)  # the check sees no figure: writing starts
+        r = run_main(["migrate", str(source), "-o", str(out), "--device", "cpu", *extra])
         assert_one_line_error(r, "no space left on the device", "nothing was left behind")
         assert not out.exists() and not temporaries(disk) and os.listdir(disk) == []
     finally:

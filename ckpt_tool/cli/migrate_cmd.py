@@ -98,9 +98,11 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     --drop, --dtype. Conflicts (two keys becoming one, an empty key, a cast of
     a non-floating tensor) stop before anything is written. OUT is written
     beside its final path, fsynced, verified and only then renamed into
-    place; SRC is never modified. Exit code: 0 written and verified (or a
-    clean dry run), 1 verification or target check failed (nothing written),
-    2 error.
+    place; SRC is never modified. Stale temporaries that killed runs left in
+    OUT's folder are removed first (said on stderr), and an output that would
+    not fit in the free space is refused before anything is read. Exit code:
+    0 written and verified (or a clean dry run), 1 verification or target
+    check failed (nothing written), 2 error.
     """
     from ..commands.migrate import migrate
     from ..render.migrate import render
@@ -114,6 +116,12 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
             text = rules.describe() if not rules.is_empty else "(none needed: the keys already match)"
             click.echo(f"inferred rules: {text}")
 
+    def cleaned(found: Any) -> None:
+        from ..render.cleanup import removed_line
+
+        if found.removed and not quiet:
+            click.echo(removed_line(found.removed), err=True)
+
     bars = _Bars(not quiet and sys.stderr.isatty())
     try:
         report = migrate(
@@ -121,7 +129,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
             dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
             allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size,
             state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
-            limits=limits_from(kwargs), progress=bars, on_rules=announce,
+            limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
         )
         keep_until_exit(report)
     finally:

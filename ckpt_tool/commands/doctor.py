@@ -152,3 +152,20 @@ def run_doctor() -> DoctorReport:
 
 
 doctor = run_doctor
+
+
+def clean_temporaries(folder: str, *, dry_run: bool = False) -> Any:
+    """``ckpt doctor --clean``: remove the stale temporary outputs of killed runs under ``folder``.
+
+    Returns a staletemp.CleanReport; only temporaries whose writer is proven
+    gone are removed (see staletemp.py for the rule).
+    """
+    import os
+
+    from ..errors import UsageError
+    from ..io.staletemp import clean
+
+    if not os.path.isdir(folder):
+        what = "does not exist" if not os.path.lexists(folder) else "is not a folder"
+        raise UsageError(f"--clean needs a folder to search: {folder} {what}")
+    return clean(folder, recursive=True, dry_run=dry_run)

@@ -7,6 +7,8 @@ written beside its final path, fsynced, re-read with ckpt's own readers and
 compared bit for bit with what the rules say, loaded into the target on each
 device when one is given, and only then renamed into place. A failed
 verification leaves no output (and an old output, with --force, untouched).
+Before writing, the stale temporaries of killed runs in OUT's folder are
+removed, and an output that would not fit in the free space is refused.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from .. import writers
 from ..errors import UsageError
 from ..formats import load
 from ..formats.locate import resolve_key
-from ..io import atomic
+from ..io import atomic, freespace, staletemp
 from ..keys.rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
@@ -90,6 +92,7 @@ class MigrateReport:
     shards: tuple[str, ...] = ()
     bytes_written: int = 0
     warnings: tuple[str, ...] = ()
+    cleaned: tuple[staletemp.Temporary, ...] = ()  # stale temporaries of killed runs removed before writing
 
     @property
     def ok(self) -> bool:
@@ -128,6 +131,8 @@ class MigrateReport:
                 "allowed_missing": list(self.target.allowed_missing),
             },
             "warnings": list(self.warnings),
+            "cleaned": [{"path": t.path, "bytes": t.bytes} for t in self.cleaned],
+            "cleaned_bytes": sum(t.bytes for t in self.cleaned),
         }
 
 
@@ -195,12 +200,15 @@ def migrate(
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress | None = None,
     on_rules: Callable[[RuleSet], None] | None = None,
+    on_cleaned: Callable[[staletemp.CleanReport], None] | None = None,
     _after_write: Callable[[str], None] | None = None,
 ) -> MigrateReport:
     """Rewrite SRC's keys (and format, and dtype) into OUT; see the module docstring.
 
     ``rules`` replaces the individual rule options when given. ``on_rules``
     is called with rules inferred by ``auto`` before they are applied.
+    ``on_cleaned`` is called as soon as stale temporaries of killed runs were
+    removed from OUT's folder (or failed to be), whatever happens next.
     ``_after_write`` (tests only) sees the temporary output before it is verified.
     """
     from ..writers.sharded import parse_size
@@ -222,7 +230,8 @@ def migrate(
         return _migrate(ck, src, out, fmt, rules, target=target, target_kwargs=target_kwargs, auto=auto,
                         allow_missing=tuple(allow_missing), devices=devices, shard_bytes=shard_bytes,
                         state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify,
-                        limits=limits, progress=progress, on_rules=on_rules, after_write=_after_write)
+                        limits=limits, progress=progress, on_rules=on_rules, on_cleaned=on_cleaned,
+                        after_write=_after_write)
     finally:
         ck.close()
 
@@ -231,7 +240,8 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
              target_kwargs: dict[str, Any] | None, auto: bool, allow_missing: tuple[str, ...],
              devices: Sequence[str] | None, shard_bytes: int | None, state_dict_only: bool, force: bool,
              dry_run: bool, verify: bool, limits: Limits, progress: Progress,
-             on_rules: Callable[[RuleSet], None] | None, after_write: Callable[[str], None] | None) -> MigrateReport:
+             on_rules: Callable[[RuleSet], None] | None, on_cleaned: Callable[[staletemp.CleanReport], None] | None,
+             after_write: Callable[[str], None] | None) -> MigrateReport:
     # ties are handled (kept, or stored once with aliases) and reported by migrate itself
     warnings = [w for w in ck.warnings if not _SHARED_NOTE.match(w)]
     if not ck.tensors:
@@ -320,11 +330,28 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         from ..writers.sharded import SHARD_SUFFIXES
 
         atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
+    # 5. room for it: stale temporaries of killed runs go first, then the free space must hold every file
+    report_args["cleaned"] = _clean_stale(out, on_cleaned, warnings)
+    from ..writers.sizes import planned_sizes, quick_bound
+
+    freespace.require(out, lambda: planned_sizes(fmt, out, tensors, payload, shard_bytes),  # --force does not skip it
+                      quick_bound(fmt, out, tensors, payload, shard_bytes))
     job = _Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
                allow_missing, verify, limits, progress, after_write, report_args, warnings, force)
-    # 5. write, verify, publish
+    # 6. write, verify, publish
     with atomic.interrupts_as_exceptions():
         return _write(job)
+
+
+def _clean_stale(out: str, on_cleaned: Callable[[staletemp.CleanReport], None] | None,
+                 warnings: list[str]) -> tuple[staletemp.Temporary, ...]:
+    """Remove the temporaries dead writers left in OUT's folder (never a live writer's)."""
+    found = staletemp.clean(os.path.dirname(os.path.abspath(out)))
+    for t in found.failed:
+        warnings.append(f"could not remove the stale temporary {t.path}: {t.error}")
+    if on_cleaned is not None and (found.removed or found.failed):
+        on_cleaned(found)
+    return found.removed
 
 
 def _refuse_placeholders(root: Any, sd_key: str, src: str) -> None:

@@ -5,7 +5,9 @@ folder, so the rename cannot cross file systems), fsynced, verified, then
 renamed into place and the folder fsynced. Until the rename, the old output
 (if any) is untouched; on any error or interrupt the temporary is removed.
 Folder outputs (sharded sets, DCP) are built in a temporary folder and
-swapped in whole.
+swapped in whole. Temporaries name their writer and stay locked while it
+lives, so those a SIGKILL leaves behind can be told apart and removed
+(staletemp.py).
 """
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import secrets
 import shutil
 import signal
 import stat
@@ -21,8 +22,9 @@ import threading
 from typing import Callable, Iterable, Iterator
 
 from ..errors import OutputExists, UsageError, WriteError
+from . import staletemp
 
-TEMP_MARK = ".ckpt-tmp-"
+TEMP_MARK = staletemp.TEMP_MARK
 
 
 class Terminated(KeyboardInterrupt):
@@ -68,12 +70,9 @@ def fsync_dir(path: str) -> None:
 
 
 def temp_name(final: str, suffix: str = "") -> str:
-    """A hidden sibling of ``final`` that keeps its extension (readers warn on odd ones)."""
-    folder, name = os.path.split(os.path.abspath(final))
-    stem, ext = os.path.splitext(name)
-    if suffix:
-        ext = suffix
-    return os.path.join(folder, f".{stem}{TEMP_MARK}{secrets.token_hex(4)}{ext}")
+    """A hidden sibling of ``final`` that keeps its extension (readers warn on odd ones) and
+    names this process as its writer."""
+    return staletemp.owned_name(final, suffix)
 
 
 def _real(path: str) -> str:
@@ -204,6 +203,7 @@ class AtomicFile:
         self.fd: int | None = None
         self.published = False
         self._sync: _Background | None = None
+        self._lock = staletemp.Lock(None)
         self.mode = file_mode()
         if os.path.isfile(self.final):
             # replacing with --force keeps the old file's permissions, as editing it in place would
@@ -214,6 +214,7 @@ class AtomicFile:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         except OSError as exc:
             raise _write_error(exc, self.final) from None
+        self._lock = staletemp.hold(self.path)  # until published or removed: it marks a live writer
         return self
 
     def finish(self, background: bool = False) -> None:
@@ -271,8 +272,11 @@ class AtomicFile:
             os.unlink(self.path)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if not self.published:
-            self.discard()
+        try:
+            if not self.published:
+                self.discard()
+        finally:
+            self._lock.release()
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
             raise _write_error(exc, self.final) from exc
 
@@ -339,12 +343,14 @@ class AtomicDir:
         self.path = temp_name(self.final, suffix=".d")
         self.published = False
         self._sync: _Background | None = None
+        self._lock = staletemp.Lock(None)
 
     def __enter__(self) -> AtomicDir:
         try:
             os.mkdir(self.path, 0o700)
         except OSError as exc:
             raise _write_error(exc, self.final) from None
+        self._lock = staletemp.hold(self.path)  # until published or removed: it marks a live writer
         return self
 
     def create(self, name: str) -> int:
@@ -429,7 +435,10 @@ class AtomicDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if not self.published:
-            self.discard()
+        try:
+            if not self.published:
+                self.discard()
+        finally:
+            self._lock.release()
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
             raise _write_error(exc, self.final) from exc

@@ -16,17 +16,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CkptError
+from ..errors import CkptError, InputError
 from ..formats.base import ReadOptions
 from ..formats.dcp import ItemRegion, dcp_regions
-from ..formats.safetensors import read_safetensors
+from ..formats import read_file
 from ..formats.sharded import read_index
 from ..io.blob import Blob
 from ..io.source import open_regular
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from ..pickles import severity
-from ..pickles.scanner import DCP_DATA, ERROR, SAFETENSORS, UNKNOWN_FORMAT, Scanner
+from ..pickles.scanner import (
+    DCP_DATA, ERROR, PICKLE, SAFETENSORS, TAR, TORCH_LEGACY, TORCH_ZIP, TORCHSCRIPT, UNKNOWN_FORMAT, Scanner,
+)
 from ..pickles.walker import Finding
 
 
@@ -86,6 +88,10 @@ class ScanReport:
         }
 
 
+# Formats a reader exists for: each file of these is also read, as inspect would read it.
+_READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR])
+
+
 def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
          limits: Limits = DEFAULT_LIMITS, skip_other: bool = False) -> ScanReport:
     """Scan files and folders (recursively) for pickles and judge what they would import.
@@ -110,6 +116,10 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
                 skipped.append(path)
             else:
                 files.append(found)
+    if not files and not skip_other:  # a hook given only other files has nothing to do: not an error
+        where = ", ".join(os.fspath(p) for p in paths)
+        raise InputError(f"{where}: nothing to scan: no pickle, zip, tar, NumPy or safetensors data "
+                         f"({len(skipped)} file(s) skipped); nothing scanned is never 'safe'")
     return ScanReport(tuple(files), tuple(skipped), strict)
 
 
@@ -155,8 +165,8 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
             scanner.sweep_zips(blob, os.path.basename(path), 0)
         else:
             scanner.top_level(blob, path)
-            if scanner.format == SAFETENSORS:
-                _check_safetensors(scanner, path, limits)
+            if scanner.format in _READABLE:
+                _check_readable(scanner, path, limits)
     finally:
         os.close(fd)
     if scanner.format == UNKNOWN_FORMAT and not scanner.errors and not explicit:
@@ -168,12 +178,17 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
 
 
 
-def _check_safetensors(scanner: Scanner, path: str, limits: Limits) -> None:
-    """safetensors holds no pickle; its header is validated by the one safetensors reader."""
+def _check_readable(scanner: Scanner, path: str, limits: Limits) -> None:
+    """Read the file with the one reader every command uses: what it refuses, the scan cannot call safe.
+
+    The static walk says what a loader would import or call; the reader says
+    whether a loader can read the file at all (loader parity: a file torch
+    and safetensors refuse is an error here too, never "safe").
+    """
     try:
-        loaded = read_safetensors(path, ReadOptions(limits=limits))
+        loaded = read_file(path, ReadOptions(limits=limits))
     except CkptError as exc:
-        scanner.errors.append(exc.message)
+        scanner.errors.append(exc.message if exc.message.startswith(path) else f"{path}: {exc.message}")
         return
     for source in loaded.sources:
         source.close()

@@ -54,7 +54,16 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
 
         loaded = read_sharded(path, options, read_file, _shard_tensors)
     else:
-        loaded = reader_for(fmt)(path, options)
+        try:
+            loaded = reader_for(fmt)(path, options)
+        except InputError as exc:
+            from .findings import name_calls
+
+            raise name_calls(path, exc, options.limits) from exc
+        from .findings import join_walk, needs_walk
+
+        if needs_walk(loaded):
+            join_walk(loaded, path, options.limits)
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)

@@ -14,7 +14,6 @@ from ..errors import InputError, LimitExceeded
 from ..io.source import FileSource
 from ..model import DataSource
 from ..io.ziparchive import ZipArchive
-from ..pickles import severity
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
 from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
@@ -104,14 +103,30 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             TORCHSCRIPT if is_script else TORCH_ZIP, result.obj, list(result.references),
             warnings, [source],
         )
-        if names.count(".pkl\n") > 1:  # only when there are other pickles (scan.py is a big import)
-            _scan_other_pickles(archive, pkl, loaded, options)
+        if not is_script:
+            unexpected = _unexpected_members(archive, prefix, names)
+            if unexpected:
+                loaded.metadata["unexpected_members"] = unexpected  # formats/findings.py walks them
         if is_script:
             loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)
             loaded.layout = "torchscript"
         return loaded
     finally:
         archive.close()  # reopened on demand if tensor data is read later
+
+
+# What torch.save writes beside data.pkl and data/<key>: anything else is walked statically (findings.py).
+_SAVED_MEMBERS = ("data.pkl", "version", ".format_version", ".storage_alignment", "byteorder",
+                  ".data/version", ".data/serialization_id")
+
+
+def _unexpected_members(archive: ZipArchive, prefix: str, joined: str) -> list[str]:
+    """Members torch.save never writes (``joined`` is every name between newlines); [] at C speed when none."""
+    known = sum(1 for n in _SAVED_MEMBERS if f"\n{prefix}{n}\n" in joined) + joined.count(f"\n{prefix}data/")
+    if known == len(archive.members) and not archive.duplicates:
+        return []
+    saved = {prefix + n for n in _SAVED_MEMBERS}
+    return [n for n in archive.names() if n not in saved and not n.startswith(prefix + "data/")]
 
 
 def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str]:
@@ -131,23 +146,6 @@ def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str
     if archive.duplicates:
         warnings.append(f"duplicate archive members: {', '.join(repr(n) for n in archive.duplicates[:5])}")
     return warnings
-
-
-def _scan_other_pickles(archive: ZipArchive, main: str, loaded: Loaded, options: ReadOptions) -> None:
-    """Report dangerous globals in every other pickle member without using its result."""
-    from ..pickles.scanner import scan_pickle_bytes
-
-    for name in archive.names():
-        if name == main or not name.endswith(".pkl") or name.endswith(".debug_pkl"):
-            continue
-        try:
-            data = archive.read(name, options.limits.max_pickle_bytes)
-        except InputError as exc:
-            loaded.warnings.append(f"could not read archive member {name!r}: {exc.message}")
-            continue
-        for ref in scan_pickle_bytes(data, where=name).globals:
-            if ref.severity != severity.SAFE:
-                loaded.references.append(ref)
 
 
 # --------------------------------------------------------------- TorchScript

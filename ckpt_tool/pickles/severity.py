@@ -153,6 +153,26 @@ DILL_DANGEROUS = frozenset(["_import_module", "_get_attr", "_eval_repr", "_setat
                             "_create_filehandle"])
 
 
+# Functions outside SAFE_GLOBALS that checkpoints legitimately call at load time and that only build data.
+INERT_CALLS = frozenset(
+    [
+        ("numpy.random._pickle", "__randomstate_ctor"), ("numpy.random._pickle", "__bit_generator_ctor"),
+        ("numpy.random._pickle", "__generator_ctor"), ("numpy", "array"), ("numpy", "asarray"),
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("torch._utils", "_rebuild_qtensor"), ("torch._utils", "_rebuild_sparse_tensor"),
+        ("torch._utils", "_rebuild_nested_tensor"), ("torch._utils", "_rebuild_device_tensor_from_numpy"),
+        ("torch._utils", "_rebuild_wrapper_subclass"), ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor"),
+        ("copyreg", "_reconstructor"), ("copy_reg", "_reconstructor"), ("collections", "namedtuple"),
+    ]
+)
+
+
+def function_like(name: str) -> bool:
+    """A name that reads as a function or method, not a class: its last part is not Capitalised."""
+    last = name.rpartition(".")[2]
+    return not last[:1].isupper()
+
+
 def _module_root_matches(module: str, names: frozenset[str]) -> bool:
     parts = module.split(".")
     return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))

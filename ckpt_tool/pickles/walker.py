@@ -73,6 +73,7 @@ class _Walker:
         self.seen: set[tuple[str, str]] = set()
         self.misused: set[tuple[str, str]] = set()  # idiom globals used some other way
         self.watching = False  # an idiom global has been named: track where it flows
+        self.called: set[tuple[str, str]] = set()
         self.opcodes = 0
         self.done = False
 
@@ -202,6 +203,9 @@ class _Walker:
     def call_global(self, func: Glob, args: object, how: str) -> object:
         key = (func.module, func.name)
         argv = args if isinstance(args, tuple) else ()
+        if how == "call" and key not in self.called:
+            self.called.add(key)
+            self.judge_call(key)
         if key in GETATTR and how == "call" and _dill_getattr(argv):
             return Glob("builtins", "setattr")
         if key in SETATTR and how == "call" and len(argv) == 3 and isinstance(argv[1], str):
@@ -226,6 +230,25 @@ class _Walker:
             return Stream(argv[0])
         value = _constant_call(func, argv, self)
         return Made(func) if value is None else value
+
+    def judge_call(self, key: tuple[str, str]) -> None:
+        """A function outside the allowlist, called at load time, runs code: never merely "unknown".
+
+        An unknown *class* called by REDUCE builds an object (read as an inert
+        placeholder); an unknown *function* is code the loader runs. The
+        allowlist names each callable, never a module, so any function-like
+        name (not Capitalised) that is not known-inert is dangerous when called.
+        """
+        index = next((i for i, g in enumerate(self.w.globals) if (g.module, g.name) == key), None)
+        if index is None or self.w.globals[index].severity != levels.SUSPICIOUS:
+            return
+        if (not levels.function_like(key[1]) or key in levels.INERT_CALLS or key in levels.INERT_IN_DANGEROUS
+                or key[0] in DILL):
+            return  # dill's by-value constructors have their own rules (severity.DILL_CONSTRUCTORS)
+        g = self.w.globals[index]
+        self.w.globals[index] = GlobalRef(g.module, g.name, levels.DANGEROUS, g.where)
+        self.finding(levels.DANGEROUS, f"calls the function {key[0]}.{key[1]} at load time; it is not on the "
+                     "allowlist of inert callables, so torch.load(weights_only=False) would run its code")
 
     # -- opcodes: constants ---------------------------------------------------------
     def load_proto(self) -> None:

@@ -5,7 +5,7 @@ import os
 import struct
 
 from ..errors import InputError, UnsupportedFormat
-from ..io.containers import LEGACY_MAGIC
+from ..io.containers import LEGACY_MAGIC, json_object_starts
 from ..io.source import open_regular
 
 TORCH_ZIP = "torch-zip"
@@ -102,9 +102,9 @@ def detect_bytes(head: bytes, size: int, path: str) -> str:
         return TORCH_LEGACY
     if len(head) >= 9:
         (n,) = struct.unpack_from("<Q", head)
-        if 2 <= n <= size - 8 and head[8:9] == b"{":
+        if 2 <= n <= size - 8 and json_object_starts(head[8:]):
             return SAFETENSORS
-        if n > size - 8 and head[8:9] == b"{" and path.endswith(".safetensors"):
+        if n > size - 8 and json_object_starts(head[8:]) and path.endswith(".safetensors"):
             raise InputError(f"truncated safetensors file: its header claims {n} bytes but only {size - 8} follow "
                              "(an interrupted download?)", path)
     if head[:1] == b"{" and path.endswith(".json"):

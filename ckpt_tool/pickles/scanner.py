@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..errors import CkptError, InputError
 from ..io.blob import Blob
-from ..io.containers import LEGACY_MAGIC, npy_pickle_offset, tar_members
+from ..io.containers import LEGACY_MAGIC, json_object_starts, npy_pickle_offset, tar_members
 from ..io.zipsweep import CorruptZip, member_blob, member_head, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
@@ -302,4 +302,4 @@ def is_safetensors(head: bytes, size: int) -> bool:
     if len(head) < 9:
         return False
     (n,) = struct.unpack_from("<Q", head)
-    return 2 <= n <= size - 8 and head[8:9] == b"{"
+    return 2 <= n <= size - 8 and json_object_starts(head[8:])

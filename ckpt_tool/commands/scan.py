@@ -27,7 +27,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from ..pickles import severity
 from ..pickles.scanner import (
-    DCP_DATA, ERROR, PICKLE, SAFETENSORS, TAR, TORCH_LEGACY, TORCH_ZIP, TORCHSCRIPT, UNKNOWN_FORMAT, Scanner,
+    DCP_DATA, ERROR, PICKLE, SAFETENSORS, TAR, TORCH_LEGACY, TORCH_ZIP, TORCHSCRIPT, UNKNOWN_FORMAT, ZIP, Scanner,
 )
 from ..pickles.walker import Finding
 
@@ -89,7 +89,7 @@ class ScanReport:
 
 
 # Formats a reader exists for: each file of these is also read, as inspect would read it.
-_READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR])
+_READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR, ZIP])
 
 
 def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,

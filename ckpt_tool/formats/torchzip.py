@@ -43,6 +43,28 @@ def _join(prefix: str, name: str) -> str:
     return prefix + name
 
 
+# torch 2.13 reads archive format versions 1..10 (caffe2/serialize/versions.h); the record is
+# ``.data/version`` or else ``version``.
+MIN_FORMAT_VERSION, MAX_FORMAT_VERSION = 1, 10
+
+
+def check_version(archive: ZipArchive, prefix: str) -> int:
+    """The archive's format version, refused where torch's reader refuses it."""
+    name = archive.resolve(prefix + ".data/version") or archive.resolve(prefix + "version")
+    if name is None:
+        raise InputError(f"zip archive is not a torch checkpoint: no {prefix + 'version'!r} record "
+                         "(torch.load refuses it: 'Expected hasRecord(\"version\")')", archive.path)
+    text = archive.read(name, 64, "--max-member-bytes").decode("latin-1")
+    found = re.match(r"\s*\+?(\d+)", text)
+    if found is None:
+        raise InputError(f"archive record {name!r} is not a version number: {text[:20]!r}", archive.path)
+    version = int(found.group(1))
+    if not MIN_FORMAT_VERSION <= version <= MAX_FORMAT_VERSION:
+        raise InputError(f"archive format version {version} is outside the {MIN_FORMAT_VERSION}.."
+                         f"{MAX_FORMAT_VERSION} torch reads (torch.load refuses it)", archive.path)
+    return version
+
+
 def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: str):
     """A persistent_load that turns torch's storage ids into LazyStorages."""
     cache: dict[str, LazyStorage] = {}
@@ -65,6 +87,9 @@ def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: s
             raise InputError(f"storage {key!r} has an invalid size", path)
         member = data_prefix + str(key)
         info = members.get(member)
+        if info is None and archive.resolve(member) is not None:  # torch's lookup ignores case
+            member = archive.resolve(member) or member
+            info = members.get(member)
         if info is None:
             raise InputError(f"storage {key!r} is named in data.pkl but archive member {member!r} is missing", path)
         nbytes = numel * dt.itemsize
@@ -84,11 +109,12 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
     archive = ZipArchive(path, options.limits.max_member_bytes)
     try:
         prefix = archive_prefix(archive)
-        pkl = _join(prefix, "data.pkl")
-        if pkl not in archive.members:
+        check_version(archive, prefix)
+        pkl = archive.resolve(_join(prefix, "data.pkl"))
+        if pkl is None:
             others = [n for n in archive.names() if n.endswith(".pkl")]
             hint = f" (it holds {', '.join(others[:3])})" if others else ""
-            raise InputError(f"zip archive is not a torch checkpoint: no {pkl!r}{hint}", path)
+            raise InputError(f"zip archive is not a torch checkpoint: no {_join(prefix, 'data.pkl')!r}{hint}", path)
         names = "\n" + "\n".join(archive.members) + "\n"  # substring tests at C speed (200,000 members)
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
         source = FileSource(path, archive.region, archive.close)

@@ -59,6 +59,7 @@ class ZipArchive:
         self._lookups = 0
         self._by_offset: list[tuple[int, str]] = []
         self._offsets: list[int] | None = None
+        self._folded: dict[str, str] | None = None
         try:
             self._read_central_directory()
         except BaseException:
@@ -131,7 +132,8 @@ class ZipArchive:
                     self.path,
                 )
             if name in members:
-                self.duplicates.append(name)
+                self.duplicates.append(name)  # torch's reader (miniz) finds the first: keep it
+                continue
             members[name] = new_member(Member, (name, hoff, csize, usize, method, crc, flags))
         if len(members) + len(self.duplicates) != count:
             raise InputError("corrupt zip archive: entry count does not match", self.path)
@@ -154,6 +156,16 @@ class ZipArchive:
     # -- members ---------------------------------------------------------------
     def names(self) -> list[str]:
         return list(self.members)
+
+    def resolve(self, name: str) -> str | None:
+        """The stored name torch's reader finds for ``name``: exact, else ignoring case (miniz's lookup)."""
+        if name in self.members:
+            return name
+        if self._folded is None:
+            self._folded = {}
+            for stored in self.members:
+                self._folded.setdefault(stored.lower(), stored)
+        return self._folded.get(name.lower())
 
     def data_offset(self, name: str) -> int:
         """Absolute offset of a member's (stored) bytes, validated against the file size."""

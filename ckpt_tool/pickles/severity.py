@@ -27,6 +27,7 @@ SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("torch._utils", "_rebuild_tensor"),
         ("torch._utils", "_rebuild_tensor_v2"),
         ("torch._utils", "_rebuild_tensor_v3"),
+        ("torch._utils", "_rebuild_qtensor"),
         ("torch._utils", "_rebuild_parameter"),
         ("torch._utils", "_rebuild_parameter_with_state"),
         ("torch._utils", "_rebuild_meta_tensor_no_storage"),
@@ -240,6 +241,8 @@ def _is_torch_dtype(name: str) -> bool:
 
     return name in dtypes.BY_NAME or name in (
         "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "cfloat", "cdouble", "half",
+        "per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+        "per_channel_affine_float_qparams",
         "float", "double", "long", "int", "short", "bool", "strided", "sparse_coo",
         "contiguous_format", "channels_last", "channels_last_3d", "preserve_format",
     )

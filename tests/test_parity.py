@@ -269,10 +269,24 @@ def parity_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list
 # ------------------------------------------------------------------ tests
 
 
+# Deliberate differences: each is listed, with its reason, in docs/security.md (checked below), and the
+# difference must stay exactly the rule named here (anything else is a regression).
+DELIBERATE = {
+    # torch cannot import the class's module here, so every loader fails; the contract reads unknown classes
+    # as inert placeholders, which is what lets ckpt inspect and migrate such files without their code.
+    "wo_unimportable_class": "(b)",
+}
+
+
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_parity(name: str, reference: dict[str, Any], ckpt_results: dict[str, Any]) -> None:
     case = BY_NAME[name]
     problems = parity_problems(case, reference[name], ckpt_results["cases"][name])
+    if name in DELIBERATE:
+        docs = (ROOT / "docs" / "security.md").read_text()
+        assert f"`{name}`" in docs, f"{name} differs deliberately but docs/security.md does not say why"
+        assert problems and all(p.startswith(DELIBERATE[name]) for p in problems), problems
+        return
     assert not problems, f"{name} ({case.cls}: {case.note}):\n  " + "\n  ".join(problems)
 
 

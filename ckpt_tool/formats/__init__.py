@@ -28,7 +28,7 @@ _READERS: dict[str, str] = {
     _detect.TORCH_LEGACY: "legacy:read_legacy",
     _detect.PICKLE: "picklefile:read_pickle",
     _detect.DCP: "dcp:read_dcp",
-    _detect.TORCH_TAR: "legacy:read_legacy_tar",
+    _detect.TORCH_TAR: "tar:read_legacy_tar",
 }
 
 

@@ -16,7 +16,7 @@ SAFETENSORS = "safetensors"
 SHARDED = "sharded"
 DCP = "dcp"
 DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
-TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints: recognised, read only with --unsafe
+TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints (formats/tar.py)
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
 # The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):

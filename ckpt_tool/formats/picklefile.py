@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 
+from ..errors import InputError
 from ..io.source import read_pickle_file
 from ..pickles.unpickler import restricted_load_stream
 from .base import Loaded, ReadOptions
@@ -29,6 +30,11 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
                                     limits=options.limits, read_blob=options.read_blob)
     warnings: list[str] = []
     rest = size - stream.tell()
+    if rest > 0 and type(result.obj) is int:
+        # An integer, then more pickles: the legacy torch.save layout with a magic number that is not torch's.
+        raise InputError(f"a pickled integer ({result.obj:#x}) followed by {rest} more bytes: the layout of a legacy "
+                         "torch.save file, but not its magic number (torch.load refuses it: 'Invalid magic number')",
+                         path)
     if rest > 0:
         warnings.append(f"{rest} bytes after the end of the pickle were not read (a second pickle?)")
     is_dill = any(ref.module in DILL_MODULES for ref in result.references)

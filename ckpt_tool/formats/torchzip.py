@@ -15,6 +15,7 @@ from ..io.source import FileSource
 from ..model import DataSource
 from ..io.ziparchive import ZipArchive
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
+from ..pickles.scanner import CVE_2025_32434_SCRIPT
 from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import TORCH_ZIP, TORCHSCRIPT
@@ -134,6 +135,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             if unexpected:
                 loaded.metadata["unexpected_members"] = unexpected  # formats/findings.py walks them
         if is_script:
+            loaded.warnings.append(CVE_2025_32434_SCRIPT)
             loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)
             loaded.layout = "torchscript"
         return loaded

@@ -217,7 +217,7 @@ def _severity(module: str, name: str) -> str:
         return DANGEROUS
     if (module, name) in DILL_MAIN or (module, name) in INERT_IN_DANGEROUS:
         return SUSPICIOUS
-    if module == "torch" and (name.endswith("Storage") or _is_torch_dtype(name)):
+    if module == "torch" and (name.endswith(("Storage", "Tensor")) or _is_torch_dtype(name)):
         return SAFE
     if module.startswith(SAFE_MODULE_PREFIXES):
         return SAFE

@@ -30,6 +30,7 @@ from .values import (
 
 __all__ = ["walk", "Walk", "Finding", "BytesRef", "NESTED_LOADERS"]
 
+TENSOR_MODULES = ("torch._utils", "torch._tensor")
 CVE_2026_24747 = ("CVE-2026-24747: SETITEM/SETITEMS applied to a {kind}, not a dict; torch.load(weights_only=True) "
                   "before torch 2.10 corrupts memory on it (code execution)")
 
@@ -182,6 +183,9 @@ class _Walker:
         self.mutate(target, how)
         kind = target.kind if isinstance(target, Container) else (
             type(target).__name__ if isinstance(target, (tuple, str, bytes, int, float, bool)) else None)
+        if (isinstance(target, Made) and isinstance(target.by, Glob) and target.by.module in TENSOR_MODULES
+                and target.by.name.startswith("_rebuild")):
+            kind = "tensor"
         if kind is not None and kind != "dict":
             self.finding(levels.DANGEROUS, CVE_2026_24747.format(kind=kind))
 
@@ -512,7 +516,10 @@ class _Walker:
         self.stack.append(UNKNOWN)
 
     def load_binpersid(self) -> None:
-        self.escape(self.pop())
+        pid = self.pop()
+        self.escape(pid)
+        if type(pid) is tuple and len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[2], str):
+            self.w.storage_keys.add(pid[2])
         self.stack.append(UNKNOWN)
 
     def load_stop(self) -> None:

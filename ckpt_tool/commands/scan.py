@@ -202,7 +202,7 @@ def scan_folder(path: str, limits: Limits) -> tuple[list[Any], list[str]]:
         dirs.sort()
         regions: dict[str, list[ItemRegion]] | None = None
         if ".metadata" in names:
-            regions = dcp_regions(os.path.join(root, ".metadata"))
+            regions = dcp_regions(os.path.join(root, ".metadata"), limits)
         for name in sorted(names):
             full = os.path.join(root, name)
             if name.endswith(".distcp") and ".metadata" in names:

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import os
-import struct
 
 from ..errors import InputError, UnsupportedFormat
-from ..io.containers import LEGACY_MAGIC, json_object_starts
+from ..io.containers import LEGACY_MAGIC, safetensors_header_length
 from ..io.source import open_regular
 
 TORCH_ZIP = "torch-zip"
@@ -100,11 +99,11 @@ def detect_bytes(head: bytes, size: int, path: str) -> str:
         return TORCH_LEGACY
     if head[:1] == b"\x80" and _LEGACY_LONG1 in head[:24]:
         return TORCH_LEGACY
-    if len(head) >= 9:
-        (n,) = struct.unpack_from("<Q", head)
-        if 2 <= n <= size - 8 and json_object_starts(head[8:]):
+    n = safetensors_header_length(head)
+    if n is not None:
+        if n <= size - 8:
             return SAFETENSORS
-        if n > size - 8 and json_object_starts(head[8:]) and path.endswith(".safetensors"):
+        if path.endswith(".safetensors"):
             raise InputError(f"truncated safetensors file: its header claims {n} bytes but only {size - 8} follow "
                              "(an interrupted download?)", path)
     if head[:1] == b"{" and path.endswith(".json"):

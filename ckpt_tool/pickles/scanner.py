@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import CkptError, InputError
 from ..io.blob import Blob
-from ..io.containers import LEGACY_MAGIC, json_object_starts, npy_pickle_offset, tar_members
+from ..io.containers import LEGACY_MAGIC, npy_pickle_offset, safetensors_header_length, tar_members
 from ..io.zipsweep import CorruptZip, member_blob, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
@@ -321,7 +320,5 @@ def classify_members(names: list[str], swept: bool) -> list[tuple[str, str]]:
 
 
 def is_safetensors(head: bytes, size: int) -> bool:
-    if len(head) < 9:
-        return False
-    (n,) = struct.unpack_from("<Q", head)
-    return 2 <= n <= size - 8 and json_object_starts(head[8:])
+    n = safetensors_header_length(head)
+    return n is not None and n <= size - 8

@@ -186,7 +186,7 @@ def _check_readable(scanner: Scanner, path: str, limits: Limits) -> None:
     and safetensors refuse is an error here too, never "safe").
     """
     try:
-        loaded = read_file(path, ReadOptions(limits=limits))
+        loaded = read_file(path, ReadOptions(limits=limits, walk=False))  # the scanner walked it already
     except CkptError as exc:
         scanner.errors.append(exc.message if exc.message.startswith(path) else f"{path}: {exc.message}")
         return

@@ -57,12 +57,14 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
         try:
             loaded = reader_for(fmt)(path, options)
         except InputError as exc:
+            if not options.walk:
+                raise
             from .findings import name_calls
 
             raise name_calls(path, exc, options.limits) from exc
         from .findings import join_walk, needs_walk
 
-        if needs_walk(loaded):
+        if options.walk and needs_walk(loaded):
             join_walk(loaded, path, options.limits)
     warning = _detect.extension_warning(path, loaded.format)
     if warning:

@@ -818,3 +818,35 @@ def test_a_tensor_rebuilt_from_a_non_storage_is_refused_cleanly(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "not a storage" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_deflated_storages_read_as_torch_reads_them(tmp_path, run_cli):
+    # torch.save stores members uncompressed, but torch.load inflates deflated ones (miniz): so does ckpt,
+    # for inspect, --stats, gate's NaN check and migrate alike.
+    import zipfile
+
+    src = tmp_path / "stored.pth"
+    torch.save({"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}, src)
+    path = tmp_path / "deflated.pth"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(path, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            info.compress_type = zipfile.ZIP_DEFLATED if "/data/" in info.filename else zipfile.ZIP_STORED
+            zout.writestr(info, data)
+    assert torch.equal(torch.load(path, weights_only=True)["w"], torch.load(src, weights_only=True)["w"])
+    assert run_cli("gate", str(path)).code == 0
+    r = run_cli("inspect", str(path), "--stats", "--json")
+    assert r.code == 0 and json.loads(r.out)["tensors"][0]["max"] == 5.0
+    out = tmp_path / "out.safetensors"
+    assert run_cli("migrate", str(path), "-o", str(out)).code == 0
+    from safetensors.torch import load_file
+
+    assert torch.equal(load_file(out)["w"], torch.load(src, weights_only=True)["w"])
+
+
+def test_python2_spellings_of_safe_builtins_are_safe(run_cli, tmp_path):
+    # protocol 2 pickles a range as __builtin__.xrange, which Python 3 maps to builtins.range
+    path = tmp_path / "r.pth"
+    torch.save({"w": torch.ones(1), "steps": range(3)}, path, pickle_protocol=2)
+    r = run_cli("scan", str(path), "--json")
+    assert r.code == 0, r.out

@@ -11,9 +11,8 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..io.source import FileSource
 from ..model import DataSource
-from ..io.ziparchive import ZipArchive
+from ..io.ziparchive import ZipArchive, ZipSource
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
 from ..pickles.scanner import CVE_2025_32434_SCRIPT
 from ..pickles.unpickler import restricted_loads
@@ -118,7 +117,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             raise InputError(f"zip archive is not a torch checkpoint: no {_join(prefix, 'data.pkl')!r}{hint}", path)
         names = "\n" + "\n".join(archive.members) + "\n"  # substring tests at C speed (200,000 members)
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
-        source = FileSource(path, archive.region, archive.close)
+        source = ZipSource(archive)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
         result = restricted_loads(
             data, where=pkl, path=path,

@@ -14,7 +14,7 @@ import zlib
 from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
-from .source import open_regular, pread_exact
+from .source import FileSource, open_regular, pread_exact
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -293,3 +293,43 @@ def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, i
         pos += 4 + size
     return usize, csize, hoff
 
+
+
+class ZipSource(FileSource):
+    """Storages that are members of a zip: stored ones read in place, deflated ones inflated when read.
+
+    torch writes storages stored, and reads deflated ones too (miniz inflates
+    them), so ckpt does: such a member is inflated once, on its first read,
+    and only that member is held in memory.
+    """
+
+    def __init__(self, archive: ZipArchive) -> None:
+        super().__init__(archive.path, self._stored_region, archive.close)
+        self.archive = archive
+        self._inflated: tuple[str, bytes] | None = None
+
+    def _stored_region(self, key: str) -> tuple[int, int]:
+        return self.archive.region(key)
+
+    def _deflated(self, key: str) -> bytes | None:
+        m = self.archive.members.get(key)
+        if m is None or m.method == 0:
+            return None
+        if self._inflated is None or self._inflated[0] != key:
+            self._inflated = (key, self.archive.read(key, self.archive.member_limit, "--max-member-bytes"))
+        return self._inflated[1]
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        data = self._deflated(key)
+        if data is None:
+            return super().read(key, offset, length)
+        if offset < 0 or length < 0 or offset + length > len(data):
+            raise InputError(f"storage {key!r} holds {len(data)} bytes but a tensor needs bytes "
+                             f"{offset}..{offset + length}", self.path)
+        return data[offset : offset + length]
+
+    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+        if self._deflated(key) is None:
+            super().read_into(key, offset, out)
+        else:
+            out[:] = self.read(key, offset, len(out))

@@ -141,6 +141,8 @@ SAFE_IN_DANGEROUS = frozenset(
     [("builtins", n) for n in SAFE_BUILTINS]
     + [("__builtin__", n) for n in SAFE_BUILTINS]
     + [("torch.serialization", "_get_layout")]
+    # Python 2 spellings that protocol 0-2 pickles use and Python 3 maps to safe builtins (_compat_pickle).
+    + [("__builtin__", n) for n in ("xrange", "unicode", "long", "basestring")]
 )
 # dill's by-value helpers build classes, functions and code objects without
 # running them; the ones that import or look up attributes are dangerous.

@@ -836,7 +836,7 @@ def test_deflated_storages_read_as_torch_reads_them(tmp_path, run_cli):
     assert torch.equal(torch.load(path, weights_only=True)["w"], torch.load(src, weights_only=True)["w"])
     assert run_cli("gate", str(path)).code == 0
     r = run_cli("inspect", str(path), "--stats", "--json")
-    assert r.code == 0 and json.loads(r.out)["tensors"][0]["max"] == 5.0
+    assert r.code == 0 and json.loads(r.out)["tensors"][0]["stats"]["max"] == 5.0
     out = tmp_path / "out.safetensors"
     assert run_cli("migrate", str(path), "-o", str(out)).code == 0
     from safetensors.torch import load_file

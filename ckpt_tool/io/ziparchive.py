@@ -162,6 +162,9 @@ class ZipArchive:
         if name in self.members:
             return name
         if self._folded is None:
+            joined = "\n".join(self.members)
+            if joined == joined.lower() and name == name.lower():
+                return None  # no name has a capital letter (torch.save's archives): nothing to fold
             self._folded = {}
             for stored in self.members:
                 self._folded.setdefault(stored.lower(), stored)

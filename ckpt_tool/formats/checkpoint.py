@@ -177,7 +177,7 @@ def _checkpoint(
         # a reader that built the tensors itself has only tensors at its top level: no framework keys
         framework=loaded.framework or (None if loaded.tensors is not None else detect_framework(root)),
         candidates=tuple(candidates), references=tuple(loaded.references), warnings=tuple(warnings),
-        root=root, sources=sources,
+        root=root, sources=sources, weights_only=loaded.weights_only,
     )
 
 

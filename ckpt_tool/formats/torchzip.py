@@ -14,7 +14,7 @@ from ..errors import InputError, LimitExceeded
 from ..io.source import FileSource
 from ..model import DataSource
 from ..io.ziparchive import ZipArchive
-from ..pickles import severity
+from ..pickles import severity, wo_input
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
 from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
@@ -94,10 +94,11 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
         source = FileSource(path, archive.region, archive.close)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
+        seen: set[int] = set()  # for the weights_only prediction (pickles/wo_input.py)
         result = restricted_loads(
             data, where=pkl, path=path,
             persistent_load=storage_loader(archive, prefix, source, path),
-            limits=options.limits, read_blob=options.read_blob,
+            limits=options.limits, read_blob=options.read_blob, opcodes=seen,
         )
         warnings = _archive_warnings(archive, prefix, names)
         loaded = Loaded(
@@ -106,6 +107,8 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         )
         if names.count(".pkl\n") > 1:  # only when there are other pickles (scan.py is a big import)
             _scan_other_pickles(archive, pkl, loaded, options)
+        loaded.weights_only = wo_input.read(wo_input.TORCHSCRIPT if is_script else wo_input.ZIP, path,
+                                            [(data, seen, result.references, pkl)])
         if is_script:
             loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)
             loaded.layout = "torchscript"

@@ -23,7 +23,10 @@ Design
   "global"|"unknown")`` or the ``Obj("call", ...)`` that made it);
   ``persistent_ids`` (the first element of each persistent id when it is a
   constant str, else ``"?"``); ``error`` (the pickle is malformed).
-* ``container``: "zip", "legacy", "torchscript" or "tar" (the detector knows).
+* ``container``: "zip", "legacy", "torchscript", "tar" or "pickle" (a plain
+  pickle or dill file: torch.load reads it as the legacy format and refuses
+  it for its missing magic number, after its weights_only unpickler has
+  judged the pickle).
 * The verdict: ``loads``; ``needs``, sorted "module.name" strings to pass to
   ``torch.serialization.add_safe_globals``/``safe_globals`` (names as in the
   pickle after torch's py2 name mapping, plus types torch checks that the
@@ -48,6 +51,7 @@ files read with NumPy 2: ``numpy.core.multiarray.*`` objects now say
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -62,6 +66,7 @@ class WeightsOnlyVerdict:
     torch: str
     reason: str | None = None
     default_weights_only: bool = True
+    applies: bool = True  # False: torch.load is not how the input is read (a DCP folder, ...); ``reason`` says why
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class Rules:
     refuses_torchscript: bool  # weights_only on a TorchScript zip raises (before: torch.jit.load ran it, CVE-2025-32434)
     refuses_tar: bool  # the torch 0.1 tar format is refused
     default_weights_only: bool  # torch.load's default
+    reads_safetensors: bool = False  # a path ending in .safetensors goes to safetensors.torch.load_file
 
 
 # ---- the allowlist of torch 2.4 (_get_allowed_globals), then what each version added
@@ -111,6 +117,7 @@ CHANGES: tuple[tuple[tuple[int, int], tuple[str, ...], dict[str, bool]], ...] = 
     ((2, 6), ("builtins.complex", *(f"torch.{p}int{i}" for p in ("", "u") for i in range(1, 8))),
      {"refuses_torchscript": True, "refuses_tar": True, "default_weights_only": True}),
     ((2, 10), (), {"setitem_only_dicts": True}),  # CVE-2026-24747 fix (SETITEM(S) target check)
+    ((2, 13), (), {"reads_safetensors": True}),  # pytorch#170592 (seen in 2.13's torch.serialization.load)
 )
 NEWEST = (2, 13)
 
@@ -160,6 +167,11 @@ _BUILTIN_CLASSES = frozenset(["set", "frozenset", "bytearray", "bytes", "complex
 _TENSOR_MAKERS = frozenset(f"torch._utils.{f}" for f in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3"))
 
 
+PLAIN_PICKLE = ("a plain pickle, not a torch.save file: torch.load reads it as the legacy format and refuses it "
+                "('Invalid magic number'); convert it with ckpt migrate")
+
+
+@functools.cache
 def torch_version_default() -> str:
     """The installed torch's version (read from its metadata: importing torch costs a second), else the newest."""
     try:
@@ -187,6 +199,11 @@ def _map(pair: Pair, protocol: int, rules: Rules) -> str:
         elif module in IMPORT_MAPPING:
             module = IMPORT_MAPPING[module]
     return f"{module}.{name}"
+
+
+def torch_name(pair: Pair, protocol: int, rules: Rules) -> str:
+    """``module.name`` as torch's weights_only unpickler looks it up (after its py2 name mapping)."""
+    return _map(pair, protocol, rules)
 
 
 def _result_type(obj: Obj, protocol: int, rules: Rules) -> str | None:
@@ -290,6 +307,8 @@ def predict(
     reason = None
     for facts in [pickles] if isinstance(pickles, PickleFacts) else pickles:
         reason = reason or _check_pickle(facts, rules, needs)
+    if container == "pickle":
+        reason = reason or PLAIN_PICKLE
     return replace(verdict, loads=not needs and reason is None, needs=tuple(sorted(needs)), reason=reason)
 
 
@@ -303,5 +322,6 @@ __all__ = [
     "facts_from_pickle",
     "predict",
     "rules_for",
+    "torch_name",
     "torch_version_default",
 ]

@@ -100,7 +100,8 @@ class WeightsOnlyReport:
             out.append(f"    {self.fix}")
         sanitize = self.sanitize_command
         if sanitize is not None:
-            out.append(f"  {'or convert' if self.fix else 'convert'} the metadata to plain types: {sanitize}")
+            out.append(f"  {'or rewrite' if self.fix else 'rewrite'} it with plain metadata (no allowlist needed): "
+                       f"{sanitize}")
         return out
 
 
@@ -144,6 +145,8 @@ def _split(need: str, modules: dict[str, str]) -> tuple[str, str]:
 def _import_for(module: str) -> str:
     """The module the fix imports: NumPy's own submodules come with ``import numpy``."""
     head = module.split(".")[0]
+    if head == "torch":
+        return "torch"
     if head == "numpy" and module.split(".")[1:2] in ([], ["core"], ["_core"], ["dtypes"]):
         return "numpy"
     return module

@@ -108,7 +108,8 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         if names.count(".pkl\n") > 1:  # only when there are other pickles (scan.py is a big import)
             _scan_other_pickles(archive, pkl, loaded, options)
         loaded.weights_only = wo_input.read(wo_input.TORCHSCRIPT if is_script else wo_input.ZIP, path,
-                                            [(data, seen, result.references, pkl)])
+                                            [(data, seen, result.references, pkl)],
+                                            wo_input.zip_version(archive, prefix))
         if is_script:
             loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)
             loaded.layout = "torchscript"

@@ -240,20 +240,27 @@ def _describe(target: Obj, kind: str | None, protocol: int, rules: Rules) -> str
 
 
 def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | None:
-    """Add what ``facts`` needs allowlisted to ``needs``; return why it can never load, if so."""
-    if facts.error:
-        return f"the pickle is malformed ({facts.error})"
+    """Add what ``facts`` needs allowlisted to ``needs``; return why it can never load, if so.
+
+    Every global outside the allowlist is in ``needs``, also when the pickle
+    can never load (torch may name any of them first); the fix is only
+    offered when there is no reason.
+    """
+    reason = f"the pickle is malformed ({facts.error})" if facts.error else None
     bad = sorted(facts.opcodes - SUPPORTED_OPCODES)
     if bad:
-        return f"opcode(s) {', '.join(bad)} are refused by the weights_only unpickler (protocol {facts.protocol})"
+        reason = reason or (f"opcode(s) {', '.join(bad)} are refused by the weights_only unpickler "
+                            f"(protocol {facts.protocol})")
     proto = facts.protocol
     for pair in facts.globals:
         full = _map(pair, proto, rules)
         module = IMPORT_MAPPING.get(pair[0], pair[0]) if pair not in NAME_MAPPING else NAME_MAPPING[pair][0]
         if module in BLOCKED_MODULES:
-            return f"global {full} is in a module torch blocks even when allowlisted"
+            reason = reason or f"global {full} is in a module torch blocks even when allowlisted"
         if full not in rules.allowed:
             needs.add(full)
+    if reason is not None:
+        return reason
     for call in facts.calls:
         if call.name is None:
             return f"{call.opcode} calls an object built at load time, which is never allowlisted"

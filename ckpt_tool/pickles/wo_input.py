@@ -25,16 +25,19 @@ from __future__ import annotations
 
 import functools
 import pickletools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import dtypes
+from ..errors import CkptError
 from .weights_only import (
     BLOCKED_MODULES, SUPPORTED_OPCODES, TABLE, Pair, PickleFacts, WeightsOnlyVerdict, facts_from_pickle, predict,
     rules_for, torch_name,
 )
 
+MAX_ZIP_VERSION = 10  # caffe2::serialize::kMaxSupportedFileFormatVersion (torch 2.4 to 2.13)
 SMALL_PICKLE = 64 << 10  # bytes: a pickle this small always gets the exact symbolic walk (~20 ms at most)
 
 _TENSOR_REBUILDS = ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
@@ -123,9 +126,36 @@ class WeightsOnlyInput:
     path: str = ""
     parts: tuple[tuple[str, WeightsOnlyInput | None], ...] = ()  # sharded: (shard file, its input)
     note: str = ""  # container OTHER: what reads the input instead of torch.load
+    version_record: bytes | None = None  # a zip's format version record (None: the archive has none)
 
 
-def read(container: str, path: str, pickles: Iterable[tuple[Any, ...]]) -> WeightsOnlyInput:
+def zip_version(archive: Any, prefix: str) -> bytes | None:
+    """The archive's format version record as torch's zip reader takes it (``.data/version``, else ``version``)."""
+    for name in (f"{prefix}.data/version", f"{prefix}version"):
+        if name in archive.members:
+            try:
+                return archive.read(name, 1 << 10)
+            except CkptError:
+                return b"?"  # unreadable (too long, encrypted, ...): torch cannot parse it either
+    return None
+
+
+def _version_problem(record: bytes | None) -> str | None:
+    """Why torch's zip reader refuses the archive's version record (it reads versions 1 to 10), or None."""
+    if record is None:
+        return "the archive has no version record, which torch's zip reader requires"
+    m = re.match(rb"\s*\+?([0-9]+)", record)
+    if m is None:
+        return f"the archive's version record {record[:20]!r} is not a number"
+    version = int(m.group(1))
+    if not 1 <= version <= MAX_ZIP_VERSION:
+        return (f"the archive says format version {version}; torch reads versions 1 to {MAX_ZIP_VERSION} "
+                "(a newer or corrupt file)")
+    return None
+
+
+def read(container: str, path: str, pickles: Iterable[tuple[Any, ...]],
+         version_record: bytes | None = None) -> WeightsOnlyInput:
     """A reader's input: per pickle (bytes, opcodes the guard saw, the unpickler's GlobalRefs, its ``where``[,
     persistent id kinds other than "storage"]).
 
@@ -136,7 +166,7 @@ def read(container: str, path: str, pickles: Iterable[tuple[Any, ...]]) -> Weigh
     for data, seen, refs, where, *pids in pickles:
         pairs = [(r.module, r.name) for r in refs if r.where == where]
         out.append(pickle_input(data, seen, pairs, tuple(pids[0]) if pids else ()))
-    return WeightsOnlyInput(container, tuple(out), path)
+    return WeightsOnlyInput(container, tuple(out), path, version_record=version_record)
 
 
 def predict_input(inp: WeightsOnlyInput, torch_version: str | None = None) -> WeightsOnlyVerdict:
@@ -145,6 +175,9 @@ def predict_input(inp: WeightsOnlyInput, torch_version: str | None = None) -> We
     version = f"{rules.version[0]}.{rules.version[1]}"
     base = WeightsOnlyVerdict(True, (), version, None, rules.default_weights_only)
     c = inp.container
+    problem = _version_problem(inp.version_record) if c in (ZIP, TORCHSCRIPT) else None
+    if problem is not None:
+        return replace(base, loads=False, reason=problem)
     if c in (ZIP, LEGACY, PICKLE):
         return predict([pickle_facts(p, torch_version) for p in inp.pickles], torch_version, container=c)
     if c in (TORCHSCRIPT, TAR):

@@ -64,8 +64,10 @@ def _same(a, b, where="") -> list[str]:
     if type(a) is not type(b):
         return [f"{where}: {type(a).__name__} != {type(b).__name__}"]
     if isinstance(a, torch.Tensor):
-        ok = a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and \
-            a.contiguous().reshape(-1).view(torch.uint8).tolist() == b.contiguous().reshape(-1).view(torch.uint8).tolist()
+        def raw(t):
+            return t.contiguous().reshape(-1).view(torch.uint8).tolist()
+
+        ok = a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and raw(a) == raw(b)
         return [] if ok else [f"{where}: tensors differ"]
     if isinstance(a, np.ndarray):
         return [] if a.dtype == b.dtype and np.array_equal(a, b) else [f"{where}: arrays differ"]

@@ -84,8 +84,9 @@ class WeightsOnlyReport:
         if self.loads:
             return f"torch.load(weights_only=True) loads it ({rules})"
         if self.dangerous:
+            them = "it" if len(self.dangerous) == 1 else "them"
             return (f"torch.load(weights_only=True) refuses it ({rules}): it needs {', '.join(self.dangerous)}, "
-                    "which can run code: never allowlist it")
+                    f"which can run code: never allowlist {them}")
         if self.reason is not None:
             return f"torch.load(weights_only=True) refuses it ({rules}): {self.reason}; no allowlist helps"
         return f"torch.load(weights_only=True) refuses it ({rules}): needs {', '.join(self.needs)}"

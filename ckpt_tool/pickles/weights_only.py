@@ -261,6 +261,9 @@ def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | No
             needs.add(full)
     if reason is not None:
         return reason
+    for pid in facts.persistent_ids:  # before the calls: a legacy module's class comes from its persistent id
+        if pid != "storage":
+            return f"persistent id {pid!r}: only storages may be loaded by persistent id"
     for call in facts.calls:
         if call.name is None:
             return f"{call.opcode} calls an object built at load time, which is never allowlisted"
@@ -288,9 +291,6 @@ def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | No
         kind = _result_type(target, proto, rules) if target.kind == "call" else target.kind
         if kind not in ("list", "builtins.list"):
             return f"APPEND(S) on {_describe(target, kind, proto, rules)}: only plain lists can be appended to"
-    for pid in facts.persistent_ids:
-        if pid != "storage":
-            return f"persistent id {pid!r}: only storages may be loaded by persistent id"
     return None
 
 

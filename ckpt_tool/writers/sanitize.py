@@ -20,6 +20,7 @@ placeholders already hold everything that is written.
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Mapping
 from typing import Any
@@ -107,6 +108,9 @@ class Sanitizer:
 
     def real_object(self, obj: Any, where: str, depth: int) -> Any:
         """An object --unsafe built for real: an enum's value, a NumPy value's item, else its __dict__."""
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.Tensor):
+            return obj  # a real tensor (--unsafe): written as a tensor
         cls = type(obj)
         name = f"{cls.__module__}.{cls.__qualname__}"
         value = getattr(obj, "value", None) if hasattr(cls, "__members__") else None
@@ -122,7 +126,8 @@ class Sanitizer:
         state = getattr(obj, "__dict__", None)
         if isinstance(state, dict):
             self.note(where, f"{name} -> dict")
-            return {"__class__": name, **{str(k): self(v, self.sub(where, k), depth + 1) for k, v in state.items()}}
+            plain = {str(k): self(v, self.sub(where, k), depth + 1) for k, v in state.items()}
+            return plain if name == "argparse.Namespace" else {"__class__": name, **plain}
         self.note(where, f"{name} -> its repr")
         return repr(obj)
 

@@ -58,7 +58,8 @@ class WeightsOnlyReport:
         """``ckpt migrate --sanitize`` turns the metadata into types weights_only accepts (torch files only)."""
         if self.loads or not self.applies or self.dangerous or os.path.isdir(self.path):
             return None
-        root, ext = os.path.splitext(self.path)
+        local = self.path.rsplit("/", 1)[-1] if "://" in self.path else self.path  # a URL: write beside you
+        root, ext = os.path.splitext(local)
         out = f"{root}.weights_only{ext if ext in ('.pth', '.pt', '.bin', '.ckpt') else '.pth'}"
         return f"ckpt migrate {shlex.quote(self.path)} -o {shlex.quote(out)} --sanitize"
 

@@ -78,6 +78,10 @@ class _Bars:
 @click.option("--max-shard-size", default=None, metavar="SIZE",
               help="Write a sharded safetensors folder with shards of at most SIZE (5GB, 500MB, 2GiB).")
 @click.option("--state-dict-only", is_flag=True, help="Write only the weights, not epoch/optimizer/args metadata.")
+@click.option("--sanitize", is_flag=True,
+              help="Rewrite the metadata into types torch.load(weights_only=True) accepts (Namespace -> dict, NumPy "
+                   "-> numbers and tensors, enums -> values, other objects -> dicts) and prove the output loads "
+                   "that way (torch files; lists each conversion).")
 @click.option("--force", is_flag=True, help="Replace an existing OUT (only after the new one is written and verified).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (old key -> new key, dropped, cast); write nothing.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
@@ -90,8 +94,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                     add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
                     rules_file: str | None, target: str | None, target_kwargs: str | None, auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
-                    state_dict_only: bool, force: bool, dry_run: bool, verify: bool, unsafe: bool, as_json: bool,
-                    quiet: bool, **kwargs: Any) -> int:
+                    state_dict_only: bool, sanitize: bool, force: bool, dry_run: bool, verify: bool, unsafe: bool,
+                    as_json: bool, quiet: bool, **kwargs: Any) -> int:
     """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
 
     Rules apply in this order: --key, --strip-prefix, --add-prefix, --rename,
@@ -128,7 +132,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
             src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename, drop=drop,
             dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
             allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size,
-            state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
+            state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify,
+            unsafe=unsafe,
             limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
         )
         keep_until_exit(report)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..keys.infer import Suggestion
+    from .weights_only import WeightsOnlyReport
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class DiffReport:
     key_b: str | None = None
     target_kwargs: Mapping[str, Any] = field(default_factory=dict)
     plain_tensor_attributes: tuple[str, ...] = ()
+    # torch.load(weights_only=True) of each side (b: None for a --target); never part of ``equal``
+    weights_only_a: WeightsOnlyReport | None = None
+    weights_only_b: WeightsOnlyReport | None = None
 
     @property
     def metadata_differs(self) -> bool:
@@ -138,4 +142,8 @@ class DiffReport:
             "suggestion": suggestion,
             "plain_tensor_attributes": list(self.plain_tensor_attributes),
             "warnings": list(self.warnings),
+            "weights_only": {
+                "a": self.weights_only_a.to_json() if self.weights_only_a is not None else None,
+                "b": self.weights_only_b.to_json() if self.weights_only_b is not None else None,
+            },
         }

@@ -11,6 +11,7 @@ from ..formats import load
 from ..keys import rules
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
+from .weights_only import WeightsOnlyReport, assess
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class InspectReport:
     stats: dict[str, TensorStats] | None = None
     file_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
+    weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (see commands/weights_only.py)
 
     def to_json(self, *, tensors: bool = True) -> dict[str, Any]:
         """The --json document; ``tensors=False`` leaves the tensor list empty (render.inspect writes it)."""
@@ -74,6 +76,7 @@ class InspectReport:
                 for r in c.references
             ],
             "warnings": list(self.warnings),
+            "weights_only": self.weights_only.to_json() if self.weights_only is not None else None,
         }
 
 
@@ -146,8 +149,13 @@ def inspect(
     limits: Limits = DEFAULT_LIMITS,
     progress: Callable[[TensorMeta], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    torch_version: str | None = None,
 ) -> InspectReport:
-    """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true."""
+    """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true.
+
+    ``torch_version`` picks the torch whose weights_only rules the prediction
+    applies (default: the installed torch, else the newest known).
+    """
     ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
     per_tensor = None
     if stats:
@@ -172,6 +180,7 @@ def inspect(
         stats=per_tensor,
         file_bytes=size,
         warnings=ckpt.warnings,
+        weights_only=assess(ckpt, torch_version),
     )
 
 

@@ -13,6 +13,7 @@ from .. import dtypes
 from ..errors import InputError, LimitExceeded
 from ..model import DataSource
 from ..io.ziparchive import ZipArchive, ZipSource
+from ..pickles import wo_input
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
 from ..pickles.scanner import CVE_2025_32434_SCRIPT
 from ..pickles.unpickler import restricted_loads
@@ -109,7 +110,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
     archive = ZipArchive(path, options.limits.max_member_bytes)
     try:
         prefix = archive_prefix(archive)
-        check_version(archive, prefix)
+        version = check_version(archive, prefix)
         pkl = archive.resolve(_join(prefix, "data.pkl"))
         if pkl is None:
             others = [n for n in archive.names() if n.endswith(".pkl")]
@@ -119,10 +120,11 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
         source = ZipSource(archive)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
+        seen: set[int] = set()  # for the weights_only prediction (pickles/wo_input.py)
         result = restricted_loads(
             data, where=pkl, path=path,
             persistent_load=storage_loader(archive, prefix, source, path),
-            limits=options.limits, read_blob=options.read_blob,
+            limits=options.limits, read_blob=options.read_blob, opcodes=seen,
         )
         warnings = _archive_warnings(archive, prefix, names)
         loaded = Loaded(
@@ -133,6 +135,8 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             unexpected = _unexpected_members(archive, prefix, names)
             if unexpected:
                 loaded.metadata["unexpected_members"] = unexpected  # formats/findings.py walks them
+        loaded.weights_only = wo_input.read(wo_input.TORCHSCRIPT if is_script else wo_input.ZIP, path,
+                                            [(data, seen, result.references, pkl)], str(version).encode())
         if is_script:
             loaded.warnings.append(CVE_2025_32434_SCRIPT)
             loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)

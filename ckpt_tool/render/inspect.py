@@ -84,6 +84,10 @@ def summary_lines(report: InspectReport) -> list[str]:
     if c.metadata:
         keys = sorted(str(k) for k in c.metadata)
         lines.append("metadata:   " + ", ".join(keys[:12]) + (" ..." if len(keys) > 12 else ""))
+    if report.weights_only is not None:
+        first, *rest = report.weights_only.lines()
+        lines.append(f"weights_only: {first}")
+        lines.extend(f"            {line}" for line in rest)
     return lines
 
 

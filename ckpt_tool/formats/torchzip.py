@@ -87,8 +87,8 @@ def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: s
         if type(numel) is not int or numel < 0:
             raise InputError(f"storage {key!r} has an invalid size", path)
         member = data_prefix + str(key)
-        info = members.get(member)
-        if info is None and archive.resolve(member) is not None:  # torch's lookup ignores case
+        info = None if archive.duplicates else members.get(member)
+        if info is None:  # a case-folded or duplicated name: the member torch's lookup finds
             member = archive.resolve(member) or member
             info = members.get(member)
         if info is None:

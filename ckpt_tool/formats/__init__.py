@@ -88,6 +88,8 @@ def _weights_only_input(path: str, fmt: str, options: ReadOptions) -> wo_input.W
     """What torch.load(weights_only=True) meets in a file whose reader recorded nothing (see wo_input.py)."""
     if fmt == _detect.SAFETENSORS:
         return wo_input.WeightsOnlyInput(wo_input.SAFETENSORS, path=path)
+    if fmt == _detect.TORCH_TAR:  # torch >= 2.6 refuses the tar format under weights_only whatever it holds
+        return wo_input.WeightsOnlyInput(wo_input.TAR, path=path)
     if fmt == _detect.DCP:
         return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
             "a torch.distributed.checkpoint folder: torch.distributed.checkpoint.load reads it, not torch.load"))

@@ -29,6 +29,7 @@ _READERS: dict[str, str] = {
     _detect.PICKLE: "picklefile:read_pickle",
     _detect.DCP: "dcp:read_dcp",
     _detect.TORCH_TAR: "legacy:read_legacy_tar",
+    _detect.DEEPSPEED: "deepspeed:read_deepspeed",
 }
 
 

@@ -155,6 +155,10 @@ class DcpStreamSource(DataSource):
         self._placed[key] = True
         return True
 
+    def file_pieces(self, key: str, offset: int, length: int) -> list[Segment] | None:
+        """Byte ranges of the shard files for a streamed tensor (writers copy them in the kernel)."""
+        return self._segments.file_pieces(key, offset, length) if self._plan(key) else None
+
     def read(self, key: str, offset: int, length: int) -> bytes:
         if self._plan(key):
             return self._segments.read(key, offset, length)

@@ -15,6 +15,7 @@ from itertools import accumulate
 from typing import Iterator, NamedTuple, Sequence
 
 from ..errors import InputError
+from ..io.source import FileSource
 from ..model import DataSource
 
 
@@ -111,6 +112,11 @@ class SegmentSource(DataSource):
                 yield Segment(seg.source, seg.key, seg.offset + local, take)
                 pos += take
             i += 1
+
+    def file_pieces(self, key: str, offset: int, length: int) -> list[Segment] | None:
+        """The pieces when every one is a region of a plain file (writers copy those in the kernel), else None."""
+        found = list(self.pieces(key, offset, length))
+        return found if all(type(s.source) is FileSource for s in found) else None
 
     def read(self, key: str, offset: int, length: int) -> bytes:
         parts = [s.source.read(s.key, s.offset, s.length) for s in self.pieces(key, offset, length)]

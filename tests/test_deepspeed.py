@@ -110,10 +110,16 @@ def test_inspect_reads_no_tensor_data_and_never_the_adam_moments(monkeypatch, ru
         assert doc["metadata"]["optimizer"]["state"]["exp_avg"].endswith("(not read)")
 
 
+def test_one_rank_file_points_at_the_folder(run_cli):
+    r = run_cli("inspect", str(DS / "zero3_fp32" / "global_step1" / "zero_pp_rank_1_mp_rank_00_model_states.pt"))
+    assert r.code == 0 and f"ckpt inspect {DS / 'zero3_fp32'}` reads the consolidated model" in r.out
+
+
 def test_inspect_text_says_what_deepspeed_would_drop(run_cli):
     r = run_cli("inspect", str(DS / "zero1_bf16"))
     assert r.code == 0, r
     assert "frozen.weight" in r.out and "leaves them out of ZeRO-1" in r.out
+    assert "training:   DeepSpeed ZeRO-1, 2 rank(s), bfloat16, tag global_step1" in r.out
     r = run_cli("inspect", str(DS / "zero3_bf16"))
     assert "bfloat16, the dtype they were trained in" in r.out
 

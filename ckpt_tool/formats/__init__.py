@@ -59,6 +59,12 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)
+    if fmt == _detect.TORCH_ZIP:
+        from .deepspeed_files import rank_file_hint
+
+        hint = rank_file_hint(path)
+        if hint:
+            loaded.warnings.insert(0, hint)
     return loaded
 
 

@@ -125,3 +125,15 @@ def check_ranks(files: tuple[tuple[int, str], ...], what: str, folder: str) -> N
         missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
         raise InputError(f"{what} files of rank(s) {', '.join(map(str, missing[:5]))} are missing: the checkpoint "
                          "is incomplete (a rank did not save, or was not copied)", folder)
+
+
+def rank_file_hint(path: str) -> str | None:
+    """For one rank's file of a DeepSpeed checkpoint: where the consolidated model is read from."""
+    name = os.path.basename(path)
+    if not (_MODEL.match(name) or _OPTIM.match(name)):
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    run = os.path.dirname(folder)
+    whole = run if os.path.isfile(os.path.join(run, LATEST)) else folder
+    return (f"{name} is one file of a DeepSpeed checkpoint; `ckpt inspect {whole}` reads the consolidated "
+            "model (the fp32 master weights assembled from every rank)")

@@ -96,8 +96,9 @@ def fingerprint(header: bytes, units: Sequence[Unit]) -> str:
     return h.hexdigest()
 
 
-def write_share(path: str, units: Sequence[Unit], indices: Sequence[int], on_bytes: Any = None) -> int:
-    return sum(write_unit(path, units[i], on_bytes) for i in indices)
+def write_share(path: str, units: Sequence[Unit], indices: Sequence[int], on_bytes: Any = None,
+                sync: bool = True) -> int:
+    return sum(write_unit(path, units[i], on_bytes, sync) for i in indices)
 
 
 def verify_share(path: str, fmt: str, units: Sequence[Unit], indices: Sequence[int], limits: Limits) -> list[str]:
@@ -154,7 +155,7 @@ def _child(conn: Connection, spec: Spec, index: int) -> None:
     try:
         units, ck = replan(spec)
         indices = assign(units, spec.count)[index]
-        conn.send(("written", write_share(spec.path, units, indices)))
+        conn.send(("written", write_share(spec.path, units, indices, sync=False)))  # the owner fsyncs
         if conn.recv() == "verify":
             conn.send(("verified", verify_share(spec.path, spec.fmt, units, indices, spec.limits)
                        if spec.verify else []))
@@ -248,7 +249,7 @@ def write_parallel(job: Any, spec: Spec, dist: Dist | None) -> dict[str, Any]:
             os.ftruncate(tmp.fd, len(header) + sum(t.nbytes for t in stored))
         if dist is not None:
             path = dist.broadcast(path)
-        outcome = _run(job, replace(spec, path=path), units, mine, dist)
+        outcome = _run(job, replace(spec, path=path), units, mine, dist, tmp)
         if leader:
             outcome = _finish(job, tmp, units, outcome)
         if dist is not None:
@@ -256,7 +257,7 @@ def write_parallel(job: Any, spec: Spec, dist: Dist | None) -> dict[str, Any]:
     return outcome
 
 
-def _run(job: Any, spec: Spec, units: list[Unit], mine: list[int], dist: Dist | None) -> dict[str, Any]:
+def _run(job: Any, spec: Spec, units: list[Unit], mine: list[int], dist: Dist | None, tmp: Any) -> dict[str, Any]:
     """Write every share and verify it; the failures found."""
     p = job.progress
     p.start("writing", sum(u.nbytes for u in units))
@@ -264,7 +265,7 @@ def _run(job: Any, spec: Spec, units: list[Unit], mine: list[int], dist: Dist | 
     try:
         error: tuple[type, str] | None = None
         try:
-            write_share(spec.path, units, mine, p.advance)
+            write_share(spec.path, units, mine, p.advance, sync=dist is not None)
         except (CkptError, OSError) as exc:
             if dist is None:
                 raise
@@ -278,6 +279,8 @@ def _run(job: Any, spec: Spec, units: list[Unit], mine: list[int], dist: Dist | 
             if errors:
                 raise errors[0][0](errors[0][1])
         p.done()
+        if dist is None:
+            tmp.finish(background=job.verify)  # one fsync of every writer's pages, overlapping the verification
         if (dist is None or dist.leader) and job.after_write is not None:
             job.after_write(spec.path)
         if dist is not None:
@@ -311,13 +314,16 @@ def _finish(job: Any, tmp: Any, units: list[Unit], outcome: dict[str, Any]) -> d
         fd = tmp.create(INDEX_NAME)
         try:
             write_all(fd, index_bytes([u.shard for u in units if u.shard is not None]))
+            os.fsync(fd)
         finally:
             os.close(fd)
+        atomic.fsync_dir(tmp.path)
         big = [t.key for u in units for t in u.tensors if t.nbytes > (job.shard_bytes or 1)]
         if big:
             job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "
                                 f"of their own: {', '.join(big[:3])}")
-    tmp.finish()
+    if job.dist is not None:
+        tmp.finish()  # the ranks fsynced their own writes; this flushes the owner's (publish waits for a background one)
     verified: dict[str, bool] = {}
     if job.verify:
         if not failures:

@@ -75,14 +75,20 @@ def assign(units: Sequence[Unit], count: int) -> list[list[int]]:
     return [sorted(s) for s in shares]
 
 
-def write_unit(folder_or_file: str, unit: Unit, on_bytes: Callable[[int], None] | None = None) -> int:
-    """Write one unit and fsync it; returns its bytes. Single-file units go into the existing file."""
+def write_unit(folder_or_file: str, unit: Unit, on_bytes: Callable[[int], None] | None = None,
+               sync: bool = True) -> int:
+    """Write one unit; returns its bytes. Single-file units go into the existing file.
+
+    ``sync`` fsyncs what was written (each writer on a shared file system);
+    on one machine the owner's fsync of the file flushes every writer's pages.
+    """
     if unit.shard is not None:
         path = os.path.join(folder_or_file, unit.name)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
             n = write_shard(fd, unit.shard, on_bytes)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         return n
@@ -90,7 +96,8 @@ def write_unit(folder_or_file: str, unit: Unit, on_bytes: Callable[[int], None] 
     try:
         os.lseek(fd, unit.offset, os.SEEK_SET)
         n = write_tensors(fd, unit.tensors, on_bytes)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     return n

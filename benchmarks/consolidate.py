@@ -236,7 +236,8 @@ def goals(name: str, src_bytes: int, largest: int, rows: list[Row]) -> list[str]
 def report(results: list[tuple[str, str, int, int, list[Row]]], args: argparse.Namespace) -> str:
     out = ["# Consolidation benchmark (benchmarks/consolidate.py)", "",
            f"Inputs ~{args.gib:g} GiB each, {args.world_size} ranks; {args.runs} counted round(s) after a warm-up "
-           f"round, medians; {os.cpu_count()} cores; python {sys.version.split()[0]}.", ""]
+           f"round, medians; {os.cpu_count()} cores; python {sys.version.split()[0]}; load average "
+           f"{args.load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other jobs share the machine).", ""]
     passes = []
     for name, src, src_bytes, largest, rows in results:
         out += [f"## {name}", "", f"`{os.path.basename(src)}`: {src_bytes / 2**30:.2f} GiB in the input files, "
@@ -261,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", choices=("warm", "cold", "both"), default="warm",
                         help="warm: inputs in the page cache; cold: caches dropped before every command (root)")
     args = parser.parse_args(argv)
+    args.load_before = os.getloadavg()[0]
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     os.makedirs(args.data, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")

@@ -272,7 +272,7 @@ def _run(job: Any, spec: Spec, units: list[Unit], mine: list[int], dist: Dist | 
             # every rank must reach the gather below, or the others would wait for it until the timeout
             error = (type(exc), exc.message) if isinstance(exc, CkptError) else (WriteError, f"cannot write: {exc}")
         if workers is not None:
-            for i, n in enumerate(workers.collect("written")):
+            for i, _written in enumerate(workers.collect("written")):
                 p.advance(sum(units[k].nbytes for k in assign(units, spec.count)[i + 1]))
         if dist is not None:
             errors = [e for e in dist.gather(error) if e is not None]

@@ -594,7 +594,8 @@ def test_dcp_matches_torch_and_keeps_nesting(tmp_path):
     assert ckpt_view(ckpt) == torch_view(real["model"])
     assert list(ckpt.keys) == list(real["model"])
     assert {"step", "cfg"} <= set(ckpt.metadata)
-    assert "bytes item" in ckpt.metadata["step"] and "not read" in ckpt.metadata["step"]
+    # non-tensor entries are read (small torch.save blobs), as dcp_to_torch_save keeps them
+    assert ckpt.metadata["step"] == real["step"] and ckpt.metadata["cfg"] == real["cfg"]
     assert_same_values(ckpt, real["model"])
 
 

@@ -110,6 +110,7 @@ def migrate(
     allow_missing: Sequence[str] = (),
     devices: Sequence[str] | None = None,
     max_shard_size: int | str | None = None,
+    workers: int | None = None,
     state_dict_only: bool = False,
     sanitize: bool = False,
     force: bool = False,
@@ -133,6 +134,8 @@ def migrate(
     ``torch.load(weights_only=True)`` accepts (writers/sanitize.py) and proves
     the output loads that way in a fresh process; without it, objects read
     as placeholders are written back exactly as they were.
+    ``workers`` (default: the cores, for DeepSpeed/DCP sources) write a safetensors or sharded output from
+    several processes; under ``torchrun`` every rank writes its share (commands/consolidate.py).
     """
     from ..writers.sharded import parse_size
 
@@ -151,6 +154,9 @@ def migrate(
     if rules is None:
         rules = build_rules(rules_file=rules_file, strip_prefix=strip_prefix, add_prefix=add_prefix,
                             rename=rename, drop=drop, dtype=dtype)
+    from .consolidate_dist import Dist
+
+    dist = None if dry_run else Dist.from_env()
     ck = load(src, key=key, unsafe=unsafe, limits=limits)
     try:
         return _migrate(ck, src, out, fmt, rules, target=target, target_kwargs=target_kwargs, auto=auto,
@@ -158,7 +164,7 @@ def migrate(
                         state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run,
                         verify=verify,
                         limits=limits, progress=progress, on_rules=on_rules, on_cleaned=on_cleaned,
-                        after_write=_after_write)
+                        after_write=_after_write, parallel=(workers, dist, key, unsafe))
     finally:
         ck.close()
 
@@ -169,7 +175,8 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
              force: bool,
              dry_run: bool, verify: bool, limits: Limits, progress: Progress,
              on_rules: Callable[[RuleSet], None] | None, on_cleaned: Callable[[staletemp.CleanReport], None] | None,
-             after_write: Callable[[str], None] | None) -> MigrateReport:
+             after_write: Callable[[str], None] | None, parallel: tuple[Any, ...] = (None, None, None, False)
+             ) -> MigrateReport:
     # ties are handled (kept, or stored once with aliases) and reported by migrate itself
     warnings = [w for w in ck.warnings if not _SHARED_NOTE.match(w)]
     if not ck.tensors:
@@ -264,6 +271,12 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         return MigrateReport(**report_args, dry_run=True, device_status=status, warnings=tuple(warnings))
     if out is None:
         raise UsageError("give the output path with -o OUT")
+    from .consolidate import PARALLEL_FORMATS, choose_workers
+
+    workers, dist, key, unsafe = parallel
+    if dist is not None and not dist.leader and fmt not in PARALLEL_FORMATS:
+        return MigrateReport(**report_args, device_status=status,
+                             warnings=(f"rank {dist.rank}: a {fmt} output is one file, written by rank 0",))
     folder = fmt in writers.FOLDER_FORMATS
     atomic.check_destination(out, _source_paths(src, ck), force=force, folder=folder)
     if folder and force:
@@ -272,13 +285,15 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
 
         atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
     # 5. room for it: stale temporaries of killed runs go first, then the free space must hold every file
-    report_args["cleaned"] = _clean_stale(out, on_cleaned, warnings)
+    report_args["cleaned"] = _clean_stale(out, on_cleaned, warnings) if dist is None or dist.leader else ()
     from ..writers.sizes import planned_sizes, quick_bound
 
     freespace.require(out, lambda: planned_sizes(fmt, out, tensors, payload, shard_bytes),  # --force does not skip it
                       quick_bound(fmt, out, tensors, payload, shard_bytes))
     job = _Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
-               allow_missing, verify, limits, progress, after_write, report_args, warnings, force)
+               allow_missing, verify, limits, progress, after_write, report_args, warnings, force,
+               choose_workers(workers, ck.format, fmt, sum(t.nbytes for t in tensors)),
+               dist if fmt in PARALLEL_FORMATS else None, (src, key, unsafe))
     # 6. write, verify, publish
     with atomic.interrupts_as_exceptions():
         return _write(job)
@@ -324,9 +339,19 @@ class _Job:
     report_args: dict[str, Any]
     warnings: list[str]
     force: bool = False
+    workers: int = 1
+    dist: Any = None  # consolidate_dist.Dist under torchrun
+    source: tuple[str, str | None, bool] = ("", None, False)  # (src, --key, --unsafe): how workers re-read it
 
 
 def _write(job: _Job) -> MigrateReport:
+    if job.workers > 1 or job.dist is not None:
+        from .consolidate import Spec, write_parallel
+
+        src, key, unsafe = job.source
+        spec = Spec(src, key, unsafe, job.limits, job.report_args["rules"], job.fmt, job.shard_bytes,
+                    dict(job.payload["meta"]), count=job.workers)
+        return MigrateReport(**job.report_args, **write_parallel(job, spec, job.dist))
     folder = job.fmt in writers.FOLDER_FORMATS
     shards: list[str] = []
     p = job.progress

@@ -202,19 +202,25 @@ def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str
             f"unexpected {extra[:MAX_REPORTED]}"]
 
 
+def _held(mapping: Any) -> Mapping[str, Any]:
+    """The re-read state_dict's tensors by key, nested ones (an optimizer's state) under dotted keys as
+    the reader names them."""
+    from ..formats.locate import tensors_of
+
+    if not isinstance(mapping, Mapping):
+        return {}
+    return tensors_of(mapping) or {}
+
+
 def tensor_keys(mapping: Any) -> list[str]:
     """The keys of a re-read state_dict mapping that hold tensors."""
-    if not isinstance(mapping, Mapping):
-        return []
-    return [str(k) for k, val in mapping.items() if isinstance(val, (LazyTensor, TensorMeta))]
+    return [str(k) for k, val in _held(mapping).items() if isinstance(val, (LazyTensor, TensorMeta))]
 
 
 def tensors_in(mapping: Any) -> dict[str, TensorMeta]:
     """The tensor entries of a re-read state_dict mapping, as TensorMetas."""
-    if not isinstance(mapping, Mapping):
-        return {}
     out = {}
-    for k, val in mapping.items():
+    for k, val in _held(mapping).items():
         meta = _tensorish(val)
         if meta is not None:
             out[str(k)] = meta

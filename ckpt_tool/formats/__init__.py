@@ -30,6 +30,7 @@ _READERS: dict[str, str] = {
     _detect.PICKLE: "picklefile:read_pickle",
     _detect.DCP: "dcp:read_dcp",
     _detect.TORCH_TAR: "tar:read_legacy_tar",
+    _detect.DEEPSPEED: "deepspeed:read_deepspeed",
 }
 
 
@@ -81,6 +82,12 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)
+    if fmt == _detect.TORCH_ZIP:
+        from .deepspeed_files import rank_file_hint
+
+        hint = rank_file_hint(path)
+        if hint:
+            loaded.warnings.insert(0, hint)
     return loaded
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..model import DataSource
+from ..io.source import FileSource
 from ..io.ziparchive import ZipArchive, ZipSource
+from ..model import DataSource
 from ..pickles import wo_input
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
 from ..pickles.scanner import CVE_2025_32434_SCRIPT
@@ -118,7 +119,9 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             raise InputError(f"zip archive is not a torch checkpoint: no {_join(prefix, 'data.pkl')!r}{hint}", path)
         names = "\n" + "\n".join(archive.members) + "\n"  # substring tests at C speed (200,000 members)
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
-        source = ZipSource(archive)
+        # Stored members are plain file regions (writers copy them in the kernel); only an archive with
+        # deflated members needs the inflating source.
+        source = ZipSource(archive) if archive.compressed else FileSource(path, archive.region, archive.close)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
         seen: set[int] = set()  # for the weights_only prediction (pickles/wo_input.py)
         result = restricted_loads(

@@ -61,6 +61,7 @@ class ZipArchive:
         self._by_offset: list[tuple[int, str]] = []
         self._offsets: list[int] | None = None
         self._order: list[Member] = []  # every central-directory entry, duplicates included, in order
+        self.compressed = 0  # members not stored (torch.save stores all: then storages are plain file regions)
         self._index: MinizIndex | None = None
         try:
             self._read_central_directory()
@@ -136,6 +137,8 @@ class ZipArchive:
                 )
             member = new_member(Member, (name, hoff, csize, usize, method, crc, flags))
             order.append(member)
+            if method:
+                self.compressed += 1
             if name in members:
                 self.duplicates.append(name)  # which one torch reads: resolve() replays miniz
                 continue

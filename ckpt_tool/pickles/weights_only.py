@@ -52,7 +52,8 @@ files read with NumPy 2: ``numpy.core.multiarray.*`` objects now say
 from __future__ import annotations
 
 import functools
-import importlib.metadata
+import re
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -173,11 +174,23 @@ PLAIN_PICKLE = ("a plain pickle, not a torch.save file: torch.load reads it as t
 
 @functools.cache
 def torch_version_default() -> str:
-    """The installed torch's version (read from its metadata: importing torch costs a second), else the newest."""
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return ".".join(map(str, NEWEST))
+    """The installed torch's version, else the newest known.
+
+    Read from ``torch/version.py`` as found on the path: importing torch costs
+    a second, and importlib.metadata alone ~40 ms on every inspect.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            with open(os.path.join(folder, "version.py"), encoding="utf-8") as f:
+                found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+        except OSError:
+            continue
+        if found:
+            return found.group(1)
+    return ".".join(map(str, NEWEST))
 
 
 def rules_for(version: str | None) -> Rules:

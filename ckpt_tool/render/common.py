@@ -9,7 +9,6 @@ from itertools import repeat
 from typing import Any, Iterable
 
 from ..errors import WriteError
-from ..io.staletemp import owned_name
 from ..units import human_bytes  # noqa: F401 - re-exported for the renderers
 
 
@@ -140,6 +139,8 @@ def simple_columns(columns: list[Any], headers: list[str]) -> str:
 
 def write_report(data: bytes, path: str, what: str) -> None:
     """Write a report file under a temporary name beside ``path``, then rename it into place."""
+    from ..io.staletemp import owned_name  # only when a report is written (a 20 ms import)
+
     tmp = owned_name(path)  # beside it, naming its writer (io/staletemp.py)
     try:
         with open(tmp, "wb") as f:

@@ -152,3 +152,18 @@ def test_zip_with_wrong_classic_directory_offset_reads_like_torch(run_cli, tmp_p
     r = run_cli("inspect", str(p))
     assert r.code == 0, r
     assert "encoder.weight" in r.out
+
+
+def test_storage_member_longer_than_its_storage_is_refused_as_torch_refuses_it(run_cli, tmp_path):
+    import zipfile
+
+    torch.save({"w": torch.ones(3)}, tmp_path / "ok.pth")
+    with zipfile.ZipFile(tmp_path / "ok.pth") as z:
+        members = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+    p = tmp_path / "long.pth"
+    with zipfile.ZipFile(p, "w") as z:
+        for n, d in members:
+            z.writestr(zipfile.ZipInfo(n), d + (b"\0" * 8 if n.endswith("/data/0") else b""))
+    with pytest.raises(RuntimeError, match="record size"):
+        torch.load(p, weights_only=False)
+    assert_one_line_error(run_cli("inspect", str(p)), "should hold 12 bytes", "has 20")

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..io.source import FileSource
+from ..io.source import storage_source
 from ..model import DataSource
 from ..io.ziparchive import ZipArchive
 from ..pickles import severity
@@ -92,7 +92,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             raise InputError(f"zip archive is not a torch checkpoint: no {pkl!r}{hint}", path)
         names = "\n" + "\n".join(archive.members) + "\n"  # substring tests at C speed (200,000 members)
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
-        source = FileSource(path, archive.region, archive.close)
+        source = storage_source(path, archive.region, archive.close, archive.source)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
         result = restricted_loads(
             data, where=pkl, path=path,

@@ -8,13 +8,13 @@ member data offsets only when a member is actually read.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 import zlib
 from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
-from .source import open_regular, pread_exact
+from .bytesource import ByteSource
+from .paths import open_bytes
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -46,13 +46,14 @@ class Member(NamedTuple):
 class ZipArchive:
     """The members of a zip file, by name, with lazily located data offsets."""
 
-    def __init__(self, path: str, member_limit: int = 1 << 31, *, data: bytes | None = None) -> None:
-        """The archive in file ``path``, or in ``data`` (torch.save bytes nested in a pickle, a DCP chunk)."""
+    def __init__(self, path: str, member_limit: int = 1 << 31, *, data: bytes | None = None,
+                 source: ByteSource | None = None) -> None:
+        """The archive in file (or URL) ``path``, or in ``data`` (torch.save bytes nested in a pickle, a DCP chunk)."""
         self.path = path
         self.member_limit = member_limit  # largest size a deflated member may inflate to
         self._data = data
-        self._fd: int | None = open_regular(path) if data is None else None
-        self.file_size = os.fstat(self._fd).st_size if self._fd is not None else len(data or b"")
+        self.source: ByteSource | None = None if data is not None else (source or open_bytes(path))
+        self.file_size = self.source.size if self.source is not None else len(data or b"")
         self.members: dict[str, Member] = {}
         self.duplicates: list[str] = []
         self._data_offsets: dict[str, int] = {}
@@ -65,25 +66,18 @@ class ZipArchive:
             self.close()  # a corrupt archive must not leak its descriptor (long-running callers)
             raise
 
-    @property
-    def fd(self) -> int:
-        """The file descriptor, reopened if the archive was closed after parsing."""
-        if self._fd is None:
-            self._fd = open_regular(self.path)
-        return self._fd
-
     def _pread(self, n: int, offset: int) -> bytes:
-        if self._data is not None:
-            chunk = self._data[offset : offset + n]
+        if self.source is None:
+            chunk = (self._data or b"")[offset : offset + n]
             if len(chunk) != n or offset < 0:
                 raise InputError(f"truncated: needed {n} bytes at offset {offset}, the archive ends first", self.path)
             return chunk
-        return pread_exact(self.fd, n, offset, self.path)
+        return self.source.read(offset, n)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Release the file (a later read reopens it)."""
+        if self.source is not None:
+            self.source.close()
 
     # -- central directory ---------------------------------------------------
     def _read_central_directory(self) -> None:

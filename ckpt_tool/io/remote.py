@@ -1,0 +1,345 @@
+"""URLs as byte sources: a few range requests for metadata, parallel ranges for data.
+
+``open_remote(url)`` makes one request, for the first 64 KiB: it learns the
+size and ETag from the response and keeps the block, which holds a
+safetensors header, a torch zip's ``data.pkl`` or a DCP ``.metadata`` in
+most files. Later small reads are served from the blocks already fetched
+or fetch at least 64 KiB; reads of tensor data are split into parts fetched
+in parallel, and sequential reads fetch the next parts ahead. Every
+response's size and ETag must match the first (and ``If-Match`` asks the
+server to refuse a changed file), so a file replaced between two requests
+is an error, never a mix of two files.
+
+A Session (a context variable) holds the files opened in it, the request
+and byte counts (``remote: {requests, bytes}`` in --json) and whether a
+server that ignores Range may be downloaded whole (``--download``).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import tempfile
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from ..errors import InputError
+from .bytesource import ByteSource, LocalFile
+from .fetchers import Fetched, FetchError
+
+HEAD_BLOCK = 64 << 10  # the first request: a safetensors header or torch data.pkl fits in most files
+MIN_FETCH = 64 << 10  # small reads fetch at least this much (neighbouring reads then cost nothing)
+PART = 8 << 20  # large reads are split into parts of this size, fetched in parallel
+WORKERS = 8  # parallel requests per process
+AHEAD = 3  # parts fetched ahead of a sequential reader
+CACHE_BUDGET = 64 << 20  # bytes of metadata blocks kept per file
+EXTRA = "pip install 'ckpt-tool[remote]'"
+
+
+class RemoteError(InputError):
+    """A URL could not be read: not found, access denied, changed, timed out, Range ignored."""
+
+    def __init__(self, message: str, path: str | None = None, kind: str = "error") -> None:
+        super().__init__(message, redact(path) if path else path)
+        self.kind = kind
+
+
+def redact(url: str) -> str:
+    """A URL fit to print: no user:password, no query string (presigned URLs carry signatures there)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    host, slash, tail = rest.partition("/")
+    host = host.rsplit("@", 1)[-1]
+    tail = tail.split("?", 1)[0].split("#", 1)[0]
+    return f"{scheme}://{host}{slash}{tail}" + ("?..." if "?" in rest else "")
+
+
+class MissingExtra(RemoteError):
+    """Reading URLs needs the optional ``remote`` extra (fsspec, s3fs, huggingface_hub)."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message, path, "missing-extra")
+
+
+@dataclass(eq=False)
+class Session:
+    """Files opened for one command (or API call), with what reading them cost."""
+
+    download: bool = False
+    parent: Session | None = None
+    requests: int = 0
+    bytes: int = 0
+    files: dict[str, Any] = field(default_factory=dict)  # url -> RemoteFile or the FetchError it raised
+    filesystems: dict[str, Any] = field(default_factory=dict)
+    listings: dict[str, list[str]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def used(self) -> bool:
+        return bool(self.files) or self.requests > 0
+
+    def count(self, requests: int, nbytes: int) -> None:
+        s: Session | None = self
+        while s is not None:
+            with s._lock:
+                s.requests += requests
+                s.bytes += nbytes
+            s = s.parent
+
+    def find(self, url: str) -> Any:
+        s: Session | None = self
+        while s is not None:
+            found = s.files.get(url)
+            if found is not None:
+                return found
+            s = s.parent
+        return None
+
+    def stats(self) -> dict[str, int]:
+        return {"requests": self.requests, "bytes": self.bytes}
+
+
+_ROOT = Session()
+_CURRENT: contextvars.ContextVar[Session] = contextvars.ContextVar("ckpt_remote_session", default=_ROOT)
+_MAX_ROOT_FILES = 256  # the process-wide session forgets the oldest files past this (long-running callers)
+
+
+def current() -> Session:
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def session(*, download: bool | None = None) -> Iterator[Session]:
+    """A scope whose remote reads are counted together; ``download`` lets whole-file downloads happen."""
+    outer = _CURRENT.get()
+    s = Session(download=outer.download if download is None else download, parent=outer)
+    token = _CURRENT.set(s)
+    try:
+        yield s
+    finally:
+        _CURRENT.reset(token)
+        for f in s.files.values():
+            if isinstance(f, RemoteFile):
+                f.release()
+
+
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Leaf tasks only (one range request each), so the pool can never wait on itself."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(WORKERS, thread_name_prefix="ckpt-range"))
+        return _POOL[0]
+
+
+def error_for(exc: FetchError, url: str) -> RemoteError:
+    """The user's one-line message for a failed request."""
+    kind = exc.kind
+    if kind == "range-ignored":
+        size = f"{exc.size}-byte " if exc.size is not None else ""
+        text = (f"the server ignores byte-range requests, so reading this {size}file means downloading "
+                "all of it; rerun with --download to allow that")
+    elif kind == "changed":
+        text = f"the file changed while it was being read ({exc.detail}); run the command again"
+    elif kind == "timeout":
+        text = f"timed out: {exc.detail} (CKPT_REMOTE_TIMEOUT and CKPT_REMOTE_RETRIES set the limits)"
+    elif kind == "denied":
+        text = (f"{exc.detail}: check the credentials (HF_TOKEN or `hf auth login` for hf://, "
+                "AWS_* variables or ~/.aws for s3://)")
+    elif kind == "folder":
+        text = f"is {exc.detail}, not a file"
+    elif kind == "missing":
+        text = f"no such file ({exc.detail})" if exc.detail and exc.detail != "not found" else "no such file"
+    else:
+        text = exc.detail or kind
+    return RemoteError(text, url, kind)
+
+
+class RemoteFile(ByteSource):
+    """A file behind a URL, read by range requests (or, after --download, from a local copy)."""
+
+    remote = True
+
+    def __init__(self, url: str, fetcher: Any, sess: Session) -> None:
+        self.name = url
+        self._fetcher = fetcher
+        self._session = sess
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._cached = 0
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple[int, int], Future[bytes]] = {}
+        self._next = -1  # where a sequential reader will read next
+        self._local: LocalFile | None = None
+        self.etag: str | None = None
+        try:
+            first = fetcher.fetch(0, HEAD_BLOCK, None)
+        except FetchError as exc:
+            if exc.kind == "range-ignored" and sess.download:
+                self._download(exc.size)
+                return
+            raise
+        self._session.count(first.requests, len(first.data))
+        if first.size is None:
+            raise RemoteError("the server does not say how large the file is (no Content-Range)", url)
+        self.size = first.size
+        self.etag = first.etag
+        if len(first.data) != min(HEAD_BLOCK, self.size):
+            raise RemoteError(f"the server sent {len(first.data)} bytes for a range of "
+                              f"{min(HEAD_BLOCK, self.size)}", url)
+        self._keep(0, first.data)
+
+    # -- requests ------------------------------------------------------------------
+    def _fetch(self, start: int, end: int) -> bytes:
+        """Exactly bytes [start, end) in one request, checked against the size and ETag first seen."""
+        try:
+            got: Fetched = self._fetcher.fetch(start, end, self.etag)
+        except FetchError as exc:
+            self._session.count(1, 0)
+            raise error_for(exc, self.name) from None
+        self._session.count(got.requests, len(got.data))
+        if got.size is not None and got.size != self.size:
+            raise error_for(FetchError("changed", f"its size went from {self.size} to {got.size} bytes"), self.name)
+        if got.etag and self.etag and got.etag != self.etag:
+            raise error_for(FetchError("changed", f"its ETag went from {self.etag} to {got.etag}"), self.name)
+        if len(got.data) != end - start:
+            raise RemoteError(f"truncated: needed {end - start} bytes at offset {start}, the server sent "
+                              f"{len(got.data)}", self.name)
+        return got.data
+
+    def _download(self, size: int | None) -> None:
+        """--download: the whole file into an unlinked temporary file, read locally from then on."""
+        import os
+        import weakref
+
+        fd, path = tempfile.mkstemp(prefix="ckpt-download-")
+        try:
+            with os.fdopen(os.dup(fd), "wb") as out:
+                total = self._fetcher.download(out, lambda n: self._session.count(0, n))
+            self._session.count(1, 0)
+            local = LocalFile(path)
+        except FetchError as exc:
+            raise error_for(exc, self.name) from None
+        finally:
+            os.close(fd)
+            os.unlink(path)  # the open descriptor keeps the copy readable; nothing is left behind
+        local.name = self.name
+        self._local = local
+        weakref.finalize(self, local.close)
+        self.size = total
+
+    # -- the metadata cache --------------------------------------------------------
+    def _keep(self, start: int, data: bytes) -> None:
+        with self._lock:
+            self._blocks[start] = data
+            self._cached += len(data)
+            while self._cached > CACHE_BUDGET and len(self._blocks) > 1:
+                _, old = self._blocks.popitem(last=False)
+                self._cached -= len(old)
+
+    def _from_cache(self, offset: int, n: int) -> bytes | None:
+        with self._lock:
+            for start, data in self._blocks.items():
+                if start <= offset and offset + n <= start + len(data):
+                    return data[offset - start : offset - start + n]
+        return None
+
+    # -- ByteSource ----------------------------------------------------------------
+    def read(self, offset: int, n: int) -> bytes:
+        if self._local is not None:
+            return self._local.read(offset, n)
+        if offset < 0 or n < 0 or offset + n > self.size:
+            raise RemoteError(f"truncated: needed {n} bytes at offset {offset}, the file ends first", self.name)
+        if n == 0:
+            return b""
+        found = self._from_cache(offset, n)
+        if found is not None:
+            return found
+        if n >= PART // 2:
+            return self._data(offset, n)
+        end = min(self.size, offset + max(n, MIN_FETCH))
+        data = self._fetch(offset, end)
+        self._keep(offset, data)
+        return data[:n]
+
+    def read_into(self, offset: int, out: memoryview) -> None:
+        if self._local is not None:
+            self._local.read_into(offset, out)
+            return
+        n = len(out)
+        found = self._from_cache(offset, n) if n < MIN_FETCH else None
+        out[:] = found if found is not None else self._data(offset, n)
+
+    def _data(self, offset: int, n: int) -> bytes:
+        """Tensor bytes: parts in parallel; a sequential reader's next parts fetched ahead."""
+        if offset < 0 or offset + n > self.size:
+            raise RemoteError(f"truncated: needed {n} bytes at offset {offset}, the file ends first", self.name)
+        if n > PART:
+            parts = [self._submit(o, min(PART, offset + n - o)) for o in range(offset, offset + n, PART)]
+            return b"".join(self._result(o, m, f) for (o, m), f in parts)
+        (_, _), future = self._submit(offset, n)
+        with self._lock:
+            sequential = offset == self._next
+            self._next = offset + n
+        if sequential:
+            ahead = offset + n
+            for _ in range(AHEAD):
+                if ahead >= self.size:
+                    break
+                self._submit(ahead, min(n, self.size - ahead))
+                ahead += n
+        return self._result(offset, n, future)
+
+    def _submit(self, offset: int, n: int) -> tuple[tuple[int, int], Future[bytes]]:
+        key = (offset, n)
+        with self._lock:
+            future = self._inflight.get(key)
+            if future is None:
+                ctx = contextvars.copy_context()
+                future = _pool().submit(ctx.run, self._fetch, offset, offset + n)
+                self._inflight[key] = future
+                if len(self._inflight) > 4 * WORKERS:  # ahead parts nobody asked for: forget the oldest
+                    stale = next(iter(self._inflight))
+                    self._inflight.pop(stale).cancel()
+        return key, future
+
+    def _result(self, offset: int, n: int, future: Future[bytes]) -> bytes:
+        try:
+            return future.result()
+        finally:
+            with self._lock:
+                if self._inflight.get((offset, n)) is future:
+                    del self._inflight[(offset, n)]
+
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Fetch many small ranges (legacy storage counts) concurrently, neighbours merged."""
+        if self._local is not None or not ranges:
+            return
+        spans: list[list[int]] = []
+        for off, n in sorted(ranges):
+            if off < 0 or off + n > self.size or self._from_cache(off, n) is not None:
+                continue
+            if spans and off - spans[-1][1] < MIN_FETCH:
+                spans[-1][1] = max(spans[-1][1], off + n)
+            else:
+                spans.append([off, off + n])
+        futures = [(s, _pool().submit(contextvars.copy_context().run, self._fetch, s, e)) for s, e in spans]
+        for start, future in futures:
+            self._keep(start, future.result())
+
+    def close(self) -> None:
+        """Nothing to release between readers: the session keeps the blocks until it ends."""
+
+    def release(self) -> None:
+        """The session is over: drop the cached blocks and the parts fetched ahead."""
+        with self._lock:
+            self._blocks.clear()
+            self._cached = 0
+            for future in self._inflight.values():
+                future.cancel()
+            self._inflight.clear()

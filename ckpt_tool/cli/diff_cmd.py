@@ -9,6 +9,7 @@ import click
 from ..errors import EXIT_FINDING, EXIT_OK
 from ..render.common import dumps
 from . import keep_until_exit
+from .remote_io import download_option, remote_scope, verbose_option
 from .options import (
     json_option,
     key_option,
@@ -38,10 +39,12 @@ from .options import (
 @click.option("--rtol", type=float, default=1e-5, show_default=True, help="Relative tolerance for --values (of |B|).")
 @click.option("--fail-on-metadata", is_flag=True,
               help="Count metadata differences (epoch, optimizer, ...) as differences for the exit code.")
+@download_option
+@verbose_option
 @limit_options
 def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str | None, as_json: bool,
                  key: str | None, key_b: str | None, unsafe: bool, quiet: bool, values: bool, atol: float,
-                 rtol: float, fail_on_metadata: bool, **kwargs: Any) -> int:
+                 rtol: float, fail_on_metadata: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
     """What happens if A's weights are loaded where B (or the --target module) is expected.
 
     Reports missing, unexpected, shape- and dtype-mismatched keys the way
@@ -62,10 +65,11 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     def start(total: int) -> None:
         bars.append(click.progressbar(length=total, label="comparing values", file=sys.stderr))
 
-    report = diff(a, b, target=target, target_kwargs=kw, key=key, key_b=key_b, unsafe=unsafe, values=values,
-                  atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, limits=limits_from(kwargs),
-                  progress=(lambda _key: bars[0].update(1)) if show_bar else None,
-                  on_start=start if show_bar else None)
+    with remote_scope([a, b], download=download, verbose=verbose, quiet=quiet):
+        report = diff(a, b, target=target, target_kwargs=kw, key=key, key_b=key_b, unsafe=unsafe, values=values,
+                      atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, limits=limits_from(kwargs),
+                      progress=(lambda _key: bars[0].update(1)) if show_bar else None,
+                      on_start=start if show_bar else None)
     keep_until_exit(report)
     for bar in bars:
         bar.render_finish()

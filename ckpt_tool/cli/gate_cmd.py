@@ -8,6 +8,7 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit
+from .remote_io import download_option, remote_scope, verbose_option
 from .options import json_option, sarif_option, key_option, limit_options, limits_from, quiet_option, target_kwargs_from
 
 
@@ -33,12 +34,14 @@ from .options import json_option, sarif_option, key_option, limit_options, limit
 @sarif_option
 @json_option
 @quiet_option
+@download_option
+@verbose_option
 @limit_options
 def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | None, target_kwargs: str | None,
                  key: str | None, strict: bool | None, nan_check: bool | None, allow_dtypes: tuple[str, ...],
                  max_size: str | None, required: tuple[str, ...], sha256: str | None, junit_file: str | None,
                  sarif_file: str | None,
-                 as_json: bool, quiet: bool, **kwargs: Any) -> int:
+                 as_json: bool, quiet: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
     """The pre-deploy checks for CI, each reported pass/fail with its detail.
 
     loads_safely (no dangerous pickle content), matches_target (strictly, with
@@ -62,10 +65,11 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
         if done == total:
             bar.render_finish()
 
-    report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
-                  nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
-                  required_metadata=required or None, sha256=sha256, limits=limits_from(kwargs),
-                  progress=progress if show else None)
+    with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
+        report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
+                      nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
+                      required_metadata=required or None, sha256=sha256, limits=limits_from(kwargs),
+                      progress=progress if show else None)
     keep_until_exit(report)
     for f in report.files:
         if f.error:

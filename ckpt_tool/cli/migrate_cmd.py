@@ -9,6 +9,7 @@ import click
 from ..errors import EXIT_FINDING, EXIT_OK, UsageError
 from ..render.common import dumps
 from . import keep_until_exit
+from .remote_io import download_option, remote_scope, verbose_option
 from .options import (
     json_option,
     key_option,
@@ -85,13 +86,15 @@ class _Bars:
 @unsafe_option
 @json_option
 @quiet_option
+@download_option
+@verbose_option
 @limit_options
 def migrate_command(src: str, out: str | None, to: str | None, key: str | None, strip_prefix: tuple[str, ...],
                     add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
                     rules_file: str | None, target: str | None, target_kwargs: str | None, auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
                     state_dict_only: bool, force: bool, dry_run: bool, verify: bool, unsafe: bool, as_json: bool,
-                    quiet: bool, **kwargs: Any) -> int:
+                    quiet: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
     """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
 
     Rules apply in this order: --key, --strip-prefix, --add-prefix, --rename,
@@ -124,13 +127,14 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
 
     bars = _Bars(not quiet and sys.stderr.isatty())
     try:
-        report = migrate(
-            src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename, drop=drop,
-            dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
-            allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size,
-            state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
-            limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
-        )
+        with remote_scope([src], download=download, verbose=verbose, quiet=quiet):
+            report = migrate(
+                src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename, drop=drop,
+                dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
+                allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size,
+                state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
+                limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
+            )
         keep_until_exit(report)
     finally:
         bars.done()

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .remote_counts import with_remote
+
 if TYPE_CHECKING:
     from ..keys.infer import Suggestion
 
@@ -83,6 +85,7 @@ class DiffReport:
     key_b: str | None = None
     target_kwargs: Mapping[str, Any] = field(default_factory=dict)
     plain_tensor_attributes: tuple[str, ...] = ()
+    remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
 
     @property
     def metadata_differs(self) -> bool:
@@ -116,7 +119,7 @@ class DiffReport:
         if self.suggestion is not None:
             suggestion = self.suggestion.to_json()
             suggestion["command"] = self.migrate_command()
-        return {
+        return with_remote({
             "equal": self.equal,
             "a": self.a,
             "b": self.b,
@@ -138,4 +141,4 @@ class DiffReport:
             "suggestion": suggestion,
             "plain_tensor_attributes": list(self.plain_tensor_attributes),
             "warnings": list(self.warnings),
-        }
+        }, self.remote)

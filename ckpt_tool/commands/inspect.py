@@ -8,6 +8,7 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from ..formats import load
+from ..io.paths import remote_session, url_bytes
 from ..keys import rules
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
@@ -33,6 +34,7 @@ class InspectReport:
     stats: dict[str, TensorStats] | None = None
     file_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
+    remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
 
     def to_json(self, *, tensors: bool = True) -> dict[str, Any]:
         """The --json document; ``tensors=False`` leaves the tensor list empty (render.inspect writes it)."""
@@ -53,7 +55,7 @@ class InspectReport:
                 if s is not None:
                     row["stats"] = {"min": s.min, "max": s.max, "mean": s.mean, "std": s.std,
                                     "nan": s.nan, "inf": s.inf}
-        return {
+        out = {
             "path": c.path,
             "format": c.format,
             "layout": c.layout,
@@ -75,6 +77,9 @@ class InspectReport:
             ],
             "warnings": list(self.warnings),
         }
+        if self.remote is not None:
+            out["remote"] = dict(self.remote)
+        return out
 
 
 
@@ -145,22 +150,23 @@ def inspect(
     on_start: Callable[[int], None] | None = None,
 ) -> InspectReport:
     """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true."""
-    ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
-    per_tensor = None
-    if stats:
-        per_tensor = {}
-        if on_start is not None:
-            on_start(len(ckpt.tensors))
-        try:
-            for t in ckpt.tensors:
-                if t.storage is not None:
-                    per_tensor[t.key] = compute_stats(t)
-                if progress is not None:
-                    progress(t)
-        finally:
-            ckpt.close()  # the files reading opened; reading again reopens them
     p = os.fspath(path)
-    size = _path_bytes(p)
+    with remote_session(p) as counted:
+        ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
+        per_tensor = None
+        if stats:
+            per_tensor = {}
+            if on_start is not None:
+                on_start(len(ckpt.tensors))
+            try:
+                for t in ckpt.tensors:
+                    if t.storage is not None:
+                        per_tensor[t.key] = compute_stats(t)
+                    if progress is not None:
+                        progress(t)
+            finally:
+                ckpt.close()  # the files reading opened; reading again reopens them
+        size = _path_bytes(p) if counted is None else url_bytes(p)
     return InspectReport(
         checkpoint=ckpt,
         prefixes=tuple(rules.detect_prefixes(ckpt.keys)),
@@ -169,6 +175,7 @@ def inspect(
         stats=per_tensor,
         file_bytes=size,
         warnings=ckpt.warnings,
+        remote=counted.stats() if counted is not None else None,
     )
 
 

@@ -360,8 +360,8 @@ class ItemRegion:
 def dcp_regions(metadata_path: str) -> dict[str, list[ItemRegion]] | None:
     """The items of each ``.distcp`` file, read from ``.metadata`` with the restricted unpickler."""
     try:
-        with open(metadata_path, "rb") as f:
-            data = f.read(1 << 30)
+        with paths.open_bytes(metadata_path) as src:
+            data = src.read(0, min(src.size, 1 << 30))
         root = restricted_loads(data, where=".metadata", path=metadata_path).obj
     except (OSError, CkptError):
         return None

@@ -85,7 +85,7 @@ class _RegionReader(io.RawIOBase):
         want = min(len(buffer), self.end - self.pos)
         if want <= 0:
             return 0
-        data = self._data.read_upto(self.pos, want)
+        data = self._data.read_some(self.pos, want)
         n = len(data)
         buffer[:n] = data
         self.pos += n

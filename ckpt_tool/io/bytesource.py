@@ -87,6 +87,14 @@ class ByteSource(ABC):
         n = min(n, self.size - offset)
         return self.read(offset, n) if n > 0 and offset >= 0 else b""
 
+    def read_some(self, offset: int, n: int) -> bytes:
+        """Up to ``n`` bytes at ``offset``, at least one unless at the end (stream readers)."""
+        return self.read_upto(offset, n)
+
+    def read_data(self, offset: int, n: int) -> bytes:
+        """Tensor bytes: like read, but a remote source fetches a large range in parallel parts."""
+        return self.read(offset, n)
+
     def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
         """A hint: (offset, length) ranges about to be read. Remote sources fetch them together."""
 

@@ -5,13 +5,15 @@ standard library, a URL to io/protocols.py (imported only for URLs).
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..errors import InputError
 from .bytesource import ByteSource, LocalFile, is_url
 
-__all__ = ["is_url", "open_bytes", "isdir", "isfile", "listdir", "join", "dirname", "basename", "missing_files"]
+__all__ = ["is_url", "open_bytes", "isdir", "isfile", "listdir", "join", "dirname", "basename", "missing_files",
+           "remote_session", "url_bytes"]
 
 
 def open_bytes(path: str) -> ByteSource:
@@ -86,3 +88,25 @@ def missing_files(folder: str, names: Sequence[str]) -> list[str]:
 
         return missing_in(folder, names)
     return [n for n in names if not os.path.isfile(os.path.join(folder, n))]
+
+
+def remote_session(*candidates: object) -> contextlib.AbstractContextManager[Any]:
+    """A remote.Session counting the reads of these paths when one is a URL, else a no-op (None).
+
+    Local-only commands never import the remote machinery.
+    """
+    if not any(isinstance(p, str) and is_url(p) for p in candidates):
+        return contextlib.nullcontext(None)
+    from .remote import session
+
+    return session()
+
+
+def url_bytes(url: str) -> int:
+    """A URL's size: a file's from its first response, a folder's from its listing (no extra request
+    where the listing was read already; a plain HTTP folder counts the files read from it)."""
+    if isdir(url):
+        from .protocols import current, folder_bytes
+
+        return folder_bytes(url, current())
+    return open_bytes(url).size

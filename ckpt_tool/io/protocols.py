@@ -20,7 +20,7 @@ __all__ = ["current", "open_remote", "is_folder", "is_file", "list_folder", "mis
 def open_remote(url: str) -> RemoteFile:
     """The file at ``url``, opened once per session (the first request is shared by every reader)."""
     sess = current()
-    found = sess.find(url)
+    found = sess.owner.files.get(url)
     if isinstance(found, RemoteFile):
         return found
     if isinstance(found, RemoteError):
@@ -30,11 +30,12 @@ def open_remote(url: str) -> RemoteFile:
     except FetchError as exc:
         sess.count(1, 0)
         err = error_for(exc, url)
-        sess.files[url] = err
+        sess.owner.files[url] = err
         raise err from None
-    sess.files[url] = f
-    if sess is _ROOT and len(sess.files) > _MAX_ROOT_FILES:
-        old = sess.files.pop(next(iter(sess.files)))
+    held = sess.owner.files
+    held[url] = f
+    if sess is _ROOT and len(held) > _MAX_ROOT_FILES:
+        old = held.pop(next(iter(held)))
         if isinstance(old, RemoteFile):
             old.release()
     return f
@@ -54,6 +55,7 @@ def _require(module: str, url: str) -> Any:
 
 def filesystem(protocol: str, url: str, sess: Session) -> Any:
     """An fsspec filesystem for ``protocol``, one per session (fresh listings, no stale cache)."""
+    sess = sess.owner
     found = sess.filesystems.get(protocol)
     if found is not None:
         return found
@@ -118,9 +120,8 @@ def _fs_path(url: str) -> str:
 
 def is_folder(url: str, sess: Session) -> bool:
     """Whether ``url`` is a folder: a file is opened (its first request is kept), a folder listed."""
-    key = "isdir:" + url
-    if key in sess.listings:
-        return bool(sess.listings[key])
+    if url in sess.owner.folders:
+        return sess.owner.folders[url]
     scheme = scheme_of(url)
     if scheme in _HTTP and url.endswith("/"):
         answer = True
@@ -143,7 +144,7 @@ def is_folder(url: str, sess: Session) -> bool:
 
                     raise error_for(classify(err), url) from None
                 sess.count(1, 0)
-    sess.listings[key] = [""] if answer else []
+    sess.owner.folders[url] = answer
     return answer
 
 
@@ -172,27 +173,45 @@ def can_list(url: str) -> bool:
 
 def list_folder(url: str, sess: Session) -> list[str]:
     """The names directly in a folder, sorted (one listing request, kept for the session)."""
-    found = sess.listings.get(url)
+    found = sess.owner.listings.get(url)
     if found is not None:
         return found
     scheme = scheme_of(url)
     base = url.rstrip("/") + "/"
-    if scheme in _HTTP:
-        _require("aiohttp", url)
-        fs = filesystem(scheme, url, sess)
-        entries = fs.ls(base, detail=False)
-        names = [e[len(base):].rstrip("/") for e in entries if e.startswith(base)]
-    else:
-        fs = filesystem("hf" if scheme == "hf" else scheme, url, sess)
-        root = _fs_path(base).rstrip("/")
-        try:
-            entries = fs.ls(root, detail=False)
-        except Exception as exc:  # noqa: BLE001 - the library's own error types
-            from .fetchers import classify
+    sizes: dict[str, int] = {}
+    try:
+        if scheme in _HTTP:
+            _require("aiohttp", url)
+            fs = filesystem(scheme, url, sess)
+            entries = fs.ls(base, detail=False)
+            names = [e[len(base):].rstrip("/") for e in entries if e.startswith(base)]
+        else:
+            fs = filesystem("hf" if scheme == "hf" else scheme, url, sess)
+            details = fs.ls(_fs_path(base).rstrip("/"), detail=True)
+            names = []
+            for d in details:
+                name = str(d["name"]).rstrip("/").rsplit("/", 1)[-1]
+                names.append(name)
+                if d.get("type") == "file" and d.get("size") is not None:
+                    sizes[name] = int(d["size"])
+    except RemoteError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the library's own error types
+        from .fetchers import classify
 
-            raise error_for(classify(exc), url) from None
-        names = [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
+        raise error_for(classify(exc), url) from None
     sess.count(1, 0)
     names = sorted({n for n in names if n and "/" not in n})
-    sess.listings[url] = names
+    sess.owner.listings[url] = names
+    sess.owner.sizes[url] = sizes
     return names
+
+
+def folder_bytes(url: str, sess: Session) -> int:
+    """The bytes of the files in a folder: from its listing, or (plain HTTP) the files read from it."""
+    base = url.rstrip("/") + "/"
+    if can_list(url):
+        list_folder(url, sess)
+        return sum(sess.owner.sizes.get(url, {}).values())
+    return sum(f.size for name, f in sess.owner.files.items()
+               if isinstance(f, RemoteFile) and name.startswith(base) and "/" not in name[len(base):])

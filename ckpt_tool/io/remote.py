@@ -31,6 +31,8 @@ from .fetchers import Fetched, FetchError
 
 HEAD_BLOCK = 64 << 10  # the first request: a safetensors header or torch data.pkl fits in most files
 MIN_FETCH = 64 << 10  # small reads fetch at least this much (neighbouring reads then cost nothing)
+MAX_AHEAD = 4 << 20  # the most a forward-walking metadata reader fetches at once
+SMALL_DATA = 1 << 20  # tensor reads below this go through the block cache
 PART = 8 << 20  # large reads are split into parts of this size, fetched in parallel
 WORKERS = 8  # parallel requests per process
 AHEAD = 3  # parts fetched ahead of a sequential reader
@@ -74,8 +76,19 @@ class Session:
     bytes: int = 0
     files: dict[str, Any] = field(default_factory=dict)  # url -> RemoteFile or the FetchError it raised
     filesystems: dict[str, Any] = field(default_factory=dict)
-    listings: dict[str, list[str]] = field(default_factory=dict)
+    listings: dict[str, list[str]] = field(default_factory=dict)  # folder -> names
+    sizes: dict[str, dict[str, int]] = field(default_factory=dict)  # folder -> name -> bytes, where listed
+    folders: dict[str, bool] = field(default_factory=dict)  # url -> is a folder
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def owner(self) -> Session:
+        """The outermost session below the process-wide one: nested commands (gate's scan) share its
+        files, listings and filesystems, so nothing is fetched twice."""
+        s = self
+        while s.parent is not None and s.parent.parent is not None:
+            s = s.parent
+        return s
 
     @property
     def used(self) -> bool:
@@ -88,15 +101,6 @@ class Session:
                 s.requests += requests
                 s.bytes += nbytes
             s = s.parent
-
-    def find(self, url: str) -> Any:
-        s: Session | None = self
-        while s is not None:
-            found = s.files.get(url)
-            if found is not None:
-                return found
-            s = s.parent
-        return None
 
     def stats(self) -> dict[str, int]:
         return {"requests": self.requests, "bytes": self.bytes}
@@ -121,7 +125,7 @@ def session(*, download: bool | None = None) -> Iterator[Session]:
         yield s
     finally:
         _CURRENT.reset(token)
-        for f in s.files.values():
+        for f in s.files.values():  # only the owner holds files
             if isinstance(f, RemoteFile):
                 f.release()
 
@@ -173,8 +177,11 @@ class RemoteFile(ByteSource):
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
         self._cached = 0
         self._lock = threading.Lock()
+        self._miss_lock = threading.Lock()
         self._inflight: dict[tuple[int, int], Future[bytes]] = {}
-        self._next = -1  # where a sequential reader will read next
+        self._next = -1  # where a sequential data reader will read next
+        self._seq_end = -1  # where the last metadata fetch ended
+        self._ahead = MIN_FETCH
         self._local: LocalFile | None = None
         self.etag: str | None = None
         try:
@@ -236,6 +243,11 @@ class RemoteFile(ByteSource):
     # -- the metadata cache --------------------------------------------------------
     def _keep(self, start: int, data: bytes) -> None:
         with self._lock:
+            old = self._blocks.pop(start, None)
+            if old is not None:
+                self._cached -= len(old)
+                if len(old) > len(data):
+                    data = old
             self._blocks[start] = data
             self._cached += len(data)
             while self._cached > CACHE_BUDGET and len(self._blocks) > 1:
@@ -244,36 +256,81 @@ class RemoteFile(ByteSource):
 
     def _from_cache(self, offset: int, n: int) -> bytes | None:
         with self._lock:
-            for start, data in self._blocks.items():
+            for start, data in reversed(self._blocks.items()):  # the latest blocks first
                 if start <= offset and offset + n <= start + len(data):
                     return data[offset - start : offset - start + n]
         return None
 
+    def _cached_head(self, offset: int) -> bytes:
+        """The cached bytes from ``offset`` to the end of a block that holds it (b"" if none does)."""
+        with self._lock:
+            for start, data in reversed(self._blocks.items()):
+                if start <= offset < start + len(data):
+                    return data[offset - start :]
+        return b""
+
+    def _read_cached(self, offset: int, n: int, limit: int) -> bytes:
+        """Bytes through the block cache: a miss fetches what is not cached, at least 64 KiB, and
+        more each time a reader keeps walking forward (up to ``limit``)."""
+        found = self._from_cache(offset, n)
+        if found is not None:
+            return found
+        with self._miss_lock:  # one miss at a time: a second reader of the same bytes finds them cached
+            found = self._from_cache(offset, n)
+            if found is not None:
+                return found
+            head = self._cached_head(offset)
+            while head and len(head) < n:  # the bytes may span several cached blocks
+                more = self._cached_head(offset + len(head))
+                if not more:
+                    break
+                head += more
+            if len(head) >= n:
+                return head[:n]
+            start = offset + len(head)
+            with self._lock:
+                forward = self._seq_end - MIN_FETCH <= start <= self._seq_end + MIN_FETCH
+                self._ahead = min(self._ahead * 2, limit) if forward else MIN_FETCH
+                end = min(self.size, start + max(n - len(head), self._ahead))
+                self._seq_end = end
+            data = self._fetch(start, end)
+            if len(data) <= CACHE_BUDGET // 4:
+                self._keep(start, data)
+        rest = n - len(head)
+        return head + data[:rest] if head else (data if len(data) == n else data[:n])
+
     # -- ByteSource ----------------------------------------------------------------
     def read(self, offset: int, n: int) -> bytes:
+        """Metadata: one request however large (a big data.pkl is one more request, not many)."""
         if self._local is not None:
             return self._local.read(offset, n)
         if offset < 0 or n < 0 or offset + n > self.size:
             raise RemoteError(f"truncated: needed {n} bytes at offset {offset}, the file ends first", self.name)
-        if n == 0:
-            return b""
-        found = self._from_cache(offset, n)
-        if found is not None:
-            return found
-        if n >= PART // 2:
-            return self._data(offset, n)
-        end = min(self.size, offset + max(n, MIN_FETCH))
-        data = self._fetch(offset, end)
-        self._keep(offset, data)
-        return data[:n]
+        return self._read_cached(offset, n, MAX_AHEAD) if n else b""
+
+    def read_some(self, offset: int, n: int) -> bytes:
+        """Up to ``n`` bytes at ``offset``, fewer when a cached block ends first (stream readers)."""
+        if self._local is None and 0 <= offset < self.size:
+            head = self._cached_head(offset)
+            if head:
+                return head[:n]
+        return self.read_upto(offset, n)
+
+    def read_data(self, offset: int, n: int) -> bytes:
+        """Tensor bytes: small ones through the cache (neighbours share requests), large ones in parts."""
+        if self._local is not None:
+            return self._local.read(offset, n)
+        if offset < 0 or n < 0 or offset + n > self.size:
+            raise RemoteError(f"truncated: needed {n} bytes at offset {offset}, the file ends first", self.name)
+        if n < SMALL_DATA:
+            return self._read_cached(offset, n, PART) if n else b""
+        return self._data(offset, n)
 
     def read_into(self, offset: int, out: memoryview) -> None:
         if self._local is not None:
             self._local.read_into(offset, out)
             return
-        n = len(out)
-        found = self._from_cache(offset, n) if n < MIN_FETCH else None
-        out[:] = found if found is not None else self._data(offset, n)
+        out[:] = self.read_data(offset, len(out))
 
     def _data(self, offset: int, n: int) -> bytes:
         """Tensor bytes: parts in parallel; a sequential reader's next parts fetched ahead."""

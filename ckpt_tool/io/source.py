@@ -108,7 +108,7 @@ class RangeSource(DataSource):
         return start + offset
 
     def read(self, key: str, offset: int, length: int) -> bytes:
-        return self.data.read(self._check(key, offset, length), length)
+        return self.data.read_data(self._check(key, offset, length), length)
 
     def read_into(self, key: str, offset: int, out: memoryview) -> None:
         self.data.read_into(self._check(key, offset, len(out)), out)

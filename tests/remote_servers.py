@@ -32,6 +32,8 @@ class Logged:
     status: int
     nbytes: int
     headers: dict[str, str] = field(default_factory=dict)
+    started: float = 0.0
+    ended: float = 0.0
 
 
 class RangeServer:
@@ -55,7 +57,10 @@ class RangeServer:
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
         self.active = 0  # requests being answered
-        self.swap: dict[str, bytes] = {}  # path -> bytes served from the next request on (a file that changed)
+        self.changes: dict[str, tuple[int, bytes]] = {}  # path -> (after N requests, the bytes served then)
+        self.served: dict[str, int] = {}  # path -> requests answered
+        self.deny: set[str] = set()  # paths answered 403
+        self.ignore_if_match = False  # a server that does not check If-Match
 
     @property
     def url(self) -> str:
@@ -95,6 +100,7 @@ class RangeServer:
     def clear(self) -> None:
         with self._lock:
             self.log.clear()
+            self.served.clear()
 
     def requests(self, *, method: str | None = None) -> list[Logged]:
         """The log once no request is being answered (a response is logged after its body is sent)."""
@@ -127,6 +133,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- answering ---------------------------------------------------------------
     def _answer(self, *, head: bool) -> None:
+        self._t0 = time.monotonic()
         with self.owner._lock:
             self.owner.active += 1
         try:
@@ -154,8 +161,14 @@ class _Handler(BaseHTTPRequestHandler):
         if owner.root not in target.parents and target != owner.root:
             self._send(403, b"forbidden", head=head)
             return
-        if path in owner.swap:
-            self._file_bytes(owner.swap[path], '"swapped"', head=head)
+        with owner._lock:
+            owner.served[path] = seen = owner.served.get(path, 0) + 1
+        if path in owner.deny:
+            self._send(403, b"access denied", head=head)
+            return
+        change = owner.changes.get(path)
+        if change is not None and seen > change[0]:
+            self._file_bytes(change[1], '"changed"', head=head)
             return
         if target.is_dir() and not owner.hub:
             if not path.endswith("/"):
@@ -172,7 +185,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _file_bytes(self, data: bytes, etag: str, *, head: bool) -> None:
         size = len(data)
         match = self.headers.get("If-Match")
-        if match is not None and match != etag:
+        if match is not None and match != etag and not self.owner.ignore_if_match:
             self._send(412, b"precondition failed", head=head)
             return
         headers = {"ETag": etag, "Accept-Ranges": "bytes" if self.owner.ranges else "none"}
@@ -204,6 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: bytes, ctype: str = "text/plain", headers: dict[str, str] | None = None,
               *, head: bool) -> None:
         sent = 0
+        started = getattr(self, "_t0", time.monotonic())
         try:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
@@ -220,7 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         finally:
             self.owner.record(Logged(self.command, self.path, self.headers.get("Range"), status, sent,
-                                     {k.lower(): v for k, v in self.headers.items()}))
+                                     {k.lower(): v for k, v in self.headers.items()}, started, time.monotonic()))
 
     # -- the Hub's API -----------------------------------------------------------
     def _hub_api(self, path: str) -> Any:

@@ -236,7 +236,7 @@ def classify(exc: BaseException) -> FetchError:
     name = type(exc).__name__
     if isinstance(exc, FetchError):
         return exc
-    if isinstance(exc, FileNotFoundError):
+    if isinstance(exc, FileNotFoundError) or "NotFound" in name:
         return FetchError("missing", "not found")
     if isinstance(exc, PermissionError):
         return FetchError("denied", "access denied")

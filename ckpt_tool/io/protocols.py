@@ -119,12 +119,14 @@ def _fs_path(url: str) -> str:
 
 
 def is_folder(url: str, sess: Session) -> bool:
-    """Whether ``url`` is a folder: a file is opened (its first request is kept), a folder listed."""
-    if url in sess.owner.folders:
-        return sess.owner.folders[url]
+    """Whether ``url`` is a folder: a file is opened (its first request is kept for the reader);
+    what is not a file is listed (the listing is kept too). A trailing slash means a folder."""
+    owner = sess.owner
+    if url in owner.folders:
+        return owner.folders[url]
     scheme = scheme_of(url)
-    if scheme in _HTTP and url.endswith("/"):
-        answer = True
+    if url.endswith("/"):
+        answer = True  # no request: a missing folder fails at its first read
     else:
         try:
             open_remote(url)
@@ -136,19 +138,18 @@ def is_folder(url: str, sess: Session) -> bool:
             elif kind != "missing" or scheme in _HTTP:
                 raise
             else:
-                fs = filesystem("hf" if scheme == "hf" else scheme, url, sess)
-                try:
-                    answer = bool(fs.isdir(_fs_path(url)))
-                except Exception as err:  # noqa: BLE001 - the library's own error types
-                    from .fetchers import classify
-
-                    raise error_for(classify(err), url) from None
-                sess.count(1, 0)
-    sess.owner.folders[url] = answer
+                answer = bool(list_folder(url, sess))
+    owner.folders[url] = answer
     return answer
 
 
 def is_file(url: str) -> bool:
+    """Whether ``url`` is a file; answered from its folder's listing when that was read already."""
+    sess = current()
+    folder, _, name = url.rstrip("/").rpartition("/")
+    listed = sess.owner.listings.get(folder)
+    if listed is not None and name not in listed:
+        return False
     try:
         open_remote(url)
         return True
@@ -159,10 +160,12 @@ def is_file(url: str) -> bool:
 
 
 def missing_in(folder: str, names: Sequence[str]) -> list[str]:
-    """The names not listed in ``folder``; none for plain HTTP (a missing file is found when read)."""
-    if not can_list(folder):
+    """The names not in ``folder``'s listing, when it was listed already; otherwise none (no request
+    is spent on it: a missing file is found when it is read)."""
+    listed = current().owner.listings.get(folder.rstrip("/"))
+    if listed is None:
         return []
-    present = set(list_folder(folder, current()))
+    present = set(listed)
     return [n for n in names if n not in present]
 
 
@@ -173,11 +176,12 @@ def can_list(url: str) -> bool:
 
 def list_folder(url: str, sess: Session) -> list[str]:
     """The names directly in a folder, sorted (one listing request, kept for the session)."""
-    found = sess.owner.listings.get(url)
+    key = url.rstrip("/")
+    found = sess.owner.listings.get(key)
     if found is not None:
         return found
     scheme = scheme_of(url)
-    base = url.rstrip("/") + "/"
+    base = key + "/"
     sizes: dict[str, int] = {}
     try:
         if scheme in _HTTP:
@@ -202,8 +206,8 @@ def list_folder(url: str, sess: Session) -> list[str]:
         raise error_for(classify(exc), url) from None
     sess.count(1, 0)
     names = sorted({n for n in names if n and "/" not in n})
-    sess.owner.listings[url] = names
-    sess.owner.sizes[url] = sizes
+    sess.owner.listings[key] = names
+    sess.owner.sizes[key] = sizes
     return names
 
 
@@ -212,6 +216,6 @@ def folder_bytes(url: str, sess: Session) -> int:
     base = url.rstrip("/") + "/"
     if can_list(url):
         list_folder(url, sess)
-        return sum(sess.owner.sizes.get(url, {}).values())
+        return sum(sess.owner.sizes.get(url.rstrip("/"), {}).values())
     return sum(f.size for name, f in sess.owner.files.items()
                if isinstance(f, RemoteFile) and name.startswith(base) and "/" not in name[len(base):])

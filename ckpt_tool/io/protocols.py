@@ -212,10 +212,12 @@ def list_folder(url: str, sess: Session) -> list[str]:
 
 
 def folder_bytes(url: str, sess: Session) -> int:
-    """The bytes of the files in a folder: from its listing, or (plain HTTP) the files read from it."""
-    base = url.rstrip("/") + "/"
-    if can_list(url):
-        list_folder(url, sess)
-        return sum(sess.owner.sizes.get(url.rstrip("/"), {}).values())
+    """The bytes of the files in a folder, without a request: from its listing when one was read,
+    else the files read from it."""
+    key = url.rstrip("/")
+    sizes = sess.owner.sizes.get(key)
+    if sizes:
+        return sum(sizes.values())
+    base = key + "/"
     return sum(f.size for name, f in sess.owner.files.items()
                if isinstance(f, RemoteFile) and name.startswith(base) and "/" not in name[len(base):])

@@ -180,10 +180,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found", headers={"X-Error-Code": "EntryNotFound"}, head=head)
             return
         st = target.stat()
-        self._file_bytes(target.read_bytes(), f'"{st.st_size:x}-{st.st_mtime_ns:x}"', head=head)
+        self._file_bytes(target, f'"{st.st_size:x}-{st.st_mtime_ns:x}"', head=head)
 
-    def _file_bytes(self, data: bytes, etag: str, *, head: bool) -> None:
-        size = len(data)
+    def _file_bytes(self, data: bytes | Path, etag: str, *, head: bool) -> None:
+        """A file (read by range, never whole: the benchmarks serve 4 GiB files) or bytes in memory."""
+        size = len(data) if isinstance(data, bytes) else data.stat().st_size
         match = self.headers.get("If-Match")
         if match is not None and match != etag and not self.owner.ignore_if_match:
             self._send(412, b"precondition failed", head=head)
@@ -204,9 +205,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(416, b"", headers={"Content-Range": f"bytes */{size}"}, head=head)
                 return
             headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-            self._send(206, data[start:end + 1], "application/octet-stream", headers, head=head)
+            self._send(206, _Body(data, start, end + 1), "application/octet-stream", headers, head=head)
             return
-        self._send(200, data, "application/octet-stream", headers, head=head)
+        self._send(200, _Body(data, 0, size), "application/octet-stream", headers, head=head)
 
     def _listing(self, folder: Path, path: str, *, head: bool) -> None:
         links = "".join(f'<li><a href="{html.escape(urllib.parse.quote(p.name + ("/" if p.is_dir() else "")))}">'
@@ -214,8 +215,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = f"<html><body><ul>{links}</ul></body></html>".encode()
         self._send(200, body, "text/html", head=head)
 
-    def _send(self, status: int, body: bytes, ctype: str = "text/plain", headers: dict[str, str] | None = None,
-              *, head: bool) -> None:
+    def _send(self, status: int, body: bytes | _Body, ctype: str = "text/plain",
+              headers: dict[str, str] | None = None, *, head: bool) -> None:
         sent = 0
         started = getattr(self, "_t0", time.monotonic())
         try:
@@ -226,10 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(k, v)
             self.end_headers()
             if not head:
-                view = memoryview(body)
-                for at in range(0, len(body), 1 << 16):
-                    self.wfile.write(view[at:at + (1 << 16)])
-                    sent += len(view[at:at + (1 << 16)])
+                for piece in (body.pieces() if isinstance(body, _Body) else [body]):
+                    self.wfile.write(piece)
+                    sent += len(piece)
         except (BrokenPipeError, ConnectionResetError):  # the client hung up (a refused full download)
             pass
         finally:
@@ -262,6 +262,29 @@ class _Handler(BaseHTTPRequestHandler):
                     out.append({"type": "file", "oid": oid, "size": p.stat().st_size, "path": rel})
             return out
         return None
+
+
+class _Body:
+    """Bytes [start, end) of a file or a bytes object, sent in 1 MiB pieces (a hung-up client stops it)."""
+
+    def __init__(self, data: bytes | Path, start: int, end: int) -> None:
+        self.data, self.start, self.end = data, start, end
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def pieces(self) -> Any:
+        step = 1 << 20
+        if isinstance(self.data, bytes):
+            for at in range(self.start, self.end, step):
+                yield self.data[at:min(at + step, self.end)]
+            return
+        fd = os.open(self.data, os.O_RDONLY)
+        try:
+            for at in range(self.start, self.end, step):
+                yield os.pread(fd, min(step, self.end - at), at)
+        finally:
+            os.close(fd)
 
 
 class S3Server:

@@ -397,6 +397,11 @@ class RemoteFile(ByteSource):
         with self._lock:
             self._blocks.clear()
             self._cached = 0
-            for future in self._inflight.values():
-                future.cancel()
+            pending = list(self._inflight.values())
             self._inflight.clear()
+        for future in pending:  # nothing keeps fetching after the command is done
+            if not future.cancel():
+                try:
+                    future.exception()
+                except BaseException:  # noqa: BLE001 - a part nobody asked for: its error does not matter
+                    pass

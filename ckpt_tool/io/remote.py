@@ -35,7 +35,7 @@ MAX_AHEAD = 4 << 20  # the most a forward-walking metadata reader fetches at onc
 SMALL_DATA = 1 << 20  # tensor reads below this go through the block cache
 PART = 8 << 20  # large reads are split into parts of this size, fetched in parallel
 WORKERS = 8  # parallel requests per process
-AHEAD = 3  # parts fetched ahead of a sequential reader
+AHEAD = 2  # parts fetched ahead of a reader moving forward
 CACHE_BUDGET = 64 << 20  # bytes of metadata blocks kept per file
 EXTRA = "pip install 'ckpt-tool[remote]'"
 
@@ -178,8 +178,7 @@ class RemoteFile(ByteSource):
         self._cached = 0
         self._lock = threading.Lock()
         self._miss_lock = threading.Lock()
-        self._inflight: dict[tuple[int, int], Future[bytes]] = {}
-        self._next = -1  # where a sequential data reader will read next
+        self._parts: OrderedDict[int, Future[bytes]] = OrderedDict()  # data parts, fetched or in flight
         self._seq_end = -1  # where the last metadata fetch ended
         self._ahead = MIN_FETCH
         self._local: LocalFile | None = None
@@ -333,45 +332,37 @@ class RemoteFile(ByteSource):
         out[:] = self.read_data(offset, len(out))
 
     def _data(self, offset: int, n: int) -> bytes:
-        """Tensor bytes: parts in parallel; a sequential reader's next parts fetched ahead."""
-        if offset < 0 or offset + n > self.size:
-            raise RemoteError(f"truncated: needed {n} bytes at offset {offset}, the file ends first", self.name)
-        if n > PART:
-            parts = [self._submit(o, min(PART, offset + n - o)) for o in range(offset, offset + n, PART)]
-            return b"".join(self._result(o, m, f) for (o, m), f in parts)
-        (_, _), future = self._submit(offset, n)
+        """Tensor bytes from aligned 8 MiB parts, fetched in parallel and shared by every reader;
+        a reader moving forward has the next parts fetched ahead (each part is fetched once)."""
+        first, last = offset // PART, (offset + n - 1) // PART
+        wanted = [self._part(i) for i in range(first, last + 1)]
         with self._lock:
-            sequential = offset == self._next
-            self._next = offset + n
-        if sequential:
-            ahead = offset + n
-            for _ in range(AHEAD):
-                if ahead >= self.size:
-                    break
-                self._submit(ahead, min(n, self.size - ahead))
-                ahead += n
-        return self._result(offset, n, future)
+            forward = first - 1 in self._parts or first == 0
+        if forward:
+            for i in range(last + 1, min(last + 1 + AHEAD, (self.size - 1) // PART + 1)):
+                self._part(i)
+        pieces = []
+        for i, future in zip(range(first, last + 1), wanted):
+            block = future.result()
+            lo = max(offset, i * PART) - i * PART
+            hi = min(offset + n, (i + 1) * PART) - i * PART
+            pieces.append(block if lo == 0 and hi == len(block) else block[lo:hi])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-    def _submit(self, offset: int, n: int) -> tuple[tuple[int, int], Future[bytes]]:
-        key = (offset, n)
+    def _part(self, index: int) -> Future[bytes]:
+        """The future of part ``index`` (bytes [index * PART, (index + 1) * PART)), started once."""
         with self._lock:
-            future = self._inflight.get(key)
+            future = self._parts.get(index)
             if future is None:
+                start = index * PART
                 ctx = contextvars.copy_context()
-                future = _pool().submit(ctx.run, self._fetch, offset, offset + n)
-                self._inflight[key] = future
-                if len(self._inflight) > 4 * WORKERS:  # ahead parts nobody asked for: forget the oldest
-                    stale = next(iter(self._inflight))
-                    self._inflight.pop(stale).cancel()
-        return key, future
-
-    def _result(self, offset: int, n: int, future: Future[bytes]) -> bytes:
-        try:
-            return future.result()
-        finally:
-            with self._lock:
-                if self._inflight.get((offset, n)) is future:
-                    del self._inflight[(offset, n)]
+                future = _pool().submit(ctx.run, self._fetch, start, min(self.size, start + PART))
+                self._parts[index] = future
+                while len(self._parts) > WORKERS + AHEAD:  # memory stays bounded: forget the oldest parts
+                    self._parts.popitem(last=False)
+            else:
+                self._parts.move_to_end(index)
+        return future
 
     def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
         """Fetch many small ranges (legacy storage counts) concurrently, neighbours merged."""
@@ -397,8 +388,8 @@ class RemoteFile(ByteSource):
         with self._lock:
             self._blocks.clear()
             self._cached = 0
-            pending = list(self._inflight.values())
-            self._inflight.clear()
+            pending = list(self._parts.values())
+            self._parts.clear()
         for future in pending:  # nothing keeps fetching after the command is done
             if not future.cancel():
                 try:

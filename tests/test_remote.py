@@ -280,6 +280,18 @@ def test_gate_finds_nan_over_http(run_cli, server: RangeServer) -> None:
     assert doc["remote"]["requests"] == len(_gets(server))
 
 
+def test_gate_size_and_sha256_over_http(run_cli, served: Path, server: RangeServer) -> None:
+    import hashlib
+
+    digest = hashlib.sha256((served / "big.pth").read_bytes()).hexdigest()
+    r = run_cli("gate", "--json", "--no-nan-check", "--sha256", digest, "--max-size", "1 GiB",
+                f"{server.url}/big.pth")
+    assert r.code == 0, r
+    checks = {c["name"]: c for c in json.loads(r.out)["files"][0]["checks"]}
+    assert checks["sha256"]["passed"] and not checks["sha256"]["skipped"]
+    assert checks["file_size"]["passed"] and f"{(served / 'big.pth').stat().st_size:,} bytes" in checks["file_size"]["detail"]
+
+
 def test_scan_over_http(run_cli, server: RangeServer) -> None:
     r = run_cli("scan", "--json", f"{server.url}/whole_model.pth", f"{server.url}/legacy.pth")
     local = [f["verdict"] for f in json.loads(run_cli("scan", "--json", str(FIXTURES / "whole_model.pth"),

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, assert_one_line_error
 
 pytest.importorskip("fsspec")
@@ -289,7 +288,8 @@ def test_gate_size_and_sha256_over_http(run_cli, served: Path, server: RangeServ
     assert r.code == 0, r
     checks = {c["name"]: c for c in json.loads(r.out)["files"][0]["checks"]}
     assert checks["sha256"]["passed"] and not checks["sha256"]["skipped"]
-    assert checks["file_size"]["passed"] and f"{(served / 'big.pth').stat().st_size:,} bytes" in checks["file_size"]["detail"]
+    size = (served / "big.pth").stat().st_size
+    assert checks["file_size"]["passed"] and f"{size:,} bytes" in checks["file_size"]["detail"]
 
 
 def test_scan_over_http(run_cli, server: RangeServer) -> None:
@@ -304,9 +304,8 @@ def test_migrate_from_a_url_to_a_local_file(run_cli, served: Path, server: Range
     r = run_cli("migrate", f"{server.url}/big.pth", "-o", str(out), "--json")
     assert r.code == 0, r
     assert all(json.loads(r.out)["verified"].values())
-    from safetensors.torch import load_file
-
     import torch
+    from safetensors.torch import load_file
 
     want = torch.load(served / "big.pth")
     got = load_file(str(out))

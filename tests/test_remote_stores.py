@@ -9,10 +9,8 @@ import json
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, assert_one_line_error
 
 pytest.importorskip("fsspec")

@@ -9,7 +9,6 @@ import click
 from ..errors import EXIT_FINDING, EXIT_OK
 from ..render.common import dumps
 from . import keep_until_exit
-from .remote_io import download_option, remote_scope, verbose_option
 from .options import (
     json_option,
     key_option,
@@ -19,6 +18,7 @@ from .options import (
     target_kwargs_from,
     unsafe_option,
 )
+from .remote_io import download_option, remote_scope, verbose_option
 
 
 @click.command("diff")

@@ -8,8 +8,8 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit
+from .options import json_option, key_option, limit_options, limits_from, quiet_option, sarif_option, target_kwargs_from
 from .remote_io import download_option, remote_scope, verbose_option
-from .options import json_option, sarif_option, key_option, limit_options, limits_from, quiet_option, target_kwargs_from
 
 
 @click.command("gate")

@@ -6,8 +6,8 @@ import sys
 import click
 
 from . import keep_until_exit
-from .remote_io import download_option, remote_scope, verbose_option
 from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
+from .remote_io import download_option, remote_scope, verbose_option
 
 
 @click.command("inspect")

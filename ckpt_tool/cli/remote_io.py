@@ -72,12 +72,12 @@ class _Transfer:
         bar = None
         shown = 0
         start = time.monotonic()
+        rate = [0.0]
         while not self._stop.wait(0.25):
             got = self.sess.bytes
             if bar is None:
                 if got < SHOW_AFTER:
                     continue
-                rate = [0.0]
 
                 def label(_: object) -> str:
                     return f"{_human(self.sess.bytes)} at {_human(rate[0])}/s"

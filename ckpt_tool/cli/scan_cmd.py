@@ -7,8 +7,8 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit, one_line
+from .options import json_option, limit_options, limits_from, quiet_option, sarif_option
 from .remote_io import download_option, remote_scope
-from .options import json_option, sarif_option, limit_options, limits_from, quiet_option
 
 
 @click.command("scan")

@@ -6,7 +6,6 @@ instead of reading them, so metadata paths never touch tensor bytes.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Callable
 
 from ..errors import InputError

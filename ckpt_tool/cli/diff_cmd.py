@@ -18,7 +18,7 @@ from .options import (
     target_kwargs_from,
     unsafe_option,
 )
-from .remote_io import download_option, remote_scope, verbose_option
+from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
 
 
 @click.command("diff")
@@ -60,7 +60,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
 
         raise UsageError("--target-kwargs needs --target")
     bars: list[Any] = []
-    show_bar = values and not quiet and not as_json and sys.stderr.isatty()
+    show_bar = values and not quiet and not as_json and sys.stderr.isatty() and not transfer_bar([a, b], quiet)
 
     def start(total: int) -> None:
         bars.append(click.progressbar(length=total, label="comparing values", file=sys.stderr))

@@ -9,7 +9,7 @@ import click
 from ..render.common import dumps
 from . import keep_until_exit
 from .options import json_option, key_option, limit_options, limits_from, quiet_option, sarif_option, target_kwargs_from
-from .remote_io import download_option, remote_scope, verbose_option
+from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
 
 
 @click.command("gate")
@@ -55,7 +55,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     policy = load_policy(policy_file) if policy_file else Policy()
     kw = target_kwargs_from(target_kwargs)
     bars: dict[str, Any] = {}
-    show = not quiet and not as_json and sys.stderr.isatty()
+    show = not quiet and not as_json and sys.stderr.isatty() and not transfer_bar(paths, quiet)
 
     def progress(path: str, done: int, total: int) -> None:
         bar = bars.get(path)

@@ -7,7 +7,7 @@ import click
 
 from . import keep_until_exit
 from .options import json_option, key_option, limit_options, limits_from, quiet_option, unsafe_option
-from .remote_io import download_option, remote_scope, verbose_option
+from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
 
 
 @click.command("inspect")
@@ -31,7 +31,7 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
     from ..render.inspect import json_text, render
 
     bars: list = []
-    show_bar = stats and not quiet and sys.stderr.isatty()
+    show_bar = stats and not quiet and sys.stderr.isatty() and not transfer_bar([path], quiet)
 
     def start(n: int) -> None:
         if show_bar:

@@ -127,7 +127,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
 
     bars = _Bars(not quiet and sys.stderr.isatty())
     try:
-        with remote_scope([src], download=download, verbose=verbose, quiet=quiet):
+        with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
             report = migrate(
                 src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename, drop=drop,
                 dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,

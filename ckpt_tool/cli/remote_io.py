@@ -21,6 +21,18 @@ verbose_option = click.option("-v", "--verbose", is_flag=True,
 SHOW_AFTER = 8 << 20  # bytes fetched before a transfer bar appears: metadata reads stay silent
 
 
+def _any_url(paths: Iterable[object]) -> bool:
+    from ..io.bytesource import is_url
+
+    return any(isinstance(p, str) and is_url(p) for p in paths)
+
+
+def transfer_bar(paths: Iterable[object], quiet: bool) -> bool:
+    """Whether remote_scope shows its transfer bar (a command then leaves out a bar of its own:
+    two bars on one terminal line overwrite each other)."""
+    return not quiet and sys.stderr.isatty() and _any_url(paths)
+
+
 @contextlib.contextmanager
 def remote_scope(paths: Iterable[object], *, download: bool = False, verbose: bool = False,
                  quiet: bool = False) -> Iterator[None]:
@@ -29,15 +41,14 @@ def remote_scope(paths: Iterable[object], *, download: bool = False, verbose: bo
     On a terminal, a progress bar with the bytes fetched and the rate
     appears once data (not just metadata) flows; ``-v`` prints the counts.
     """
-    from ..io.bytesource import is_url
-
-    if not any(isinstance(p, str) and is_url(p) for p in paths):
+    paths = list(paths)
+    if not _any_url(paths):
         yield
         return
     from ..io.remote import session
 
     with session(download=download) as sess:
-        bar = _Transfer(sess) if not quiet and sys.stderr.isatty() else None
+        bar = _Transfer(sess) if transfer_bar(paths, quiet) else None
         try:
             yield
         finally:
@@ -90,6 +101,9 @@ class _Transfer:
             bar.update(got - shown, got)
             shown = got
         if bar is not None:
+            got = self.sess.bytes
+            rate[0] = got / max(time.monotonic() - start, 1e-3)
+            bar.update(got - shown, got)
             bar.render_finish()
 
     def stop(self) -> None:

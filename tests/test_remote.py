@@ -310,3 +310,47 @@ def test_migrate_from_a_url_to_a_local_file(run_cli, served: Path, server: Range
     want = torch.load(served / "big.pth")
     got = load_file(str(out))
     assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_legacy_storage_counts_are_fetched_together(run_cli, served: Path, server: RangeServer) -> None:
+    """A legacy file's storages are located by their 8-byte counts: fetched concurrently, not the data."""
+    import torch
+
+    path = served / "legacy-big.pth"
+    if not path.exists():
+        sd = {f"w{i}": torch.zeros(1_000_000) for i in range(6)}  # 4 MB apart
+        torch.save(sd, path, _use_new_zipfile_serialization=False)
+    server.clear()
+    r = run_cli("inspect", "--json", f"{server.url}/legacy-big.pth")
+    assert r.code == 0, r
+    assert _doc(r.out) == _doc(run_cli("inspect", "--json", str(path)).out)
+    log = _gets(server)
+    assert server.sent() < 1 << 20 and len(log) <= 7, [(x.range, x.nbytes) for x in log]
+
+
+def test_any_fsspec_protocol(run_cli, served: Path) -> None:
+    """file:// goes through fsspec's generic path (info, then cat_file ranges)."""
+    for name in ("tiny_mlp.pth", "big.safetensors", "dcp/"):
+        local = run_cli("inspect", "--json", str(served / name))
+        remote = run_cli("inspect", "--json", f"file://{served / name}")
+        assert remote.code == 0, remote
+        got, want = _doc(remote.out), _doc(local.out)
+        if name.endswith("/"):
+            got.pop("file_bytes")
+            want.pop("file_bytes")
+        assert got == want
+
+
+def test_scan_of_a_folder_url(run_cli, server: RangeServer) -> None:
+    r = run_cli("scan", "--json", f"{server.url}/dcp/")
+    assert r.code == 0, r
+    local = json.loads(run_cli("scan", "--json", str(FIXTURES / "dcp")).out)
+    doc = json.loads(r.out)
+    assert [(Path(f["path"]).name, f["verdict"], f["format"]) for f in doc["files"]] == \
+        [(Path(f["path"]).name, f["verdict"], f["format"]) for f in local["files"]]
+
+
+def test_download_reads_a_zip_from_a_no_range_server(run_cli, served: Path, no_range: RangeServer) -> None:
+    r = run_cli("diff", "--values", "--json", "--download", f"{no_range.url}/big.pth", str(served / "big.pth"))
+    assert r.code == 0, r
+    assert json.loads(r.out)["equal"]

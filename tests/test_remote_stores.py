@@ -92,6 +92,20 @@ def test_s3_folder_without_a_slash_is_listed(run_cli, s3) -> None:
     assert _doc(r.out) == _doc(run_cli("inspect", "--json", str(FIXTURES / "dcp")).out)
 
 
+def test_s3_without_s3fs_names_the_extra(run_cli, monkeypatch) -> None:
+    import sys
+
+    for name in [m for m in list(sys.modules) if m == "s3fs" or m.startswith("s3fs.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # import s3fs now fails
+    import fsspec  # noqa: F401 - loads fsspec.registry, whose name the package rebinds to a mapping
+
+    registry = sys.modules["fsspec.registry"]._registry  # fsspec's cache of imported classes
+    monkeypatch.delitem(registry, "s3", raising=False)
+    r = run_cli("inspect", "s3://ckpts/tiny_mlp.pth")
+    assert_one_line_error(r, "s3://ckpts/tiny_mlp.pth", "pip install 'ckpt-tool[remote]'")
+
+
 def test_s3_not_found(run_cli, s3) -> None:
     r = run_cli("inspect", "s3://ckpts/missing.pth")
     assert_one_line_error(r, "s3://ckpts/missing.pth", "no such file")

@@ -45,9 +45,10 @@ class RangeServer:
     """
 
     def __init__(self, root: str | os.PathLike[str], *, ranges: bool = True, hub: bool = False,
-                 delay: float = 0.0, lifetime: float = 600.0) -> None:
+                 delay: float = 0.0, lifetime: float = 600.0, listings: bool = True) -> None:
         self.root = Path(root).resolve()
         self.ranges = ranges
+        self.listings = listings  # False: folders answer 404 (no index pages)
         self.hub = hub
         self.delay = delay  # seconds before each answer (timeouts)
         self.lifetime = lifetime
@@ -169,6 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
         change = owner.changes.get(path)
         if change is not None and seen > change[0]:
             self._file_bytes(change[1], '"changed"', head=head)
+            return
+        if target.is_dir() and not owner.hub and not owner.listings:
+            self._send(404, b"not found", head=head)
             return
         if target.is_dir() and not owner.hub:
             if not path.endswith("/"):

@@ -354,3 +354,40 @@ def test_download_reads_a_zip_from_a_no_range_server(run_cli, served: Path, no_r
     r = run_cli("diff", "--values", "--json", "--download", f"{no_range.url}/big.pth", str(served / "big.pth"))
     assert r.code == 0, r
     assert json.loads(r.out)["equal"]
+
+
+def test_api_on_urls(served: Path, server: RangeServer) -> None:
+    import ckpt_tool
+
+    with ckpt_tool.remote_session() as counted:
+        report = ckpt_tool.inspect(f"{server.url}/tiny_mlp.pth")
+        ckpt = ckpt_tool.load(f"{server.url}/big.safetensors")
+    assert report.remote == {"requests": 1, "bytes": (served / "tiny_mlp.pth").stat().st_size}
+    assert counted.requests == len(_gets(server)) == 2
+    from ckpt_tool.tensors.tensordata import tensor_bytes
+
+    import torch
+
+    want = torch.load(served / "big.pth")["head.bias"].numpy().tobytes()
+    assert tensor_bytes(ckpt.by_key["head.bias"]) == want  # data read after the session ended
+
+
+def test_local_commands_import_nothing_remote() -> None:
+    import subprocess
+
+    code = ("import sys, contextlib, io; from ckpt_tool.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(['inspect', sys.argv[1]])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 'huggingface_hub', 's3fs', "
+            "'aiohttp') or m in ('ckpt_tool.io.remote', 'ckpt_tool.io.protocols', 'ckpt_tool.io.fetchers')))")
+    out = subprocess.run([sys.executable, "-c", code, str(FIXTURES / "tiny_mlp.pth")], capture_output=True,
+                         text=True, cwd=str(FIXTURES.parent), check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_sharded_folder_on_a_server_without_listings(run_cli, served: Path) -> None:
+    with RangeServer(served, listings=False) as bare:
+        r = run_cli("inspect", "--json", f"{bare.url}/sharded/")
+        assert r.code == 0, r
+        assert _doc(r.out) == _doc(run_cli("inspect", "--json", str(served / "sharded")).out)
+        r = run_cli("inspect", f"{bare.url}/nothing/")
+        assert_one_line_error(r, "nothing")

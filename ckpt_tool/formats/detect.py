@@ -41,10 +41,15 @@ EXPECTED_BY_EXTENSION = {
 }
 
 
+_USUAL_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
 def find_index(folder: str) -> str | None:
     """The ``*.index.json`` of a sharded set in ``folder`` (safetensors preferred)."""
     names = paths.listdir(folder)
     indexes = [n for n in names if n.endswith(".index.json")]
+    if not indexes and paths.is_url(folder):  # a server that lists nothing: the names transformers writes
+        indexes = [n for n in _USUAL_INDEXES if paths.isfile(paths.join(folder, n))]
     if not indexes:
         return None
     indexes.sort(key=lambda n: (not n.endswith(".safetensors.index.json"), n))

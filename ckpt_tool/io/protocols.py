@@ -147,7 +147,7 @@ def is_file(url: str) -> bool:
     """Whether ``url`` is a file; answered from its folder's listing when that was read already."""
     sess = current()
     folder, _, name = url.rstrip("/").rpartition("/")
-    listed = sess.owner.listings.get(folder)
+    listed = sess.owner.listings.get(folder) if can_list(url) else None  # an HTML index is no proof
     if listed is not None and name not in listed:
         return False
     try:
@@ -162,7 +162,7 @@ def is_file(url: str) -> bool:
 def missing_in(folder: str, names: Sequence[str]) -> list[str]:
     """The names not in ``folder``'s listing, when it was listed already; otherwise none (no request
     is spent on it: a missing file is found when it is read)."""
-    listed = current().owner.listings.get(folder.rstrip("/"))
+    listed = current().owner.listings.get(folder.rstrip("/")) if can_list(folder) else None
     if listed is None:
         return []
     present = set(listed)
@@ -187,7 +187,10 @@ def list_folder(url: str, sess: Session) -> list[str]:
         if scheme in _HTTP:
             _require("aiohttp", url)
             fs = filesystem(scheme, url, sess)
-            entries = fs.ls(base, detail=False)
+            try:
+                entries = fs.ls(base, detail=False)
+            except FileNotFoundError:  # no index page: a listing is no promise over plain HTTP
+                entries = []
             names = [e[len(base):].rstrip("/") for e in entries if e.startswith(base)]
         else:
             fs = filesystem("hf" if scheme == "hf" else scheme, url, sess)

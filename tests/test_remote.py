@@ -250,6 +250,18 @@ def test_no_range_server_with_download(run_cli, served: Path, no_range: RangeSer
 # -- data paths ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("name", ["dcp/", "sharded/", "legacy.pth", "training.pth"])
+def test_stats_of_every_format_over_http(run_cli, served: Path, server: RangeServer, name: str) -> None:
+    local = run_cli("inspect", "--json", "--stats", str(served / name))
+    remote = run_cli("inspect", "--json", "--stats", f"{server.url}/{name}")
+    assert remote.code == 0, remote
+    got, want = _doc(remote.out), _doc(local.out)
+    if name == "dcp/":
+        got.pop("file_bytes")
+        want.pop("file_bytes")
+    assert got == want
+
+
 def test_stats_over_http_equal_local(run_cli, served: Path, server: RangeServer) -> None:
     local = run_cli("inspect", "--json", "--stats", str(served / "big.pth"))
     remote = run_cli("inspect", "--json", "--stats", f"{server.url}/big.pth")

@@ -116,6 +116,17 @@ class LocalFile(ByteSource):
         self._fd: int | None = open_regular(path)
         self.size = os.fstat(self._fd).st_size
 
+    @classmethod
+    def from_fd(cls, fd: int, name: str) -> LocalFile:
+        """A file already open (an unlinked temporary): it cannot be reopened, so it is closed
+        only when the object goes away."""
+        self = cls.__new__(cls)
+        self.name = name
+        self._fd = fd
+        self.size = os.fstat(fd).st_size
+        self._keep_open = True
+        return self
+
     @property
     def fd(self) -> int:
         if self._fd is None:
@@ -136,13 +147,16 @@ class LocalFile(ByteSource):
                                  self.name)
             got += n
 
+    _keep_open = False
+
     def close(self) -> None:
-        if self._fd is not None:
+        if self._fd is not None and not self._keep_open:
             os.close(self._fd)
             self._fd = None
 
     def __del__(self) -> None:
         try:
+            self._keep_open = False
             self.close()
         except (OSError, AttributeError):  # interpreter teardown, or a failed __init__
             pass

@@ -15,8 +15,12 @@ credentials are whatever the libraries find and are never logged here.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable
 
@@ -51,6 +55,31 @@ def retries() -> int:
     return int(os.environ.get("CKPT_REMOTE_RETRIES", "5"))
 
 
+_QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("ckpt_quiet_http", default=False)
+_FILTERED: list[logging.Logger] = []
+
+
+class _InsideFetch(logging.Filter):
+    """Drops huggingface_hub's retry warnings for ckpt's own requests (their outcome is the one line
+    ckpt prints); the library's other users still see theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _QUIET.get()
+
+
+@contextlib.contextmanager
+def _quiet_retries() -> Iterator[None]:
+    if not _FILTERED:
+        log = logging.getLogger("huggingface_hub.utils._http")
+        log.addFilter(_InsideFetch())
+        _FILTERED.append(log)
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
 def _strong(etag: str | None) -> str | None:
     return etag if etag and not etag.startswith("W/") else None
 
@@ -75,8 +104,9 @@ class HttpFetcher:
         if _strong(etag):
             headers["If-Match"] = etag  # type: ignore[assignment]
         try:
-            with http_stream_backoff("GET", self.url, headers=headers, timeout=timeout_s(),
-                                     max_retries=retries(), base_wait_time=0.5, max_wait_time=8) as r:
+            with _quiet_retries(), http_stream_backoff("GET", self.url, headers=headers, timeout=timeout_s(),
+                                                       max_retries=retries(), base_wait_time=0.5,
+                                                       max_wait_time=8) as r:
                 return self._response(r, start, end)
         except FetchError:
             raise
@@ -118,8 +148,9 @@ class HttpFetcher:
 
         total = 0
         try:
-            with http_stream_backoff("GET", self.url, headers=self._request_headers(), timeout=timeout_s(),
-                                     max_retries=retries(), base_wait_time=0.5, max_wait_time=8) as r:
+            with _quiet_retries(), http_stream_backoff("GET", self.url, headers=self._request_headers(),
+                                                       timeout=timeout_s(), max_retries=retries(),
+                                                       base_wait_time=0.5, max_wait_time=8) as r:
                 if r.status_code != 200:
                     raise _status_error(r.status_code, r.headers)
                 for chunk in r.iter_bytes(1 << 20):

@@ -187,7 +187,7 @@ class RemoteFile(ByteSource):
             first = fetcher.fetch(0, HEAD_BLOCK, None)
         except FetchError as exc:
             if exc.kind == "range-ignored" and sess.download:
-                self._download(exc.size)
+                self._download()
                 return
             raise
         self._session.count(first.requests, len(first.data))
@@ -218,25 +218,27 @@ class RemoteFile(ByteSource):
                               f"{len(got.data)}", self.name)
         return got.data
 
-    def _download(self, size: int | None) -> None:
-        """--download: the whole file into an unlinked temporary file, read locally from then on."""
+    def _download(self) -> None:
+        """--download: the whole file into an unlinked temporary file, read locally from then on.
+
+        The file is unlinked before the first byte is written: nothing is left behind, even
+        when ckpt is killed mid-download.
+        """
         import os
-        import weakref
 
         fd, path = tempfile.mkstemp(prefix="ckpt-download-")
+        os.unlink(path)
         try:
             with os.fdopen(os.dup(fd), "wb") as out:
                 total = self._fetcher.download(out, lambda n: self._session.count(0, n))
             self._session.count(1, 0)
-            local = LocalFile(path)
         except FetchError as exc:
-            raise error_for(exc, self.name) from None
-        finally:
             os.close(fd)
-            os.unlink(path)  # the open descriptor keeps the copy readable; nothing is left behind
-        local.name = self.name
-        self._local = local
-        weakref.finalize(self, local.close)
+            raise error_for(exc, self.name) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._local = LocalFile.from_fd(fd, self.name)
         self.size = total
 
     # -- the metadata cache --------------------------------------------------------

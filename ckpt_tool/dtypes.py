@@ -17,6 +17,15 @@ class DType:
     safetensors: str | None
     storage: str | None  # legacy torch storage class name (torch.FloatStorage)
     numpy: str | None  # NumPy type string of the same bytes, when NumPy has one
+    per_byte: int = 1  # elements packed in one byte (quint4x2: 2, quint2x4: 4); itemsize is then 1
+
+    def nbytes(self, numel: int) -> int:
+        """Bytes that ``numel`` elements take in a storage (sub-byte types round up)."""
+        return numel * self.itemsize if self.per_byte == 1 else -(-numel // self.per_byte)
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.kind == "quantized"
 
     @property
     def is_floating(self) -> bool:
@@ -43,6 +52,12 @@ _TABLE = [
     DType("bool", 1, "bool", "BOOL", "BoolStorage", "|b1"),
     DType("complex64", 8, "complex", "C64", "ComplexFloatStorage", "<c8"),
     DType("complex128", 16, "complex", None, "ComplexDoubleStorage", "<c16"),
+    # Quantized tensors (torch._utils._rebuild_qtensor): integer storage plus a scale and zero point.
+    DType("qint8", 1, "quantized", None, "QInt8Storage", None),
+    DType("quint8", 1, "quantized", None, "QUInt8Storage", None),
+    DType("qint32", 4, "quantized", None, "QInt32Storage", None),
+    DType("quint4x2", 1, "quantized", None, "QUInt4x2Storage", None, per_byte=2),
+    DType("quint2x4", 1, "quantized", None, "QUInt2x4Storage", None, per_byte=4),
 ]
 
 BY_NAME: dict[str, DType] = {d.name: d for d in _TABLE}

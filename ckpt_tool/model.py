@@ -129,7 +129,7 @@ class TensorMeta:
             numel = None
         self.numel = numel  # type: ignore[assignment]
         dt = _DTYPES.get(dtype)
-        self.nbytes = numel * dt.itemsize if dt is not None and numel is not None else None  # type: ignore[assignment]
+        self.nbytes = dt.nbytes(numel) if dt is not None and numel is not None else None  # type: ignore[assignment]
         self.storage_id = None if storage is None else (id(storage.source), storage.key)
 
     @property
@@ -159,15 +159,15 @@ class TensorMeta:
     @property
     def byte_span(self) -> tuple[int, int]:
         """Bytes [start, end) of the storage this view can touch."""
-        itemsize = self.itemsize
-        start = self.storage_offset * itemsize
+        dt = dtypes.lookup(self.dtype)
+        start = dt.nbytes(self.storage_offset)
         numel = self.numel
         if numel == 0:
             return (start, start)
         if self.stride is None or self.stride == contiguous_strides(self.shape):
-            return (start, start + numel * itemsize)
+            return (start, start + dt.nbytes(numel))
         last = sum((d - 1) * s for d, s in zip(self.shape, self.stride))
-        return (start, start + (last + 1) * itemsize)
+        return (start, dt.nbytes(self.storage_offset + last + 1))
 
 
 @dataclass(frozen=True)

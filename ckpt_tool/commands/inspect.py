@@ -123,8 +123,11 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
 
 def compute_stats(t: TensorMeta) -> TensorStats:
     """min/max/mean/std and NaN/Inf counts, reading the tensor's bytes."""
+    from .. import dtypes
     from ..tensors.tensordata import to_torch
 
+    if dtypes.lookup(t.dtype).is_quantized:  # integer codes without their scale: no meaningful figures
+        return TensorStats(t.key, None, None, None, None, 0, 0)
     x = to_torch(t)
     torch = __import__("torch")
     if x.numel() == 0 or x.dtype == torch.bool or x.is_complex():

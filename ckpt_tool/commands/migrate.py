@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from .. import writers
-from ..errors import UsageError
+from .. import dtypes, writers
+from ..errors import RuleConflict, UsageError
 from ..formats import load
 from ..formats.locate import resolve_key
 from ..io import atomic, freespace, staletemp
@@ -279,6 +279,11 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         raise UsageError("the rules drop every tensor; nothing would be written")
     for t in tensors:
         require_data(t)
+    quantized = [t.key for t in tensors if dtypes.lookup(t.dtype).is_quantized]
+    if quantized:
+        raise RuleConflict(f"quantized tensors cannot be migrated yet ({', '.join(repr(k) for k in quantized[:3])}"
+                           f"{' ...' if len(quantized) > 3 else ''}): ckpt reads them, but writing them back needs "
+                           "their scale and zero point; drop them with --drop, or keep the file as it is")
     if any(t.source.device not in ("cpu", "meta") for t in tensors):
         warnings.append("tensors saved on a GPU are written as CPU tensors (torch.load needs no map_location)")
     check = None

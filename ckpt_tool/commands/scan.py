@@ -16,17 +16,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CkptError
+from ..errors import CkptError, InputError
 from ..formats.base import ReadOptions
 from ..formats.dcp import ItemRegion, dcp_regions
-from ..formats.safetensors import read_safetensors
+from ..formats import read_file
 from ..formats.sharded import read_index
 from ..io.blob import Blob
 from ..io.paths import basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from ..pickles import severity
-from ..pickles.scanner import DCP_DATA, ERROR, SAFETENSORS, UNKNOWN_FORMAT, Scanner
+from ..pickles.scanner import (
+    DCP_DATA, ERROR, PICKLE, SAFETENSORS, TAR, TORCH_LEGACY, TORCH_ZIP, TORCHSCRIPT, UNKNOWN_FORMAT, ZIP, Scanner,
+)
 from ..pickles.walker import Finding
 from .remote_counts import counts_remote, with_remote
 
@@ -88,6 +90,10 @@ class ScanReport:
         }, self.remote)
 
 
+# Formats a reader exists for: each file of these is also read, as inspect would read it.
+_READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR, ZIP])
+
+
 @counts_remote("paths")
 def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
          limits: Limits = DEFAULT_LIMITS, skip_other: bool = False) -> ScanReport:
@@ -113,6 +119,10 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
                 skipped.append(path)
             else:
                 files.append(found)
+    if not files and not skip_other:  # a hook given only other files has nothing to do: not an error
+        where = ", ".join(os.fspath(p) for p in paths)
+        raise InputError(f"{where}: nothing to scan: no pickle, zip, tar, NumPy or safetensors data "
+                         f"({len(skipped)} file(s) skipped); nothing scanned is never 'safe'")
     return ScanReport(tuple(files), tuple(skipped), strict)
 
 
@@ -158,8 +168,8 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
             scanner.sweep_zips(blob, basename(path), 0)
         else:
             scanner.top_level(blob, path)
-            if scanner.format == SAFETENSORS:
-                _check_safetensors(scanner, path, limits)
+            if scanner.format in _READABLE:
+                _check_readable(scanner, path, limits)
     except CkptError as exc:  # a URL that failed mid-way (a timeout, a changed file)
         scanner.errors.append(exc.message)
     finally:
@@ -173,12 +183,17 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
 
 
 
-def _check_safetensors(scanner: Scanner, path: str, limits: Limits) -> None:
-    """safetensors holds no pickle; its header is validated by the one safetensors reader."""
+def _check_readable(scanner: Scanner, path: str, limits: Limits) -> None:
+    """Read the file with the one reader every command uses: what it refuses, the scan cannot call safe.
+
+    The static walk says what a loader would import or call; the reader says
+    whether a loader can read the file at all (loader parity: a file torch
+    and safetensors refuse is an error here too, never "safe").
+    """
     try:
-        loaded = read_safetensors(path, ReadOptions(limits=limits))
+        loaded = read_file(path, ReadOptions(limits=limits, walk=False))  # the scanner walked it already
     except CkptError as exc:
-        scanner.errors.append(exc.message)
+        scanner.errors.append(exc.message if exc.message.startswith(path) else f"{path}: {exc.message}")
         return
     for source in loaded.sources:
         source.close()
@@ -192,7 +207,7 @@ def scan_folder(path: str, limits: Limits) -> tuple[list[Any], list[str]]:
         dirs.sort()
         regions: dict[str, list[ItemRegion]] | None = None
         if ".metadata" in names:
-            regions = dcp_regions(os.path.join(root, ".metadata"))
+            regions = dcp_regions(os.path.join(root, ".metadata"), limits)
         for name in sorted(names):
             full = os.path.join(root, name)
             if name.endswith(".distcp") and ".metadata" in names:

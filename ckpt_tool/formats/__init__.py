@@ -29,7 +29,7 @@ _READERS: dict[str, str] = {
     _detect.TORCH_LEGACY: "legacy:read_legacy",
     _detect.PICKLE: "picklefile:read_pickle",
     _detect.DCP: "dcp:read_dcp",
-    _detect.TORCH_TAR: "legacy:read_legacy_tar",
+    _detect.TORCH_TAR: "tar:read_legacy_tar",
 }
 
 
@@ -58,7 +58,18 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
 
         loaded = read_sharded(path, options, read_file, _shard_tensors)
     else:
-        loaded = reader_for(fmt)(path, options)
+        try:
+            loaded = reader_for(fmt)(path, options)
+        except InputError as exc:
+            if not options.walk:
+                raise
+            from .findings import name_calls
+
+            raise name_calls(path, exc, options.limits) from exc
+        from .findings import join_walk, needs_walk
+
+        if options.walk and needs_walk(loaded):
+            join_walk(loaded, path, options.limits)
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)

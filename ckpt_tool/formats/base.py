@@ -36,3 +36,5 @@ class ReadOptions:
     unsafe: bool = False
     # How torch.save bytes nested in a pickle are read; read_file fills in formats/blob.py's.
     read_blob: BlobReader | None = None
+    # Join the static walk's findings when the file gives reason (formats/findings.py); scan has walked already.
+    walk: bool = True

@@ -28,13 +28,14 @@ def read_torch_blob(blob: bytes, *, path: str, where: str, limits: Limits) -> tu
 
 
 def _read_zip_blob(blob: bytes, path: str, where: str, limits: Limits) -> tuple[Any, list[GlobalRef]]:
-    from .torchzip import archive_prefix, storage_loader
+    from .torchzip import archive_prefix, check_version, storage_loader
 
     archive = ZipArchive(path, limits.max_member_bytes, data=blob)
     prefix = archive_prefix(archive)
-    pkl = prefix + "data.pkl"
-    if pkl not in archive.members:
-        raise InputError(f"{where} is a zip archive without {pkl!r}, not torch.save bytes", path)
+    check_version(archive, prefix)
+    pkl = archive.resolve(prefix + "data.pkl")
+    if pkl is None:
+        raise InputError(f"{where} is a zip archive without {prefix + 'data.pkl'!r}, not torch.save bytes", path)
     source = BlobSource(path, blob, archive.region)
     data = archive.read(pkl, limits.max_pickle_bytes)
     result = restricted_loads(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,8 @@ from ..errors import CkptError, InputError
 from ..io import paths
 from ..io.bytesource import ByteSource
 from ..io.source import read_pickle_file
-from ..limits import Limits
-from ..model import DataSource, StorageRef, TensorMeta, contiguous_strides
+from ..limits import DEFAULT_LIMITS, Limits
+from ..model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ..pickles.placeholders import DTypeRef, Placeholder
 from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
@@ -48,16 +47,8 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     explicit = not paths.isdir(path)
     folder = paths.dirname(path) if explicit else path
     meta_path = path if explicit else paths.join(path, METADATA)
-    data = read_pickle_file(meta_path, options.limits.max_pickle_bytes, ".metadata")
-    if not data:
-        raise InputError("empty .metadata file (the save did not finish?)", meta_path)
-    result = restricted_loads(data, where=".metadata", path=meta_path, limits=options.limits)
-    md = result.obj
-    attrs = md.attributes if isinstance(md, Placeholder) else {}
-    sdm = attrs.get("state_dict_metadata")
-    if not isinstance(sdm, dict):
-        raise InputError(".metadata does not hold torch.distributed.checkpoint Metadata", meta_path)
-
+    attrs, references = load_metadata(meta_path, options.limits)
+    sdm = attrs["state_dict_metadata"]
     chunks_by_key, shards = _storage_index(attrs.get("storage_data"), meta_path)
     warnings: list[str] = []
     _check_shards(folder, shards, explicit, warnings)
@@ -76,12 +67,25 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
                          if where else "<bytes item, not read>")
         else:
             warnings.append(f"entry {fqn!r} has an unknown DCP storage type {kind!r}; not listed")
-    loaded = Loaded(DCP, _nest(flat, attrs.get("planner_data")), list(result.references), warnings, [source])
+    loaded = Loaded(DCP, _nest(flat, attrs.get("planner_data")), references, warnings, [source])
     loaded.metadata["shards"] = sorted(shards)
     version = attrs.get("version")
     if version is not None:
         loaded.metadata["dcp_version"] = str(version)
     return loaded
+
+
+def load_metadata(meta_path: str, limits: Limits) -> tuple[dict[str, Any], list[GlobalRef]]:
+    """The one parse of a ``.metadata`` file (restricted unpickler): Metadata's attributes, and its globals."""
+    data = read_pickle_file(meta_path, limits.max_pickle_bytes, ".metadata")
+    if not data:
+        raise InputError("empty .metadata file (the save did not finish?)", meta_path)
+    result = restricted_loads(data, where=".metadata", path=meta_path, limits=limits)
+    md = result.obj
+    attrs = md.attributes if isinstance(md, Placeholder) else {}
+    if not isinstance(attrs.get("state_dict_metadata"), dict):
+        raise InputError(".metadata does not hold torch.distributed.checkpoint Metadata", meta_path)
+    return attrs, list(result.references)
 
 
 def _storage_index(storage_data: Any, meta_path: str) -> tuple[dict[str, list[Chunk]], set[str]]:
@@ -357,32 +361,19 @@ class ItemRegion:
     transformed: bool  # compressed or otherwise transformed on save: its bytes are not a pickle
 
 
-def dcp_regions(metadata_path: str) -> dict[str, list[ItemRegion]] | None:
-    """The items of each ``.distcp`` file, read from ``.metadata`` with the restricted unpickler."""
+def dcp_regions(metadata_path: str, limits: Limits = DEFAULT_LIMITS) -> dict[str, list[ItemRegion]] | None:
+    """The items of each ``.distcp`` file, from the same parse of ``.metadata`` the reader uses (None: unreadable)."""
     try:
-        with paths.open_bytes(metadata_path) as src:
-            data = src.read(0, min(src.size, 1 << 30))
-        root = restricted_loads(data, where=".metadata", path=metadata_path).obj
+        attrs, _ = load_metadata(metadata_path, limits)
+        chunks, _ = _storage_index(attrs.get("storage_data"), metadata_path)
     except (OSError, CkptError):
         return None
-    if not isinstance(root, Placeholder):
-        return None
-    attrs = root.attributes
-    md = attrs.get("state_dict_metadata")
-    storage = attrs.get("storage_data")
-    if not isinstance(md, Mapping) or not isinstance(storage, Mapping):
-        return None
+    sdm = attrs["state_dict_metadata"]
     out: dict[str, list[ItemRegion]] = {}
-    for index, info in storage.items():
-        if not isinstance(index, Placeholder) or not isinstance(info, Placeholder):
-            return None
-        fqn = index.attributes.get("fqn")
-        i = info.attributes
-        rel, offset, length = i.get("relative_path"), i.get("offset"), i.get("length")
-        if not (isinstance(rel, str) and isinstance(offset, int) and isinstance(length, int)):
-            return None
-        item = md.get(fqn)
-        is_bytes = isinstance(item, Placeholder) and item._ckpt_name == "BytesStorageMetadata"
-        out.setdefault(rel, []).append(
-            ItemRegion(str(fqn), offset, length, is_bytes, bool(i.get("transform_descriptors"))))
+    for fqn, items in chunks.items():
+        entry = sdm.get(fqn)
+        is_bytes = isinstance(entry, Placeholder) and entry._ckpt_name == "BytesStorageMetadata"
+        for c in items:
+            out.setdefault(c.relative_path, []).append(
+                ItemRegion(fqn, c.offset, c.length, is_bytes, bool(c.transforms)))
     return out

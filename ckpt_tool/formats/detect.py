@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import os
-import struct
 
 from ..errors import InputError, UnsupportedFormat
 from ..io import paths
-from ..io.containers import LEGACY_MAGIC
+from ..io.containers import LEGACY_MAGIC, safetensors_header_length
 
 TORCH_ZIP = "torch-zip"
 TORCHSCRIPT = "torchscript"
@@ -16,7 +15,7 @@ SAFETENSORS = "safetensors"
 SHARDED = "sharded"
 DCP = "dcp"
 DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
-TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints: recognised, read only with --unsafe
+TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints (formats/tar.py)
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
 # The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):
@@ -99,11 +98,11 @@ def detect_bytes(head: bytes, size: int, path: str) -> str:
         return TORCH_LEGACY
     if head[:1] == b"\x80" and _LEGACY_LONG1 in head[:24]:
         return TORCH_LEGACY
-    if len(head) >= 9:
-        (n,) = struct.unpack_from("<Q", head)
-        if 2 <= n <= size - 8 and head[8:9] == b"{":
+    n = safetensors_header_length(head)
+    if n is not None:
+        if n <= size - 8:
             return SAFETENSORS
-        if n > size - 8 and head[8:9] == b"{" and path.endswith(".safetensors"):
+        if path.endswith(".safetensors"):
             raise InputError(f"truncated safetensors file: its header claims {n} bytes but only {size - 8} follow "
                              "(an interrupted download?)", path)
     if head[:1] == b"{" and path.endswith(".json"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import dtypes
-from ..errors import InputError, LimitExceeded, UnsupportedFormat
+from ..errors import InputError, LimitExceeded
 from ..io.bytesource import ByteSource
 from ..io.paths import open_bytes
 from ..io.source import BlobSource, storage_source
@@ -296,12 +296,3 @@ def _region(regions: dict[str, tuple[int, int]], key: str, path: str) -> tuple[i
     if found is None:
         raise InputError(f"storage {key!r} is not in the file", path)
     return found
-
-
-def read_legacy_tar(path: str, options: ReadOptions) -> Loaded:
-    """The tar-based format of torch <= 0.1.x: recognised, but not read without --unsafe."""
-    raise UnsupportedFormat(
-        "tar-based legacy torch checkpoint (torch 0.1.x era); ckpt cannot read it without running its "
-        "pickles: if you trust the file, add --unsafe, or re-save it with a current torch",
-        path,
-    )

@@ -106,7 +106,7 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
             # the last element's byte, as TensorMeta.byte_span computes it (inlined: once per tensor)
             last = offset + (numel - 1 if stride == contiguous_strides(shape)
                              else sum((d - 1) * s for d, s in zip(shape, stride)))
-            if (last + 1) * obj.dtype.itemsize > st.nbytes:
+            if obj.dtype.nbytes(last + 1) > st.nbytes:
                 raise InputError(f"tensor {key!r} reaches past the end of its storage ({st.nbytes} bytes)")
         return TensorMeta(key, obj.dtype.name, shape, stride, offset, st.ref, st.location)
     if isinstance(obj, TensorMeta):

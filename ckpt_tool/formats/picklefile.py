@@ -12,8 +12,8 @@ from __future__ import annotations
 import io
 import os
 
+from ..errors import InputError
 from ..io.source import read_pickle_file
-from ..model import GlobalRef
 from ..pickles.unpickler import restricted_load_stream
 from .base import Loaded, ReadOptions
 from .detect import DILL, PICKLE
@@ -30,25 +30,13 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
                                     limits=options.limits, read_blob=options.read_blob)
     warnings: list[str] = []
     rest = size - stream.tell()
+    if rest > 0 and type(result.obj) is int:
+        # An integer, then more pickles: the legacy torch.save layout with a magic number that is not torch's.
+        raise InputError(f"a pickled integer ({result.obj:#x}) followed by {rest} more bytes: the layout of a legacy "
+                         "torch.save file, but not its magic number (torch.load refuses it: 'Invalid magic number')",
+                         path)
     if rest > 0:
         warnings.append(f"{rest} bytes after the end of the pickle were not read (a second pickle?)")
     is_dill = any(ref.module in DILL_MODULES for ref in result.references)
     references = list(result.references)
-    if is_dill:
-        references = _scan_verdicts(data, references, os.path.basename(path) or "pickle")
     return Loaded(DILL if is_dill else PICKLE, result.obj, references, warnings, [])
-
-
-def _scan_verdicts(data: bytes, references: list[GlobalRef], where: str) -> list[GlobalRef]:
-    """Judge a dill file's globals as ``ckpt scan`` does.
-
-    dill reaches setattr through ``getattr(dill._dill, "_setattr")`` in every
-    closure; the scanner recognises that idiom from the opcodes and calls it
-    suspicious, and inspect/diff/migrate must report the same verdict.
-    """
-    from ..pickles.scanner import scan_pickle_bytes
-
-    judged = {(g.module, g.name): g for g in scan_pickle_bytes(data, where).globals}
-    return [judged.get((r.module, r.name), r) for r in references] + [
-        g for key, g in judged.items() if key not in {(r.module, r.name) for r in references}
-    ]

@@ -18,17 +18,31 @@ from .base import Loaded, ReadOptions
 from .detect import SAFETENSORS
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+class _Duplicates(dict):  # type: ignore[type-arg]
+    """A JSON object as serde_json builds safetensors' header: the last duplicate tensor key wins
+    (safetensors 0.8 accepts it), a duplicated ``__metadata__`` field is an error."""
+
+    duplicates: list[str]
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = _Duplicates()
+    out.duplicates = []
     for k, v in pairs:
         if k in out:
-            raise ValueError(f"duplicate key {k!r} in header")
+            if k == "__metadata__":
+                raise ValueError("duplicate field `__metadata__`")
+            out.duplicates.append(k)
         out[k] = v
     return out
 
 
-def read_header(path: str, options: ReadOptions) -> tuple[dict[str, Any], int, int]:
-    """(parsed header, data start offset, data length)."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (safetensors' parser refuses it)")
+
+
+def read_header(path: str, options: ReadOptions) -> tuple[dict[str, Any], int, int, list[str]]:
+    """(parsed header, data start offset, data length, duplicated tensor keys)."""
     with open_bytes(path) as data:
         size = data.size
         if size < 8:
@@ -45,22 +59,30 @@ def read_header(path: str, options: ReadOptions) -> tuple[dict[str, Any], int, i
                 f"truncated safetensors file: header claims {n} bytes but only {size - 8} follow", path
             )
         raw = data.read(8, n)
+    duplicates: list[str] = []
     try:
         text = raw.decode("utf-8")
-        header = json.loads(text)
-        if isinstance(header, dict) and text.count('"data_offsets"') > len(header):
-            # The format forbids duplicate keys (safetensors 0.8 keeps the last one
-            # silently); the slow hook-based parse runs only when counts hint at one.
-            json.loads(text, object_pairs_hook=_no_duplicates)
+        # serde_json's rules, which safetensors applies: no NaN/Infinity, no lone surrogates.
+        header = json.loads(text, parse_constant=_no_constant)
+        if "\\u" in text:
+            json.dumps(header, ensure_ascii=False).encode("utf-8")  # lone surrogates raise here
+        if isinstance(header, dict) and (text.count('"data_offsets"') > len(header)
+                                         or text.count('"__metadata__"') > 1):
+            # The slow hook-based parse runs only when counts hint at a duplicate key.
+            header = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant)
+            duplicates = header.duplicates
+    except UnicodeEncodeError:
+        raise InputError("bad safetensors header: invalid JSON (a lone surrogate escape, which "
+                         "safetensors' parser refuses)", path) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[[... nested
         raise InputError(f"bad safetensors header: invalid JSON ({exc})", path) from None
     if not isinstance(header, dict):
         raise InputError("bad safetensors header: not a JSON object", path)
-    return header, 8 + n, size - 8 - n
+    return header, 8 + n, size - 8 - n, sorted(set(duplicates))
 
 
 def read_safetensors(path: str, options: ReadOptions) -> Loaded:
-    header, start, data_len = read_header(path, options)
+    header, start, data_len, duplicates = read_header(path, options)
     meta = header.pop("__metadata__", None)
     if meta is not None and not (
         isinstance(meta, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())
@@ -78,6 +100,9 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
                for begin, end, key, dt, shape in entries]
     root: OrderedDict[str, TensorMeta] = OrderedDict(zip(map(_KEY, entries), tensors))
     loaded = Loaded(SAFETENSORS, root, sources=[source], layout="state_dict", tensors=tensors)
+    if duplicates:
+        loaded.warnings.append("duplicate tensor keys in the header (the format forbids them; safetensors "
+                               f"keeps the last, as ckpt does): {', '.join(repr(k) for k in duplicates[:5])}")
     if meta:
         loaded.metadata = {"__metadata__": dict(meta)}
         if restore_aliases(root, meta):

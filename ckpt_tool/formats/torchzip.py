@@ -11,11 +11,10 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..io.source import storage_source
 from ..model import DataSource
-from ..io.ziparchive import ZipArchive
-from ..pickles import severity
+from ..io.ziparchive import ZipArchive, zip_source
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
+from ..pickles.scanner import CVE_2025_32434_SCRIPT
 from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import TORCH_ZIP, TORCHSCRIPT
@@ -44,6 +43,28 @@ def _join(prefix: str, name: str) -> str:
     return prefix + name
 
 
+# torch 2.13 reads archive format versions 1..10 (caffe2/serialize/versions.h); the record is
+# ``.data/version`` or else ``version``.
+MIN_FORMAT_VERSION, MAX_FORMAT_VERSION = 1, 10
+
+
+def check_version(archive: ZipArchive, prefix: str) -> int:
+    """The archive's format version, refused where torch's reader refuses it."""
+    name = archive.resolve(prefix + ".data/version") or archive.resolve(prefix + "version")
+    if name is None:
+        raise InputError(f"zip archive is not a torch checkpoint: no {prefix + 'version'!r} record "
+                         "(torch.load refuses it: 'Expected hasRecord(\"version\")')", archive.path)
+    text = archive.read(name, 64, "--max-member-bytes").decode("latin-1")
+    found = re.match(r"\s*\+?(\d+)", text)
+    if found is None:
+        raise InputError(f"archive record {name!r} is not a version number: {text[:20]!r}", archive.path)
+    version = int(found.group(1))
+    if not MIN_FORMAT_VERSION <= version <= MAX_FORMAT_VERSION:
+        raise InputError(f"archive format version {version} is outside the {MIN_FORMAT_VERSION}.."
+                         f"{MAX_FORMAT_VERSION} torch reads (torch.load refuses it)", archive.path)
+    return version
+
+
 def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: str):
     """A persistent_load that turns torch's storage ids into LazyStorages."""
     cache: dict[str, LazyStorage] = {}
@@ -66,6 +87,9 @@ def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: s
             raise InputError(f"storage {key!r} has an invalid size", path)
         member = data_prefix + str(key)
         info = members.get(member)
+        if info is None and archive.resolve(member) is not None:  # torch's lookup ignores case
+            member = archive.resolve(member) or member
+            info = members.get(member)
         if info is None:
             raise InputError(f"storage {key!r} is named in data.pkl but archive member {member!r} is missing", path)
         nbytes = numel * dt.itemsize
@@ -85,14 +109,15 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
     archive = ZipArchive(path, options.limits.max_member_bytes)
     try:
         prefix = archive_prefix(archive)
-        pkl = _join(prefix, "data.pkl")
-        if pkl not in archive.members:
+        check_version(archive, prefix)
+        pkl = archive.resolve(_join(prefix, "data.pkl"))
+        if pkl is None:
             others = [n for n in archive.names() if n.endswith(".pkl")]
             hint = f" (it holds {', '.join(others[:3])})" if others else ""
-            raise InputError(f"zip archive is not a torch checkpoint: no {pkl!r}{hint}", path)
+            raise InputError(f"zip archive is not a torch checkpoint: no {_join(prefix, 'data.pkl')!r}{hint}", path)
         names = "\n" + "\n".join(archive.members) + "\n"  # substring tests at C speed (200,000 members)
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
-        source = storage_source(path, archive.region, archive.close, archive.source)
+        source = zip_source(archive)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
         result = restricted_loads(
             data, where=pkl, path=path,
@@ -104,14 +129,31 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             TORCHSCRIPT if is_script else TORCH_ZIP, result.obj, list(result.references),
             warnings, [source],
         )
-        if names.count(".pkl\n") > 1:  # only when there are other pickles (scan.py is a big import)
-            _scan_other_pickles(archive, pkl, loaded, options)
+        if not is_script:
+            unexpected = _unexpected_members(archive, prefix, names)
+            if unexpected:
+                loaded.metadata["unexpected_members"] = unexpected  # formats/findings.py walks them
         if is_script:
+            loaded.warnings.append(CVE_2025_32434_SCRIPT)
             loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)
             loaded.layout = "torchscript"
         return loaded
     finally:
         archive.close()  # reopened on demand if tensor data is read later
+
+
+# What torch.save writes beside data.pkl and data/<key>: anything else is walked statically (findings.py).
+_SAVED_MEMBERS = ("data.pkl", "version", ".format_version", ".storage_alignment", "byteorder",
+                  ".data/version", ".data/serialization_id")
+
+
+def _unexpected_members(archive: ZipArchive, prefix: str, joined: str) -> list[str]:
+    """Members torch.save never writes (``joined`` is every name between newlines); [] at C speed when none."""
+    known = sum(1 for n in _SAVED_MEMBERS if f"\n{prefix}{n}\n" in joined) + joined.count(f"\n{prefix}data/")
+    if known == len(archive.members) and not archive.duplicates:
+        return []
+    saved = {prefix + n for n in _SAVED_MEMBERS}
+    return [n for n in archive.names() if n not in saved and not n.startswith(prefix + "data/")]
 
 
 def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str]:
@@ -131,23 +173,6 @@ def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str
     if archive.duplicates:
         warnings.append(f"duplicate archive members: {', '.join(repr(n) for n in archive.duplicates[:5])}")
     return warnings
-
-
-def _scan_other_pickles(archive: ZipArchive, main: str, loaded: Loaded, options: ReadOptions) -> None:
-    """Report dangerous globals in every other pickle member without using its result."""
-    from ..pickles.scanner import scan_pickle_bytes
-
-    for name in archive.names():
-        if name == main or not name.endswith(".pkl") or name.endswith(".debug_pkl"):
-            continue
-        try:
-            data = archive.read(name, options.limits.max_pickle_bytes)
-        except InputError as exc:
-            loaded.warnings.append(f"could not read archive member {name!r}: {exc.message}")
-            continue
-        for ref in scan_pickle_bytes(data, where=name).globals:
-            if ref.severity != severity.SAFE:
-                loaded.references.append(ref)
 
 
 # --------------------------------------------------------------- TorchScript

@@ -8,6 +8,22 @@ import tarfile
 from ..errors import InputError
 from .blob import Blob
 
+def json_object_starts(data: bytes) -> bool:
+    """A safetensors header: a JSON object, after the whitespace serde_json allows before it."""
+    return data.lstrip(b" \t\n\r")[:1] == b"{"
+
+
+def safetensors_header_length(head: bytes) -> int | None:
+    """The header length a safetensors file's first bytes claim, when a JSON object follows it; else None.
+
+    The one safetensors sniff: the format detector and the scanner both ask it.
+    """
+    if len(head) < 9 or not json_object_starts(head[8:]):
+        return None
+    (n,) = struct.unpack_from("<Q", head)
+    return n if n >= 2 else None
+
+
 # The first pickle of every legacy (pre-zip) torch.save file: its magic number.
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 

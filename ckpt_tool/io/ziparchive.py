@@ -13,8 +13,10 @@ import zlib
 from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
+from ..model import DataSource
 from .bytesource import ByteSource
 from .paths import open_bytes
+from .source import FileSource, RangeSource
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -60,6 +62,7 @@ class ZipArchive:
         self._lookups = 0
         self._by_offset: list[tuple[int, str]] = []
         self._offsets: list[int] | None = None
+        self._folded: dict[str, str] | None = None
         try:
             self._read_central_directory()
         except BaseException:
@@ -100,7 +103,10 @@ class ZipArchive:
                 "corrupt or truncated zip archive: the central directory lies past the end of the file",
                 self.path,
             )
-        data = self._pread(cd_size, cd_offset)
+        # Over a URL the directory is read with the 4 KiB before it: torch writes its small records
+        # (version, byteorder, serialization id) last, and they are read next (one request saved).
+        pad = min(cd_offset, 4096) if self.source is not None and self.source.remote else 0
+        data = self._pread(cd_size + pad, cd_offset - pad)[pad:] if pad else self._pread(cd_size, cd_offset)
         unpack = _CENTRAL_FMT.unpack_from
         new_member = tuple.__new__  # Member(...) without a Python-level __new__ call, 200,000 times
         pos = 0
@@ -125,7 +131,8 @@ class ZipArchive:
                     self.path,
                 )
             if name in members:
-                self.duplicates.append(name)
+                self.duplicates.append(name)  # torch's reader (miniz) finds the first: keep it
+                continue
             members[name] = new_member(Member, (name, hoff, csize, usize, method, crc, flags))
         if len(members) + len(self.duplicates) != count:
             raise InputError("corrupt zip archive: entry count does not match", self.path)
@@ -148,6 +155,19 @@ class ZipArchive:
     # -- members ---------------------------------------------------------------
     def names(self) -> list[str]:
         return list(self.members)
+
+    def resolve(self, name: str) -> str | None:
+        """The stored name torch's reader finds for ``name``: exact, else ignoring case (miniz's lookup)."""
+        if name in self.members:
+            return name
+        if self._folded is None:
+            joined = "\n".join(self.members)
+            if joined == joined.lower() and name == name.lower():
+                return None  # no name has a capital letter (torch.save's archives): nothing to fold
+            self._folded = {}
+            for stored in self.members:
+                self._folded.setdefault(stored.lower(), stored)
+        return self._folded.get(name.lower())
 
     def data_offset(self, name: str) -> int:
         """Absolute offset of a member's (stored) bytes, validated against the file size."""
@@ -275,3 +295,65 @@ def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, i
         pos += 4 + size
     return usize, csize, hoff
 
+
+
+class _DeflatedMembers:
+    """Storages that are members of a zip: stored ones read in place, deflated ones inflated when read.
+
+    torch writes storages stored, and reads deflated ones too (miniz inflates
+    them), so ckpt does: such a member is inflated once, on its first read,
+    and only that member is held in memory.
+    """
+
+    archive: ZipArchive
+    path: str
+    _inflated: tuple[str, bytes] | None = None
+
+    def _deflated(self, key: str) -> bytes | None:
+        m = self.archive.members.get(key)
+        if m is None or m.method == 0:
+            return None
+        if self._inflated is None or self._inflated[0] != key:
+            self._inflated = (key, self.archive.read(key, self.archive.member_limit, "--max-member-bytes"))
+        return self._inflated[1]
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        data = self._deflated(key)
+        if data is None:
+            return super().read(key, offset, length)  # type: ignore[misc]
+        if offset < 0 or length < 0 or offset + length > len(data):
+            raise InputError(f"storage {key!r} holds {len(data)} bytes but a tensor needs bytes "
+                             f"{offset}..{offset + length}", self.path)
+        return data[offset : offset + length]
+
+    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+        if self._deflated(key) is None:
+            super().read_into(key, offset, out)  # type: ignore[misc]
+        else:
+            out[:] = self.read(key, offset, len(out))
+
+
+class ZipSource(_DeflatedMembers, FileSource):
+    """The storages of a zip file on disk."""
+
+    def __init__(self, archive: ZipArchive) -> None:
+        FileSource.__init__(self, archive.path, self._stored_region, archive.close)
+        self.archive = archive
+
+    def _stored_region(self, key: str) -> tuple[int, int]:
+        return self.archive.region(key)
+
+
+class RemoteZipSource(_DeflatedMembers, RangeSource):
+    """The storages of a zip behind a URL."""
+
+    def __init__(self, archive: ZipArchive, data: ByteSource) -> None:
+        RangeSource.__init__(self, data, archive.region)
+        self.archive = archive
+
+
+def zip_source(archive: ZipArchive) -> DataSource:
+    """Where an archive's storages are read from: a file's ZipSource, or a URL's RemoteZipSource."""
+    if archive.source is not None and archive.source.remote:
+        return RemoteZipSource(archive, archive.source)
+    return ZipSource(archive)

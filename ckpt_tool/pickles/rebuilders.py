@@ -35,6 +35,24 @@ def _rebuild_tensor_v3(
     return LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride), requires_grad)
 
 
+def _rebuild_qtensor(storage: Any, storage_offset: int, size: Any, stride: Any, quantizer_params: Any,
+                     requires_grad: Any = False, backward_hooks: Any = None) -> LazyTensor:
+    """A quantized tensor: its integer data as metadata; the scale and zero point stay in the pickle."""
+    if not isinstance(storage, LazyStorage) or not storage.dtype.is_quantized:
+        raise pickle.UnpicklingError("a quantized tensor rebuilt from a storage that is not quantized")
+    if not isinstance(quantizer_params, tuple) or not quantizer_params or not isinstance(quantizer_params[0], QScheme):
+        raise pickle.UnpicklingError("a quantized tensor without a known quantization scheme")
+    return LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride), requires_grad)
+
+
+class QScheme(str):
+    """``torch.per_tensor_affine`` and its kin: a name, nothing to run."""
+
+
+QSCHEMES = frozenset(["per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+                      "per_channel_affine_float_qparams"])
+
+
 def _rebuild_parameter(data: Any, requires_grad: Any = True, backward_hooks: Any = None,
                        state: Any = None) -> Any:
     if isinstance(data, LazyTensor):
@@ -205,6 +223,7 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("copyreg", "__newobj__"): _newobj,
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_qtensor"): _rebuild_qtensor,
     ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
@@ -276,4 +295,6 @@ def torch_global(name: str) -> Any:
         return StorageType(name, dtypes.BY_STORAGE[name])
     if name == "UntypedStorage":
         return StorageType(name, None)
+    if name in QSCHEMES:
+        return QScheme(name)
     return None

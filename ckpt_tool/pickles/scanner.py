@@ -13,21 +13,27 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import CkptError, InputError
 from ..io.blob import Blob
-from ..io.containers import LEGACY_MAGIC, npy_pickle_offset, tar_members
-from ..io.zipsweep import CorruptZip, member_blob, member_head, read_directory, sweep_local_headers
+from ..io.containers import LEGACY_MAGIC, npy_pickle_offset, safetensors_header_length, tar_members
+from ..io.zipsweep import CorruptZip, member_blob, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from . import severity
 from .walker import BytesRef, Finding, Walk, walk
 
 _ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
+
+# Public advisories a file's shape matches, whatever its pickles hold (informational: the verdict comes
+# from the globals and calls; these say which old torch versions would be exposed).
+CVE_2025_32434_TAR = ("CVE-2025-32434: torch before 2.6 unpickles the torch 0.1 tar format without restriction "
+                      "even under torch.load(weights_only=True); torch 2.6 and later refuse it there")
+CVE_2025_32434_SCRIPT = ("CVE-2025-32434: torch before 2.6 hands TorchScript archives to torch.jit.load even under "
+                         "torch.load(weights_only=True); torch 2.6 and later refuse them there")
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file
@@ -75,6 +81,7 @@ class Scanner:
         self.walked = 0
         self.torchscript = False
         self._seen: set[tuple[str, str, str]] = set()
+        self.storage_keys: set[str] = set()  # storages the walked pickles name (the others are walked too)
 
     @property
     def verdict(self) -> str:
@@ -106,6 +113,7 @@ class Scanner:
         members = tar_members(blob)
         if members is not None:
             self.format = TAR  # torch tries tar before the legacy pickles; scan both readings
+            self.finding(severity.SAFE, CVE_2025_32434_TAR, "tar")
             for name, sub in members:
                 self.blob(sub, name, 1, lenient=True)
         legacy = head.startswith(LEGACY_MAGIC)
@@ -168,6 +176,7 @@ class Scanner:
                 self._seen.add(key)
                 self.globals.append(GlobalRef(g.module, g.name, sev, g.where))
         self.findings.extend(w.findings)
+        self.storage_keys |= w.storage_keys
 
     def _on_embedded(self, blob: Blob, where: str, depth: int) -> Callable[[object, str], None]:
         def follow(payload: object, loader: str) -> None:
@@ -214,22 +223,30 @@ class Scanner:
         names = [e.name for e in entries]
         is_script = any("/code/" in n or n.startswith("code/") or n.endswith("constants.pkl") for n in names)
         if is_script and depth == 0:
+            if not self.torchscript:
+                self.finding(severity.SAFE, CVE_2025_32434_SCRIPT, where or "zip")
             self.torchscript = True
             if self.format == TORCH_ZIP:
                 self.format = TORCHSCRIPT
         for sev, message in classify_members(names, swept):
             self.finding(sev, message, where or "zip")
-        for entry, kind in _members_to_scan(blob, entries):
-            label = f"{where} > {entry.name}" if where else entry.name
-            try:
-                sub = member_blob(blob, entry, self.limits.max_pickle_bytes)
-            except CkptError as exc:
-                self.error(label, exc.message.replace(f"{self.path}: ", ""))
-                continue
-            if kind == "pkl":
-                self.blob(sub, label, depth + 1 if where else depth, lenient=False)
-            else:
-                self.blob(sub, label, depth + 1, lenient=True)
+        pickles = [e for e in entries if e.name.endswith(".pkl")]
+        known = set(self.storage_keys)
+        self.storage_keys = set()
+        for entry in pickles:  # first: they say which storages exist
+            self.member(blob, entry, where, depth + 1 if where else depth, lenient=False)
+        named, self.storage_keys = self.storage_keys, known | self.storage_keys
+        for entry in _other_members(entries, named):
+            self.member(blob, entry, where, depth + 1, lenient=True)
+
+    def member(self, blob: Blob, entry: Any, where: str, depth: int, *, lenient: bool) -> None:
+        label = f"{where} > {entry.name}" if where else entry.name
+        try:
+            sub = member_blob(blob, entry, self.limits.max_pickle_bytes)
+        except CkptError as exc:
+            self.error(label, exc.message.replace(f"{self.path}: ", ""))
+            return
+        self.blob(sub, label, depth, lenient=lenient)
 
     # -- other containers --------------------------------------------------------
     def npy(self, blob: Blob, where: str, depth: int) -> None:
@@ -260,24 +277,28 @@ class Scanner:
                 self.zip(sub, where, 1)
 
 
-def _members_to_scan(blob: Blob, entries: list[Any]) -> list[tuple[Any, str]]:
-    """Pickle members by name, plus members that are pickles, zips or npy files by their bytes.
+# Small text records torch.save writes beside data.pkl: never pickles.
+_TEXT_RECORDS = frozenset(["version", ".format_version", ".storage_alignment", "byteorder", "serialization_id"])
 
-    Storages (``<archive>/data/<key>``) are raw tensor bytes torch never
-    unpickles, so they are skipped unless their name ends in ``.pkl``.
+
+def _other_members(entries: list[Any], storages: set[str]) -> list[Any]:
+    """Every member besides the pickles that may hold one, judged by what it is, not by its name.
+
+    A protocol-0 pickle has no magic byte and its name may say ``notes.txt``,
+    so every member is walked (leniently: bytes that are no pickle end the walk
+    at once), except torch.save's own text records and the storages the
+    pickles name: raw tensor bytes torch never unpickles. A storage no pickle
+    names is no storage of torch.save's: it is walked like any other member.
     """
     out = []
     for e in entries:
         name = e.name
-        if name.endswith(".pkl"):
-            out.append((e, "pkl"))
-            continue
         parts = name.replace("\\", "/").split("/")
-        if len(parts) >= 2 and parts[-2] == "data" or name.endswith("/"):
+        if name.endswith((".pkl", "/")) or parts[-1] in _TEXT_RECORDS:
             continue
-        head = member_head(blob, e)
-        if head[:1] == b"\x80" or head.startswith((b"PK\x03\x04", b"\x93NUMPY")):
-            out.append((e, "other"))
+        if len(parts) >= 2 and parts[-2] == "data" and parts[-1] in storages:
+            continue
+        out.append(e)
     return out
 
 
@@ -299,7 +320,5 @@ def classify_members(names: list[str], swept: bool) -> list[tuple[str, str]]:
 
 
 def is_safetensors(head: bytes, size: int) -> bool:
-    if len(head) < 9:
-        return False
-    (n,) = struct.unpack_from("<Q", head)
-    return 2 <= n <= size - 8 and head[8:9] == b"{"
+    n = safetensors_header_length(head)
+    return n is not None and n <= size - 8

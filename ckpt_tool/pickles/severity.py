@@ -27,6 +27,7 @@ SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("torch._utils", "_rebuild_tensor"),
         ("torch._utils", "_rebuild_tensor_v2"),
         ("torch._utils", "_rebuild_tensor_v3"),
+        ("torch._utils", "_rebuild_qtensor"),
         ("torch._utils", "_rebuild_parameter"),
         ("torch._utils", "_rebuild_parameter_with_state"),
         ("torch._utils", "_rebuild_meta_tensor_no_storage"),
@@ -140,6 +141,8 @@ SAFE_IN_DANGEROUS = frozenset(
     [("builtins", n) for n in SAFE_BUILTINS]
     + [("__builtin__", n) for n in SAFE_BUILTINS]
     + [("torch.serialization", "_get_layout")]
+    # Python 2 spellings that protocol 0-2 pickles use and Python 3 maps to safe builtins (_compat_pickle).
+    + [("__builtin__", n) for n in ("xrange", "unicode", "long", "basestring")]
 )
 # dill's by-value helpers build classes, functions and code objects without
 # running them; the ones that import or look up attributes are dangerous.
@@ -151,6 +154,26 @@ DILL_CONSTRUCTORS = frozenset(
 )
 DILL_DANGEROUS = frozenset(["_import_module", "_get_attr", "_eval_repr", "_setattr",
                             "_create_filehandle"])
+
+
+# Functions outside SAFE_GLOBALS that checkpoints legitimately call at load time and that only build data.
+INERT_CALLS = frozenset(
+    [
+        ("numpy.random._pickle", "__randomstate_ctor"), ("numpy.random._pickle", "__bit_generator_ctor"),
+        ("numpy.random._pickle", "__generator_ctor"), ("numpy", "array"), ("numpy", "asarray"),
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("torch._utils", "_rebuild_qtensor"), ("torch._utils", "_rebuild_sparse_tensor"),
+        ("torch._utils", "_rebuild_nested_tensor"), ("torch._utils", "_rebuild_device_tensor_from_numpy"),
+        ("torch._utils", "_rebuild_wrapper_subclass"), ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor"),
+        ("copyreg", "_reconstructor"), ("copy_reg", "_reconstructor"), ("collections", "namedtuple"),
+    ]
+)
+
+
+def function_like(name: str) -> bool:
+    """A name that reads as a function or method, not a class: its last part is not Capitalised."""
+    last = name.rpartition(".")[2]
+    return not last[:1].isupper()
 
 
 def _module_root_matches(module: str, names: frozenset[str]) -> bool:
@@ -196,7 +219,7 @@ def _severity(module: str, name: str) -> str:
         return DANGEROUS
     if (module, name) in DILL_MAIN or (module, name) in INERT_IN_DANGEROUS:
         return SUSPICIOUS
-    if module == "torch" and (name.endswith("Storage") or _is_torch_dtype(name)):
+    if module == "torch" and (name.endswith(("Storage", "Tensor")) or _is_torch_dtype(name)):
         return SAFE
     if module.startswith(SAFE_MODULE_PREFIXES):
         return SAFE
@@ -220,6 +243,8 @@ def _is_torch_dtype(name: str) -> bool:
 
     return name in dtypes.BY_NAME or name in (
         "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "cfloat", "cdouble", "half",
+        "per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+        "per_channel_affine_float_qparams",
         "float", "double", "long", "int", "short", "bool", "strided", "sparse_coo",
         "contiguous_format", "channels_last", "channels_last_3d", "preserve_format",
     )

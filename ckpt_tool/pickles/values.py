@@ -95,6 +95,7 @@ class Walk:
     plausible: bool = False  # starts with PROTO, or reaches an importable-looking global
     reached: bool = False  # names an importable-looking (or unresolvable) global: it is a pickle
     protocol: int = 0
+    storage_keys: set[str] = field(default_factory=set)  # keys of torch's ("storage", type, key, ...) ids
 
     @property
     def complete(self) -> bool:

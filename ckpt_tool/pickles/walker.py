@@ -17,25 +17,19 @@ up early; what it reached before a stop is reported all the same.
 """
 from __future__ import annotations
 
-import codecs
 import struct
 from typing import BinaryIO, Callable
 
 from ..model import GlobalRef
 from . import severity as levels
 from .values import (
-    BYTES_IO, DILL, DILL_MODULE, GETATTR, IDIOM, LATIN1, MAX_LINE, NESTED_LOADERS, SETATTR, SMALL, UNKNOWN,
-    BigStr, BytesRef, Container, Finding, Glob, Made, OnEmbedded, Payload, Stream, Unknown, Walk,
+    BYTES_IO, DILL, DILL_MODULE, GETATTR, IDIOM, LATIN1, NESTED_LOADERS, SETATTR, UNKNOWN,
+    BytesRef, Finding, Glob, Made, OnEmbedded, Payload, Stream, Unknown, Walk,
 )
 
 __all__ = ["walk", "Walk", "Finding", "BytesRef", "NESTED_LOADERS"]
 
-CVE_2026_24747 = ("CVE-2026-24747: SETITEM/SETITEMS applied to a {kind}, not a dict; torch.load(weights_only=True) "
-                  "before torch 2.10 corrupts memory on it (code execution)")
-
-
-class _Stop(Exception):
-    """The real unpickler would raise here; the walk ends with this message."""
+from .walker_state import WalkState, WalkStop
 
 
 def walk(
@@ -50,31 +44,10 @@ def walk(
     return _Walker(f, where, size, on_embedded, severity).run()
 
 
-def _is_identifier_path(text: str) -> bool:
-    return bool(text) and all(part.isidentifier() for part in text.split("."))
-
-
-class _Walker:
-    """The unpickler's state (stack, mark stack, memo) over symbolic values."""
+class _Walker(WalkState):
+    """The walk: the data opcodes of WalkState plus globals, calls and objects, found by dispatch table."""
 
     dispatch: dict[int, Callable[[_Walker], None]] = {}
-
-    def __init__(self, f: BinaryIO, where: str, size: int, on_embedded: OnEmbedded | None,
-                 severity: Callable[[str, str], str]) -> None:
-        self.f = f
-        self.read = f.read
-        self.size = size
-        self.on_embedded = on_embedded
-        self.severity = severity
-        self.w = Walk(where)
-        self.stack: list[object] = []
-        self.metastack: list[list[object]] = []
-        self.memo: dict[int, object] = {}
-        self.seen: set[tuple[str, str]] = set()
-        self.misused: set[tuple[str, str]] = set()  # idiom globals used some other way
-        self.watching = False  # an idiom global has been named: track where it flows
-        self.opcodes = 0
-        self.done = False
 
     def run(self) -> Walk:
         w, read, dispatch = self.w, self.read, self.dispatch
@@ -82,13 +55,13 @@ class _Walker:
             while not self.done:
                 code = read(1)
                 if not code:
-                    raise _Stop("pickle exhausted before STOP")
+                    raise WalkStop("pickle exhausted before STOP")
                 self.opcodes += 1
                 handler = dispatch.get(code[0])
                 if handler is None:
-                    raise _Stop(f"unknown opcode {code!r}")
+                    raise WalkStop(f"unknown opcode {code!r}")
                 handler(self)
-        except _Stop as exc:
+        except WalkStop as exc:
             w.error = f"{exc} (near offset {self.f.tell()})"
         except (ValueError, OverflowError, struct.error, UnicodeDecodeError, MemoryError) as exc:
             # A malformed argument: the real unpickler stops here too; what ran before is reported.
@@ -103,87 +76,6 @@ class _Walker:
             ]
         return w
 
-    # -- helpers ------------------------------------------------------------------
-    def escape(self, value: object, depth: int = 0) -> None:
-        """Mark idiom globals that flow anywhere but their idiomatic place."""
-        if not self.watching:
-            return
-        if isinstance(value, Glob):
-            if (value.module, value.name) in IDIOM:
-                self.misused.add((value.module, value.name))
-        elif isinstance(value, (tuple, list)) and depth < 8:
-            for v in value:
-                self.escape(v, depth + 1)
-
-    def add_global(self, module: str, name: str, sev: str | None = None) -> Glob:
-        key = (module, name)
-        if key not in self.seen:
-            self.seen.add(key)
-            if key in IDIOM:
-                self.watching = True
-            self.w.globals.append(GlobalRef(module, name, sev or self.severity(module, name), self.w.where))
-        if module == "?" or (_is_identifier_path(module) and _is_identifier_path(name)):
-            self.w.plausible = self.w.reached = True
-        return Glob(module, name)
-
-    def finding(self, sev: str, message: str) -> None:
-        self.w.findings.append(Finding(sev, message, self.w.where))
-
-    def pop(self) -> object:
-        if not self.stack:
-            raise _Stop("stack underflow")
-        return self.stack.pop()
-
-    def pop_mark(self) -> list[object]:
-        if not self.metastack:
-            raise _Stop("MARK expected but not found")
-        items = self.stack
-        self.stack = self.metastack.pop()
-        return items
-
-    def top(self) -> object:
-        if not self.stack:
-            raise _Stop("stack underflow")
-        return self.stack[-1]
-
-    def readline(self) -> bytes:
-        line = self.f.readline(MAX_LINE)
-        if not line.endswith(b"\n"):
-            raise _Stop("truncated line argument" if len(line) < MAX_LINE else "line argument too long")
-        return line[:-1]
-
-    def read_exact(self, n: int) -> bytes:
-        data = self.read(n)
-        if len(data) != n:
-            raise _Stop("pickle data was truncated")
-        return data
-
-    def read_blob(self, n: int, text: bool) -> object:
-        start = self.f.tell()
-        if n < 0 or start + n > self.size:
-            raise _Stop("pickle data was truncated")
-        if n <= SMALL:
-            raw = self.read_exact(n)
-            return raw.decode("utf-8", "surrogatepass") if text else raw
-        self.f.seek(n, 1)
-        return BigStr(n) if text else BytesRef(start, n)
-
-    def unpack(self, fmt: str) -> int:
-        return struct.unpack(fmt, self.read_exact(struct.calcsize(fmt)))[0]
-
-    def mutate(self, target: object, how: str) -> None:
-        if isinstance(target, Glob):
-            self.finding(levels.DANGEROUS,
-                         f"{how} modifies the imported object {target.module}.{target.name} (module-level state)")
-
-    def set_items(self, how: str) -> None:
-        target = self.top()
-        self.mutate(target, how)
-        kind = target.kind if isinstance(target, Container) else (
-            type(target).__name__ if isinstance(target, (tuple, str, bytes, int, float, bool)) else None)
-        if kind is not None and kind != "dict":
-            self.finding(levels.DANGEROUS, CVE_2026_24747.format(kind=kind))
-
     def call(self, func: object, args: object, how: str) -> object:
         """Model ``func(*args)``: evaluate what is knowable, report what is not."""
         if isinstance(func, Glob):
@@ -197,11 +89,14 @@ class _Walker:
             else:
                 self.finding(levels.SUSPICIOUS, f"instantiates {what} (a class the pickle constructed)")
             return Made(func)
-        raise _Stop(f"{how} of a non-callable constant")
+        raise WalkStop(f"{how} of a non-callable constant")
 
     def call_global(self, func: Glob, args: object, how: str) -> object:
         key = (func.module, func.name)
         argv = args if isinstance(args, tuple) else ()
+        if how == "call" and key not in self.called:
+            self.called.add(key)
+            self.judge_call(key)
         if key in GETATTR and how == "call" and _dill_getattr(argv):
             return Glob("builtins", "setattr")
         if key in SETATTR and how == "call" and len(argv) == 3 and isinstance(argv[1], str):
@@ -227,202 +122,24 @@ class _Walker:
         value = _constant_call(func, argv, self)
         return Made(func) if value is None else value
 
-    # -- opcodes: constants ---------------------------------------------------------
-    def load_proto(self) -> None:
-        proto = self.read_exact(1)[0]
-        if proto > 5:
-            raise _Stop(f"unsupported pickle protocol {proto}")
-        self.w.protocol = proto
-        if self.opcodes == 1:
-            self.w.plausible = True
+    def judge_call(self, key: tuple[str, str]) -> None:
+        """A function outside the allowlist, called at load time, runs code: never merely "unknown".
 
-    def load_frame(self) -> None:
-        self.read_exact(8)
-
-    def load_binint1(self) -> None:
-        self.stack.append(self.read_exact(1)[0])
-
-    def load_binint2(self) -> None:
-        self.stack.append(self.unpack("<H"))
-
-    def load_binint(self) -> None:
-        self.stack.append(self.unpack("<i"))
-
-    def load_long1(self) -> None:
-        n = self.read_exact(1)[0]
-        self.stack.append(int.from_bytes(self.read_exact(n), "little", signed=True))
-
-    def load_long4(self) -> None:
-        value = self.read_blob(self.unpack("<i"), False)
-        self.stack.append(int.from_bytes(value, "little", signed=True) if isinstance(value, bytes) else UNKNOWN)
-
-    def load_int(self) -> None:
-        line = self.readline()
-        self.stack.append(False if line == b"00" else True if line == b"01" else int(line))
-
-    def load_long(self) -> None:
-        line = self.readline()
-        self.stack.append(int(line[:-1] if line.endswith(b"L") else line))
-
-    def load_float(self) -> None:
-        self.stack.append(float(self.readline()))
-
-    def load_binfloat(self) -> None:
-        self.stack.append(struct.unpack(">d", self.read_exact(8))[0])
-
-    def load_none(self) -> None:
-        self.stack.append(None)
-
-    def load_true(self) -> None:
-        self.stack.append(True)
-
-    def load_false(self) -> None:
-        self.stack.append(False)
-
-    def load_string(self) -> None:
-        line = self.readline()
-        if len(line) < 2 or line[:1] != line[-1:] or line[:1] not in (b"'", b'"'):
-            raise _Stop("the STRING opcode argument must be quoted")
-        self.stack.append(codecs.escape_decode(line[1:-1])[0].decode("latin-1"))
-
-    def load_binstring(self) -> None:
-        n = self.unpack("<i")
-        value = self.read_blob(n, False)
-        self.stack.append(value.decode("latin-1") if isinstance(value, bytes) else BigStr(n))
-
-    def load_short_binstring(self) -> None:
-        self.stack.append(self.read_exact(self.read_exact(1)[0]).decode("latin-1"))
-
-    def load_unicode(self) -> None:
-        self.stack.append(self.readline().decode("raw-unicode-escape"))
-
-    def load_binunicode(self) -> None:
-        self.stack.append(self.read_blob(self.unpack("<I"), True))
-
-    def load_binunicode8(self) -> None:
-        self.stack.append(self.read_blob(self.unpack("<Q"), True))
-
-    def load_short_binunicode(self) -> None:
-        self.stack.append(self.read_exact(self.read_exact(1)[0]).decode("utf-8", "surrogatepass"))
-
-    def load_binbytes(self) -> None:
-        self.stack.append(self.read_blob(self.unpack("<I"), False))
-
-    def load_short_binbytes(self) -> None:
-        self.stack.append(self.read_exact(self.read_exact(1)[0]))
-
-    def load_binbytes8(self) -> None:  # also BYTEARRAY8
-        self.stack.append(self.read_blob(self.unpack("<Q"), False))
-
-    def load_next_buffer(self) -> None:
-        self.stack.append(UNKNOWN)
-
-    def load_readonly_buffer(self) -> None:
-        self.top()
-
-    # -- opcodes: containers -----------------------------------------------------------
-    def load_empty_list(self) -> None:
-        self.stack.append(Container("list"))
-
-    def load_empty_dict(self) -> None:
-        self.stack.append(Container("dict"))
-
-    def load_empty_set(self) -> None:
-        self.stack.append(Container("set"))
-
-    def load_empty_tuple(self) -> None:
-        self.stack.append(())
-
-    def load_tuple(self) -> None:
-        items = self.pop_mark()
-        self.stack.append(tuple(items))
-
-    def load_tuple_n(self, n: int) -> None:
-        if len(self.stack) < n:
-            raise _Stop("stack underflow")
-        packed = tuple(self.stack[-n:])
-        del self.stack[-n:]
-        self.stack.append(packed)
-
-    def load_list(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("list"))
-
-    def load_dict(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("dict"))
-
-    def load_frozenset(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("frozenset"))
-
-    def load_append(self) -> None:
-        self.escape(self.pop())
-        self.mutate(self.top(), "APPEND")
-
-    def load_appends(self) -> None:
-        self.escape(self.pop_mark())
-        self.mutate(self.top(), "APPENDS")
-
-    def load_additems(self) -> None:
-        self.escape(self.pop_mark())
-        self.mutate(self.top(), "ADDITEMS")
-
-    def load_setitem(self) -> None:
-        self.escape((self.pop(), self.pop()))
-        self.set_items("SETITEM")
-
-    def load_setitems(self) -> None:
-        self.escape(self.pop_mark())
-        self.set_items("SETITEMS")
-
-    # -- opcodes: stack and memo ------------------------------------------------------
-    def load_mark(self) -> None:
-        self.metastack.append(self.stack)
-        self.stack = []
-
-    def load_pop(self) -> None:
-        if self.stack:
-            self.stack.pop()
-        else:
-            self.pop_mark()
-
-    def load_pop_mark(self) -> None:
-        self.pop_mark()
-
-    def load_dup(self) -> None:
-        self.stack.append(self.top())
-
-    def get(self, idx: int) -> None:
-        if idx not in self.memo:
-            raise _Stop(f"memo value {idx} not found")
-        self.stack.append(self.memo[idx])
-
-    def put(self, idx: int) -> None:
-        if idx < 0:
-            raise _Stop("negative PUT argument")
-        self.memo[idx] = self.top()
-
-    def load_get(self) -> None:
-        self.get(int(self.readline()))
-
-    def load_binget(self) -> None:
-        self.get(self.read_exact(1)[0])
-
-    def load_long_binget(self) -> None:
-        self.get(self.unpack("<I"))
-
-    def load_put(self) -> None:
-        self.put(int(self.readline()))
-
-    def load_binput(self) -> None:
-        self.put(self.read_exact(1)[0])
-
-    def load_long_binput(self) -> None:
-        self.put(self.unpack("<I"))
-
-    def load_memoize(self) -> None:
-        self.memo[len(self.memo)] = self.top()
+        An unknown *class* called by REDUCE builds an object (read as an inert
+        placeholder); an unknown *function* is code the loader runs. The
+        allowlist names each callable, never a module, so any function-like
+        name (not Capitalised) that is not known-inert is dangerous when called.
+        """
+        index = next((i for i, g in enumerate(self.w.globals) if (g.module, g.name) == key), None)
+        if index is None or self.w.globals[index].severity != levels.SUSPICIOUS:
+            return
+        if (not levels.function_like(key[1]) or key in levels.INERT_CALLS or key in levels.INERT_IN_DANGEROUS
+                or key[0] in DILL):
+            return  # dill's by-value constructors have their own rules (severity.DILL_CONSTRUCTORS)
+        g = self.w.globals[index]
+        self.w.globals[index] = GlobalRef(g.module, g.name, levels.DANGEROUS, g.where)
+        self.finding(levels.DANGEROUS, f"calls the function {key[0]}.{key[1]} at load time; it is not on the "
+                     "allowlist of inert callables, so torch.load(weights_only=False) would run its code")
 
     # -- opcodes: globals, calls, objects ------------------------------------------------
     def read_global(self, encoding: str) -> Glob:
@@ -430,14 +147,14 @@ class _Walker:
         try:
             return self.add_global(raw_module.decode(encoding), raw_name.decode(encoding))
         except UnicodeDecodeError:
-            raise _Stop("global name is not valid text") from None
+            raise WalkStop("global name is not valid text") from None
 
     def load_global(self) -> None:
         self.stack.append(self.read_global("utf-8"))
 
     def load_inst(self) -> None:
         if not self.metastack:
-            raise _Stop("INST without a MARK")  # CPython checks the mark before importing
+            raise WalkStop("INST without a MARK")  # CPython checks the mark before importing
         g = self.read_global("ascii")
         self.stack.append(self.call(g, tuple(self.pop_mark()), "instantiation"))
 
@@ -475,7 +192,7 @@ class _Walker:
     def load_obj(self) -> None:
         items = self.pop_mark()
         if not items:
-            raise _Stop("OBJ without a class")
+            raise WalkStop("OBJ without a class")
         self.stack.append(self.call(items[0], tuple(items[1:]), "instantiation"))
 
     def load_build(self) -> None:
@@ -489,7 +206,10 @@ class _Walker:
         self.stack.append(UNKNOWN)
 
     def load_binpersid(self) -> None:
-        self.escape(self.pop())
+        pid = self.pop()
+        self.escape(pid)
+        if type(pid) is tuple and len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[2], str):
+            self.w.storage_keys.add(pid[2])
         self.stack.append(UNKNOWN)
 
     def load_stop(self) -> None:

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from tests.hostile.generate import Case
-from tests.test_parity import parity_problems, reference_verdict
+from tests.test_parity import parity_problems
 
 STEPS = (("wo_true", "torch wo=True"), ("wo_false", "torch wo=False"), ("safetensors", "safe_open"),
          ("pickle", "pickle.load"))
@@ -21,9 +21,10 @@ STEPS = (("wo_true", "torch wo=True"), ("wo_false", "torch wo=False"), ("safeten
 NOTES = """\
 ## Notes for whoever fixes these
 
-- Probably deliberate (document in docs/security.md rather than \"fix\"): `wo_unimportable_class`
-  (torch.load cannot import `mylab.configs` here, so every loader refuses; the contract says ckpt reads
-  unknown classes as inert placeholders, so inspect exit 0 is the promised behaviour).
+- Deliberate (listed in `test_parity.DELIBERATE` and, with its reason, in docs/security.md):
+  `wo_unimportable_class` (torch.load cannot import `mylab.configs` here, so every loader refuses; the
+  contract says ckpt reads unknown classes as inert placeholders, so inspect exit 0 is the promised
+  behaviour).
 - What torch 2.13 accepts that one might not expect: members under `..` (`../data.pkl`) and under an
   empty prefix (`/data.pkl`); upper-cased member names (`ARCHIVE/DATA.PKL`: the lookup is
   case-insensitive); local-header sizes, names and CRCs that disagree with the central directory

@@ -1,0 +1,89 @@
+"""The static walk's findings joined to a reader's result: one set of findings for every command.
+
+A reader unpickles with the restricted unpickler, which knows which globals
+a pickle names but not how it uses them, nor what hides in members and
+nested blobs it never reads. The static walk (pickles/scanner.py, what
+``ckpt scan`` runs) knows both. When a file gives any reason to look (a
+global outside the allowlist, an archive member torch.save never writes, a
+TorchScript archive, a read that failed), the walk runs too and its
+verdicts join the reader's, so inspect, diff, migrate, gate and scan report
+the same calls for the same file. A plain state_dict gives no reason: its
+fast path is untouched.
+"""
+from __future__ import annotations
+
+import os
+
+from ..errors import CkptError, InputError, LimitExceeded
+from ..io.blob import Blob
+from ..io.paths import is_url, open_bytes
+from ..limits import Limits
+from ..model import GlobalRef
+from ..pickles import severity
+from ..pickles.scanner import Scanner
+from .base import Loaded
+
+
+def walk_file(path: str, limits: Limits) -> Scanner | None:
+    """The static walk of one regular file or URL (None for folders and unreadable paths)."""
+    if not is_url(path) and not os.path.isfile(path):
+        return None
+    try:
+        data = open_bytes(path)
+    except CkptError:
+        return None
+    try:
+        scanner = Scanner(path, limits)
+        if data.size:
+            scanner.top_level(Blob.from_source(data), path)
+        return scanner
+    finally:
+        data.close()
+
+
+def needs_walk(loaded: Loaded) -> bool:
+    return (loaded.metadata.get("unexpected_members") is not None or loaded.format == "torchscript"
+            or any(r.severity != severity.SAFE for r in loaded.references))
+
+
+def join_walk(loaded: Loaded, path: str, limits: Limits) -> None:
+    """Judge the reader's globals as the walk does, and add what only the walk saw.
+
+    The walk sees the same pickles with more context (how each global is used:
+    called, or dill's closure idiom), so its verdict on a global wins.
+    """
+    scanner = walk_file(path, limits)
+    if scanner is None:
+        return
+    judged: dict[tuple[str, str], GlobalRef] = {}
+    for g in scanner.globals:
+        key = (g.module, g.name)
+        if key not in judged or severity.ORDER[g.severity] > severity.ORDER[judged[key].severity]:
+            judged[key] = g
+    refs = []
+    for r in loaded.references:
+        seen = judged.pop((r.module, r.name), None)
+        refs.append(r if seen is None else GlobalRef(r.module, r.name, seen.severity, r.where))
+    refs.extend(g for g in judged.values() if g.severity != severity.SAFE)
+    loaded.references[:] = refs
+    for f in scanner.findings:
+        if f.severity == severity.DANGEROUS:
+            where = f" ({f.where})" if f.where else ""
+            loaded.warnings.append(f"dangerous{where}: {f.message} (NOT executed)")
+
+
+def name_calls(path: str, exc: InputError, limits: Limits) -> InputError:
+    """A read that failed: name what a loader would have called before it failed (torch runs those)."""
+    if isinstance(exc, LimitExceeded):
+        return exc
+    scanner = walk_file(path, limits)
+    if scanner is None:
+        return exc
+    calls = sorted({f"{g.module}.{g.name}" for g in scanner.globals if g.severity == severity.DANGEROUS})
+    if not calls and any(f.severity == severity.DANGEROUS for f in scanner.findings):
+        calls = [next(f.message for f in scanner.findings if f.severity == severity.DANGEROUS)]
+    if not calls:
+        return exc
+    message = exc.message.removeprefix(f"{path}: ")
+    return InputError(f"{message}; before that point a loader would call {', '.join(calls[:5])} "
+                      "(dangerous, NOT executed by ckpt)", path)

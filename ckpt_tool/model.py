@@ -213,6 +213,8 @@ class Checkpoint:
     warnings: tuple[str, ...] = ()
     root: Any = field(default=None, compare=False, repr=False)
     sources: tuple[DataSource, ...] = field(default=(), compare=False, repr=False)
+    # what decides torch.load(weights_only=True) of the input (pickles/wo_input.WeightsOnlyInput), when known
+    weights_only: Any = field(default=None, compare=False, repr=False)
 
     def __iter__(self) -> Iterator[TensorMeta]:
         return iter(self.tensors)

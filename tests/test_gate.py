@@ -53,7 +53,7 @@ def test_clean_checkpoint_passes_every_check(clean, fixtures_dir, tmp_path):
     assert report.passed, report
     assert report.exit_code == 0
     names = [c.name for c in report.files[0].checks]
-    assert names == ["loads_safely", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
+    assert names == ["loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
                      "required_metadata", "sha256", "warnings"]
     assert not any(c.skipped for c in report.files[0].checks)
 
@@ -159,7 +159,7 @@ def test_dangerous_checkpoint_fails_loads_safely(tmp_path):
 
 def test_strict_fails_on_unknown_classes_and_warnings(fixtures_dir, tmp_path):
     training = str(fixtures_dir / "training.pth")
-    relaxed = gate([training])
+    relaxed = gate([training], allow_globals=["argparse.Namespace"])  # weights-only: the loader allowlists it
     assert relaxed.passed
     assert "fails with --strict" in check(relaxed, "warnings").detail
     strict = gate([training], strict=True)

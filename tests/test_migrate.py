@@ -250,12 +250,16 @@ def test_training_checkpoint_keeps_metadata_in_a_torch_output(tmp_path, fixtures
     assert list(got["state_dict"]) == [k[len("model."):] for k in src["state_dict"]]
 
 
-def test_placeholder_metadata_needs_state_dict_only_or_unsafe(tmp_path, fixtures_dir, run_cli):
+def test_placeholder_metadata_is_written_back_as_it_was(tmp_path, fixtures_dir, run_cli):
+    """Issue 15: an argparse.Namespace read as a placeholder is kept without --unsafe (same global and state)."""
     out = tmp_path / "train.pth"
     r = run_cli("migrate", str(fixtures_dir / "training.pth"), "-o", str(out))
-    assert r.code == 2
-    assert "argparse.Namespace" in r.err and "--state-dict-only" in r.err and "--unsafe" in r.err
-    assert not out.exists() and not leftovers(tmp_path)
+    assert r.code == 0, r
+    src = torch.load(fixtures_dir / "training.pth", weights_only=False)
+    got = torch.load(out, weights_only=False)
+    assert type(got["args"]) is type(src["args"]) and vars(got["args"]) == vars(src["args"])
+    assert got["epoch"] == src["epoch"] and same_bits(dict(got["model"]), dict(src["model"]))
+    out.unlink()
     r = run_cli("migrate", str(fixtures_dir / "training.pth"), "-o", str(out), "--state-dict-only")
     assert r.code == 0, r
     got = torch.load(out, weights_only=True)
@@ -660,9 +664,24 @@ def test_api_errors_are_raised_before_writing(tmp_path, fixtures_dir):
         migrate(fixtures_dir / "tiny_mlp.pth", tmp_path / "exists.pth")
     with pytest.raises(UsageError):
         migrate(fixtures_dir / "tiny_mlp.pth", tmp_path / "a.pth", drop=["*"])
-    with pytest.raises(UnsafeContentError):
-        migrate(fixtures_dir / "training.pth", tmp_path / "a.pth")
+    hostile = tmp_path / "exists.pth"  # a metadata entry calling os.system: never written back
+    hostile.write_bytes(_pickled_call_in_zip())
+    with pytest.raises(UnsafeContentError, match="system"):
+        migrate(hostile, tmp_path / "a.pth")
     assert sorted(os.listdir(tmp_path)) == ["exists.pth"]
+
+
+def _pickled_call_in_zip() -> bytes:
+    """A torch zip whose metadata holds ``os.system("true")`` as a pickle records it (never run here)."""
+    import io
+
+    class Call:
+        def __reduce__(self):
+            return os.system, ("true",)
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(2), "hook": Call()}, buf)
+    return buf.getvalue()
 
 
 # ---------------------------------------------------------------- devices
@@ -738,14 +757,20 @@ def test_disk_full_is_one_clear_error_and_leaves_nothing(tmp_path, fixtures_dir)
     assert list(out.parent.iterdir()) == []
 
 
-def test_placeholder_inside_the_state_dict_suggests_drop(tmp_path, run_cli):
+def test_placeholder_inside_the_state_dict_is_written_back(tmp_path, run_cli):
+    import argparse
     import io
 
     src = tmp_path / "te.pth"
-    torch.save({"lin.weight": torch.ones(2), "lin._extra_state": io.BytesIO(b"fp8 meta")}, src)
+    torch.save({"lin.weight": torch.ones(2), "lin._extra_state": argparse.Namespace(fmt="e4m3")}, src)
     r = run_cli("migrate", str(src), "-o", str(tmp_path / "o.pth"), "--state-dict-only")
-    assert r.code == 2 and "--drop 'lin._extra_state'" in r.err
-    r = run_cli("migrate", str(src), "-o", str(tmp_path / "o.pth"), "--drop", "lin._extra_state")
+    assert r.code == 0, r  # issue 15: written back as it was read (same global, same state)
+    assert vars(torch.load(tmp_path / "o.pth", weights_only=False)["lin._extra_state"]) == {"fmt": "e4m3"}
+    # io.BytesIO is judged dangerous (the _io module opens files): never written back, --drop suggested
+    torch.save({"lin.weight": torch.ones(2), "lin._extra_state": io.BytesIO(b"fp8 meta")}, src)
+    r = run_cli("migrate", str(src), "-o", str(tmp_path / "p.pth"), "--state-dict-only")
+    assert r.code == 2 and "--drop 'lin._extra_state'" in r.err and "_io.BytesIO" in r.err
+    r = run_cli("migrate", str(src), "-o", str(tmp_path / "p.pth"), "--drop", "lin._extra_state")
     assert r.code == 0, r
 
 

@@ -31,14 +31,19 @@ FORMATS = {
     "sharded/model.safetensors.index.json": 3,  # the index, then one per shard
     "sharded/": 5,  # a look for .metadata, a listing, the index, one per shard
     "sharded_bin/": 5,
-    "dcp/": 1,  # .metadata
+    "dcp/": 2,  # .metadata, and the shard holding the small non-tensor entries torch keeps as values
 }
 
 
 def _doc(out: str) -> dict:
+    """An inspect document without what names the file: its path, the counts, the commands that name it."""
     doc = json.loads(out)
     doc.pop("path", None)
     doc.pop("remote", None)
+    wo = doc.get("weights_only")
+    if isinstance(wo, dict):  # the commands they suggest name the file (and, for a URL, a local output)
+        wo.pop("fix", None)
+        wo.pop("sanitize", None)
     return doc
 
 

@@ -169,6 +169,8 @@ def _cases(torch, np, helpers) -> dict[str, tuple[object, dict, bool]]:
         "legacy_namespace": ({"model": sd, "args": argparse.Namespace(a=1)},
                              {"_use_new_zipfile_serialization": False}, True),
         "protocol_4": ({"model": sd, "epoch": 1}, {"pickle_protocol": 4}, True),
+        "legacy_whole_module": (torch.nn.Sequential(torch.nn.Linear(2, 2)), {"_use_new_zipfile_serialization": False},
+                                True),  # module classes come from ("module", ...) persistent ids: never loads
         "hostile_os_system": ({"x": helpers.Bomb(os.system, "true")}, {}, False),
         "hostile_popen": ({"x": helpers.Bomb(subprocess.Popen, ["true"])}, {}, False),
         "hostile_eval": ({"x": helpers.Bomb(eval, "1")}, {}, False),

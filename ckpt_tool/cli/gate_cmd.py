@@ -8,7 +8,10 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit
-from .options import json_option, key_option, limit_options, limits_from, quiet_option, sarif_option, target_kwargs_from
+from .options import (
+    json_option, key_option, limit_options, limits_from, quiet_option, sarif_option, target_kwargs_from,
+    torch_version_option,
+)
 from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
 
 
@@ -29,6 +32,13 @@ from .remote_io import download_option, remote_scope, transfer_bar, verbose_opti
 @click.option("--require-metadata", "required", multiple=True, metavar="KEY",
               help="A metadata key that must be present (repeatable; dotted paths like args.lr).")
 @click.option("--sha256", default=None, metavar="HEX", help="The file's expected sha256 (one PATH).")
+@click.option("--weights-only-check/--no-weights-only-check", "weights_only_check", default=None,
+              help="Fail when the deployment's default torch.load (weights_only=True) would refuse the file "
+                   "(default: on).")
+@click.option("--allow-global", "allow_globals", multiple=True, metavar="MODULE.NAME",
+              help="A global the deployment's loader allowlists with torch.serialization.safe_globals "
+                   "(repeatable), e.g. argparse.Namespace; never one that can run code.")
+@torch_version_option
 @click.option("--junit", "junit_file", type=click.Path(), default=None, metavar="FILE",
               help="Also write a JUnit XML report (one test case per check) for CI systems.")
 @sarif_option
@@ -39,12 +49,14 @@ from .remote_io import download_option, remote_scope, transfer_bar, verbose_opti
 @limit_options
 def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | None, target_kwargs: str | None,
                  key: str | None, strict: bool | None, nan_check: bool | None, allow_dtypes: tuple[str, ...],
-                 max_size: str | None, required: tuple[str, ...], sha256: str | None, junit_file: str | None,
-                 sarif_file: str | None,
+                 max_size: str | None, required: tuple[str, ...], sha256: str | None,
+                 weights_only_check: bool | None, allow_globals: tuple[str, ...], torch_version: str | None,
+                 junit_file: str | None, sarif_file: str | None,
                  as_json: bool, quiet: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
     """The pre-deploy checks for CI, each reported pass/fail with its detail.
 
-    loads_safely (no dangerous pickle content), matches_target (strictly, with
+    loads_safely (no dangerous pickle content), weights-only (the deployment's
+    default torch.load, weights_only=True since torch 2.6, loads it), matches_target (strictly, with
     the fix command for key prefixes), no_nan_inf (reads the data), dtype_policy,
     file_size, required_metadata, sha256 and warnings (fails with --strict).
     Exit code: 0 all passed, 1 a check failed, 2 a file could not be read.
@@ -68,7 +80,8 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
         report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
                       nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
-                      required_metadata=required or None, sha256=sha256, limits=limits_from(kwargs),
+                      required_metadata=required or None, sha256=sha256, weights_only_check=weights_only_check,
+                      allow_globals=allow_globals or None, torch_version=torch_version, limits=limits_from(kwargs),
                       progress=progress if show else None)
     keep_until_exit(report)
     for f in report.files:

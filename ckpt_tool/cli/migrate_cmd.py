@@ -78,7 +78,14 @@ class _Bars:
               help="Verify on DEV (cpu, cuda, cuda:N; repeatable). Default: cpu and every available CUDA device.")
 @click.option("--max-shard-size", default=None, metavar="SIZE",
               help="Write a sharded safetensors folder with shards of at most SIZE (5GB, 500MB, 2GiB).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Processes writing a .safetensors or sharded output (default: the cores, for DeepSpeed and "
+                   "DCP sources). Under torchrun each rank writes its share instead.")
 @click.option("--state-dict-only", is_flag=True, help="Write only the weights, not epoch/optimizer/args metadata.")
+@click.option("--sanitize", is_flag=True,
+              help="Rewrite the metadata into types torch.load(weights_only=True) accepts (Namespace -> dict, NumPy "
+                   "-> numbers and tensors, enums -> values, other objects -> dicts) and prove the output loads "
+                   "that way (torch files; lists each conversion).")
 @click.option("--force", is_flag=True, help="Replace an existing OUT (only after the new one is written and verified).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (old key -> new key, dropped, cast); write nothing.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
@@ -93,8 +100,9 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                     add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
                     rules_file: str | None, target: str | None, target_kwargs: str | None, auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
-                    state_dict_only: bool, force: bool, dry_run: bool, verify: bool, unsafe: bool, as_json: bool,
-                    quiet: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
+                    workers: int | None, state_dict_only: bool, sanitize: bool, force: bool, dry_run: bool,
+                    verify: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool, verbose: bool,
+                    **kwargs: Any) -> int:
     """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
 
     Rules apply in this order: --key, --strip-prefix, --add-prefix, --rename,
@@ -107,8 +115,12 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     0 written and verified (or a clean dry run), 1 verification or target
     check failed (nothing written), 2 error.
     """
+    from ..commands.consolidate_dist import follower
     from ..commands.migrate import migrate
     from ..render.migrate import render
+
+    if follower():  # a torchrun rank other than 0: rank 0 prints the one report
+        quiet, as_json = True, False
 
     kw = target_kwargs_from(target_kwargs)
     if kw and target is None:
@@ -129,10 +141,11 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     try:
         with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
             report = migrate(
-                src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename, drop=drop,
-                dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
-                allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size,
-                state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
+                src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
+                drop=drop, dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
+                allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
+                state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify,
+                unsafe=unsafe,
                 limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
             )
         keep_until_exit(report)
@@ -140,7 +153,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
         bars.done()
     if as_json:
         click.echo(dumps(report.to_json()))
-    elif not quiet or not report.ok:
+    elif (not quiet or not report.ok) and not follower():
         click.echo(render(report))
     return EXIT_OK if report.ok else EXIT_FINDING
 

@@ -16,6 +16,23 @@ unsafe_option = click.option("--unsafe", is_flag=True,
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="Print less; no progress bars.")
 
 
+def _torch_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        from ..pickles.weights_only import rules_for
+
+        try:
+            rules_for(value)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not a torch version such as 2.6 or 2.13.0") from None
+    return value
+
+
+torch_version_option = click.option(
+    "--torch-version", default=None, metavar="VERSION", callback=_torch_version,
+    help="Predict torch.load(weights_only=True) with this torch's rules (default: the installed torch, "
+         "else the newest known), e.g. the version a deployment runs.")
+
+
 def limit_options(f: F) -> F:
     """--max-* options that raise the reader's safety limits (docs/reliability.md)."""
     from ..limits import DEFAULT_LIMITS

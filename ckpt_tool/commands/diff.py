@@ -70,6 +70,7 @@ def diff(
     fail_on_metadata: bool = False,
     limits: Limits = DEFAULT_LIMITS,
     on_start: Callable[[int], None] | None = None,
+    torch_version: str | None = None,
 ) -> DiffReport:
     """Compare checkpoint ``a`` with checkpoint ``b`` or with a ``target`` module spec.
 
@@ -77,10 +78,12 @@ def diff(
     ``values`` compares the data of every common key of equal shape,
     reading one tensor pair at a time; ``on_start`` gets the number of
     pairs before the first is read, ``progress`` each key after it is done.
+    ``torch_version``: whose weights_only rules predict torch.load of each side.
     """
     import os
 
     from ..formats import load
+    from .weights_only import assess
 
     if (b is None) == (target is None):
         raise UsageError("give either a second checkpoint B or --target SPEC (exactly one)")
@@ -144,6 +147,8 @@ def diff(
         a_count=len(ckpt_a.tensors), b_count=len(b_tensors), compared_values=bool(values),
         atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, key=key, key_b=key_b,
         target_kwargs=dict(target_kwargs or {}), plain_tensor_attributes=plain,
+        weights_only_a=assess(ckpt_a, torch_version),
+        weights_only_b=assess(ckpt_b, torch_version) if ckpt_b is not None else None,
     )
 
 

@@ -14,6 +14,7 @@ from .remote_counts import with_remote
 
 if TYPE_CHECKING:
     from ..keys.infer import Suggestion
+    from .weights_only import WeightsOnlyReport
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ class DiffReport:
     key_b: str | None = None
     target_kwargs: Mapping[str, Any] = field(default_factory=dict)
     plain_tensor_attributes: tuple[str, ...] = ()
+    # torch.load(weights_only=True) of each side (b: None for a --target); never part of ``equal``
+    weights_only_a: WeightsOnlyReport | None = None
+    weights_only_b: WeightsOnlyReport | None = None
     remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
 
     @property
@@ -141,4 +145,8 @@ class DiffReport:
             "suggestion": suggestion,
             "plain_tensor_attributes": list(self.plain_tensor_attributes),
             "warnings": list(self.warnings),
+            "weights_only": {
+                "a": self.weights_only_a.to_json() if self.weights_only_a is not None else None,
+                "b": self.weights_only_b.to_json() if self.weights_only_b is not None else None,
+            },
         }, self.remote)

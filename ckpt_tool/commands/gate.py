@@ -15,13 +15,13 @@ from ..errors import CkptError, UsageError
 from ..limits import DEFAULT_LIMITS, Limits
 from .gate_checks import (
     Check, Progress, check_dtype_policy, check_file_size, check_loads_safely, check_matches_target,
-    check_no_nan_inf, check_required_metadata, check_sha256, check_warnings,
+    check_no_nan_inf, check_required_metadata, check_sha256, check_warnings, check_weights_only,
 )
 from .policy import Policy
 from .remote_counts import counts_remote, with_remote
 
-CHECKS = ("loads_safely", "matches_target", "no_nan_inf", "dtype_policy", "file_size", "required_metadata",
-          "sha256", "warnings")
+CHECKS = ("loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
+          "required_metadata", "sha256", "warnings")
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ def gate(
     max_file_size: int | str | None = None,
     required_metadata: Sequence[str] | None = None,
     sha256: str | None = None,
+    weights_only_check: bool | None = None,
+    allow_globals: Sequence[str] | None = None,
+    torch_version: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress | None = None,
 ) -> GateReport:
@@ -86,7 +89,10 @@ def gate(
         strict=strict, nan_check=nan_check,
         allowed_float_dtypes=tuple(allowed_float_dtypes) if allowed_float_dtypes else None,
         max_file_size=max_file_size, required_metadata=tuple(required_metadata) if required_metadata else None,
-        sha256=sha256,
+        sha256=sha256, weights_only_check=weights_only_check,
+        weights_only_allow=tuple(dict.fromkeys((policy or Policy()).weights_only_allow + tuple(allow_globals)))
+        if allow_globals else None,
+        weights_only_torch=torch_version,
     )
     if pol.sha256 is not None and len(paths) > 1:
         raise UsageError("a single sha256 pin needs a single PATH; pin several files in the policy's [sha256] table")
@@ -109,6 +115,7 @@ def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Prog
         checks.append(Check("readable", False, exc.message))
         return FileGate(path, tuple(checks), exc.message)
     try:
+        checks.append(check_weights_only(ckpt, pol))
         checks.append(check_matches_target(path, ckpt, pol, built))
         checks.append(check_no_nan_inf(path, ckpt, pol, progress))
         checks.append(check_dtype_policy(ckpt, pol))

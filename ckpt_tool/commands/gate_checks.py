@@ -80,6 +80,44 @@ def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
     return Check("loads_safely", True, f"no dangerous references ({pickles} pickle(s) scanned)")
 
 
+def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
+    """Fails when the deployment's default torch.load (weights_only=True since 2.6) would refuse the file.
+
+    Globals the policy allows (``weights_only_allow``, ``--allow-global``)
+    count as allowlisted by the loader; a global that can run code never does.
+    """
+    name = "weights-only"
+    if not pol.weights_only_check:
+        return _skip(name, "--no-weights-only-check")
+    from .weights_only import assess
+
+    wo = assess(ckpt, pol.weights_only_torch)
+    if wo is None:
+        return _skip(name, "nothing to predict from (the file was not read by ckpt's own readers)")
+    if not wo.applies:
+        return _skip(name, wo.reason or "torch.load does not read this input")
+    rules = f"torch {wo.torch}"
+    if wo.loads:
+        return Check(name, True, f"torch.load(weights_only=True) loads it ({rules} rules)")
+    if ckpt.format == "safetensors" or ckpt.metadata.get("shard_format") == "safetensors":
+        return _skip(name, "safetensors holds no pickle: it is loaded with safetensors, not torch.load")
+    if not wo.default_weights_only:
+        return Check(name, True, f"{rules}'s torch.load defaults to weights_only=False, so its default load does "
+                                 f"not refuse it; with weights_only=True: {wo.headline()}")
+    if wo.dangerous:
+        return Check(name, False, wo.headline() + " (the policy cannot allow it)")
+    if wo.reason is not None:
+        fix = wo.sanitize_command
+        return Check(name, False, wo.headline() + (f". Convert it: {fix}" if fix else ""))
+    missing = [n for n in wo.needs if n not in pol.weights_only_allow]
+    if not missing:
+        return Check(name, True, f"loads with the allowed globals {_listing(list(wo.needs))} ({rules} rules); the "
+                                 f"loading code must allowlist them: {wo.fix}")
+    return Check(name, False, f"torch.load(weights_only=True) refuses it ({rules} rules): needs "
+                              f"{_listing(missing, 8)}. Allowlist them where it is loaded ({wo.fix}) and in the "
+                              f"policy (weights_only_allow / --allow-global), or convert it: {wo.sanitize_command}")
+
+
 def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -> Check:
     if built is None:
         return _skip("matches_target", "no target (--target or the policy's target)")

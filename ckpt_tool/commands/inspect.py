@@ -8,10 +8,12 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from ..formats import load
-from ..io.paths import remote_session, url_bytes
+from ..io.paths import is_url, url_bytes
 from ..keys import rules
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
+from .remote_counts import counts_remote
+from .weights_only import WeightsOnlyReport, assess
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class InspectReport:
     stats: dict[str, TensorStats] | None = None
     file_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
+    weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (see commands/weights_only.py)
     remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
 
     def to_json(self, *, tensors: bool = True) -> dict[str, Any]:
@@ -76,6 +79,7 @@ class InspectReport:
                 for r in c.references
             ],
             "warnings": list(self.warnings),
+            "weights_only": self.weights_only.to_json() if self.weights_only is not None else None,
         }
         if self.remote is not None:
             out["remote"] = dict(self.remote)
@@ -142,6 +146,7 @@ def compute_stats(t: TensorMeta) -> TensorStats:
     return TensorStats(t.key, float(finite.min()), float(finite.max()), float(finite.mean()), std, nan, inf)
 
 
+@counts_remote("path")
 def inspect(
     path: str | os.PathLike[str],
     *,
@@ -151,25 +156,29 @@ def inspect(
     limits: Limits = DEFAULT_LIMITS,
     progress: Callable[[TensorMeta], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    torch_version: str | None = None,
 ) -> InspectReport:
-    """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true."""
+    """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true.
+
+    ``torch_version`` picks the torch whose weights_only rules the prediction
+    applies (default: the installed torch, else the newest known).
+    """
+    ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
+    per_tensor = None
+    if stats:
+        per_tensor = {}
+        if on_start is not None:
+            on_start(len(ckpt.tensors))
+        try:
+            for t in ckpt.tensors:
+                if t.storage is not None:
+                    per_tensor[t.key] = compute_stats(t)
+                if progress is not None:
+                    progress(t)
+        finally:
+            ckpt.close()  # the files reading opened; reading again reopens them
     p = os.fspath(path)
-    with remote_session(p) as counted:
-        ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
-        per_tensor = None
-        if stats:
-            per_tensor = {}
-            if on_start is not None:
-                on_start(len(ckpt.tensors))
-            try:
-                for t in ckpt.tensors:
-                    if t.storage is not None:
-                        per_tensor[t.key] = compute_stats(t)
-                    if progress is not None:
-                        progress(t)
-            finally:
-                ckpt.close()  # the files reading opened; reading again reopens them
-        size = _path_bytes(p) if counted is None else url_bytes(p)
+    size = url_bytes(p) if is_url(p) else _path_bytes(p)
     return InspectReport(
         checkpoint=ckpt,
         prefixes=tuple(rules.detect_prefixes(ckpt.keys)),
@@ -178,7 +187,7 @@ def inspect(
         stats=per_tensor,
         file_bytes=size,
         warnings=ckpt.warnings,
-        remote=counted.stats() if counted is not None else None,
+        weights_only=assess(ckpt, torch_version),
     )
 
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 from .. import dtypes, writers
@@ -24,11 +23,12 @@ from ..errors import RuleConflict, UsageError
 from ..formats import load
 from ..formats.locate import resolve_key
 from ..io import atomic, freespace, staletemp
-from ..keys.rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
+from ..keys.rules import RuleSet, load_rules_file, make_plan, parse_rename
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
 from ..writers.base import OutTensor, require_data
-from ..writers.layout import dedupe, placeholders_in, safetensors_metadata, torch_root
+from ..writers.layout import dedupe, safetensors_metadata, torch_root
+from .migrate_report import MigrateReport, TargetCheck
 
 _SHARED_NOTE = re.compile(r"\d+ tensors share storage")
 
@@ -52,88 +52,6 @@ class _NoProgress:
 
     def done(self) -> None:
         pass
-
-
-@dataclass(frozen=True)
-class TargetCheck:
-    """How the planned output's keys compare with the target's, before anything is written."""
-
-    spec: str
-    missing: tuple[str, ...]
-    unexpected: tuple[str, ...]
-    shape_mismatch: tuple[tuple[str, list[int], list[int]], ...]
-    allowed_missing: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not (self.missing or self.unexpected or self.shape_mismatch)
-
-
-@dataclass(frozen=True)
-class MigrateReport:
-    """What migrate planned, wrote and proved."""
-
-    source: str
-    output: str | None
-    format: str
-    source_format: str
-    plan: Plan
-    tensors: tuple[OutTensor, ...]
-    rules: RuleSet
-    inferred: RuleSet | None = None
-    dry_run: bool = False
-    written: bool = False
-    verified: dict[str, bool] = field(default_factory=dict)
-    device_status: dict[str, str] = field(default_factory=dict)
-    failures: tuple[str, ...] = ()
-    target: TargetCheck | None = None
-    metadata_kept: tuple[str, ...] = ()
-    aliases: dict[str, str] = field(default_factory=dict)
-    shards: tuple[str, ...] = ()
-    bytes_written: int = 0
-    warnings: tuple[str, ...] = ()
-    cleaned: tuple[staletemp.Temporary, ...] = ()  # stale temporaries of killed runs removed before writing
-
-    @property
-    def ok(self) -> bool:
-        """False when verification failed or the target check found differences."""
-        return not self.failures and (self.target is None or self.target.ok)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "output": self.output,
-            "format": self.format,
-            "source_format": self.source_format,
-            "dry_run": self.dry_run,
-            "written": self.written,
-            "rules": self.rules.cli_args(),
-            "inferred_rules": self.inferred.cli_args() if self.inferred is not None else None,
-            "renamed": [{"from": a, "to": b} for a, b in self.plan.renamed],
-            "dropped": list(self.plan.dropped),
-            "cast": [{"key": e.output, "from": e.dtype, "to": e.cast} for e in self.plan.entries
-                     if e.cast and e.output],
-            "tensors": [{"key": t.key, "source": t.source.key, "dtype": t.dtype, "shape": list(t.shape),
-                         "nbytes": t.nbytes} for t in self.tensors],
-            "tensor_count": len(self.tensors),
-            "total_nbytes": sum(t.nbytes for t in self.tensors),
-            "aliases": dict(self.aliases),
-            "metadata_kept": list(self.metadata_kept),
-            "shards": list(self.shards),
-            "bytes_written": self.bytes_written,
-            "verified": dict(self.verified),
-            "devices": dict(self.device_status),
-            "failures": list(self.failures),
-            "target": None if self.target is None else {
-                "spec": self.target.spec, "ok": self.target.ok, "missing": list(self.target.missing),
-                "unexpected": list(self.target.unexpected),
-                "shape_mismatch": [{"key": k, "a": a, "b": b} for k, a, b in self.target.shape_mismatch],
-                "allowed_missing": list(self.target.allowed_missing),
-            },
-            "warnings": list(self.warnings),
-            "cleaned": [{"path": t.path, "bytes": t.bytes} for t in self.cleaned],
-            "cleaned_bytes": sum(t.bytes for t in self.cleaned),
-        }
 
 
 def build_rules(*, rules_file: str | None = None, strip_prefix: Sequence[str] = (), add_prefix: str | None = None,
@@ -192,7 +110,9 @@ def migrate(
     allow_missing: Sequence[str] = (),
     devices: Sequence[str] | None = None,
     max_shard_size: int | str | None = None,
+    workers: int | None = None,
     state_dict_only: bool = False,
+    sanitize: bool = False,
     force: bool = False,
     dry_run: bool = False,
     verify: bool = True,
@@ -210,6 +130,12 @@ def migrate(
     ``on_cleaned`` is called as soon as stale temporaries of killed runs were
     removed from OUT's folder (or failed to be), whatever happens next.
     ``_after_write`` (tests only) sees the temporary output before it is verified.
+    ``sanitize`` rewrites the metadata of a torch output into types
+    ``torch.load(weights_only=True)`` accepts (writers/sanitize.py) and proves
+    the output loads that way in a fresh process; without it, objects read
+    as placeholders are written back exactly as they were.
+    ``workers`` (default: the cores, for DeepSpeed/DCP sources) write a safetensors or sharded output from
+    several processes; under ``torchrun`` every rank writes its share (commands/consolidate.py).
     """
     from ..writers.sharded import parse_size
 
@@ -222,26 +148,35 @@ def migrate(
         raise UsageError("--auto infers rules from a target: give --target SPEC too")
     shard_bytes = parse_size(str(max_shard_size)) if max_shard_size not in (None, "") else None
     fmt = writers.choose_format(out, to, shard_bytes)
+    if sanitize and fmt != writers.TORCH_ZIP:
+        raise UsageError("--sanitize rewrites the metadata of a torch (.pth) output; a safetensors or DCP output "
+                         "holds no pickled metadata, so it needs none")
     if rules is None:
         rules = build_rules(rules_file=rules_file, strip_prefix=strip_prefix, add_prefix=add_prefix,
                             rename=rename, drop=drop, dtype=dtype)
+    from .consolidate_dist import Dist
+
+    dist = None if dry_run else Dist.from_env()
     ck = load(src, key=key, unsafe=unsafe, limits=limits)
     try:
         return _migrate(ck, src, out, fmt, rules, target=target, target_kwargs=target_kwargs, auto=auto,
                         allow_missing=tuple(allow_missing), devices=devices, shard_bytes=shard_bytes,
-                        state_dict_only=state_dict_only, force=force, dry_run=dry_run, verify=verify,
+                        state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run,
+                        verify=verify,
                         limits=limits, progress=progress, on_rules=on_rules, on_cleaned=on_cleaned,
-                        after_write=_after_write)
+                        after_write=_after_write, parallel=(workers, dist, key, unsafe))
     finally:
         ck.close()
 
 
 def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet, *, target: str | None,
              target_kwargs: dict[str, Any] | None, auto: bool, allow_missing: tuple[str, ...],
-             devices: Sequence[str] | None, shard_bytes: int | None, state_dict_only: bool, force: bool,
+             devices: Sequence[str] | None, shard_bytes: int | None, state_dict_only: bool, sanitize: bool,
+             force: bool,
              dry_run: bool, verify: bool, limits: Limits, progress: Progress,
              on_rules: Callable[[RuleSet], None] | None, on_cleaned: Callable[[staletemp.CleanReport], None] | None,
-             after_write: Callable[[str], None] | None) -> MigrateReport:
+             after_write: Callable[[str], None] | None, parallel: tuple[Any, ...] = (None, None, None, False)
+             ) -> MigrateReport:
     # ties are handled (kept, or stored once with aliases) and reported by migrate itself
     warnings = [w for w in ck.warnings if not _SHARED_NOTE.match(w)]
     if not ck.tensors:
@@ -297,7 +232,15 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     if fmt == writers.TORCH_ZIP:
         root, sd_key, kept, more = torch_root(ck, chosen, tensors, rules, state_dict_only)
         warnings += more
-        _refuse_placeholders(root, sd_key, src)
+        from ..writers.inert import refuse_unwritable
+
+        refuse_unwritable(root, src, sd_key)  # dangerous references are never written back, not even sanitized
+        if sanitize:
+            from ..pickles.weights_only import rules_for
+            from ..writers.sanitize import sanitize as sanitize_tree
+
+            root, conversions = sanitize_tree(root, rules_for(None).allowed)
+            report_args["sanitized"] = tuple(conversions)
         from ..writers.torchzip import pickle_root
 
         payload.update(pickle=pickle_root(root), root=root, sd_key=sd_key)
@@ -328,6 +271,12 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         return MigrateReport(**report_args, dry_run=True, device_status=status, warnings=tuple(warnings))
     if out is None:
         raise UsageError("give the output path with -o OUT")
+    from .consolidate import PARALLEL_FORMATS, choose_workers
+
+    workers, dist, key, unsafe = parallel
+    if dist is not None and not dist.leader and fmt not in PARALLEL_FORMATS:
+        return MigrateReport(**report_args, device_status=status,
+                             warnings=(f"rank {dist.rank}: a {fmt} output is one file, written by rank 0",))
     folder = fmt in writers.FOLDER_FORMATS
     atomic.check_destination(out, _source_paths(src, ck), force=force, folder=folder)
     if folder and force:
@@ -336,13 +285,15 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
 
         atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
     # 5. room for it: stale temporaries of killed runs go first, then the free space must hold every file
-    report_args["cleaned"] = _clean_stale(out, on_cleaned, warnings)
+    report_args["cleaned"] = _clean_stale(out, on_cleaned, warnings) if dist is None or dist.leader else ()
     from ..writers.sizes import planned_sizes, quick_bound
 
     freespace.require(out, lambda: planned_sizes(fmt, out, tensors, payload, shard_bytes),  # --force does not skip it
                       quick_bound(fmt, out, tensors, payload, shard_bytes))
     job = _Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
-               allow_missing, verify, limits, progress, after_write, report_args, warnings, force)
+               allow_missing, verify, limits, progress, after_write, report_args, warnings, force,
+               choose_workers(workers, ck.format, fmt, sum(t.nbytes for t in tensors)),
+               dist if fmt in PARALLEL_FORMATS else None, (src, key, unsafe))
     # 6. write, verify, publish
     with atomic.interrupts_as_exceptions():
         return _write(job)
@@ -357,28 +308,6 @@ def _clean_stale(out: str, on_cleaned: Callable[[staletemp.CleanReport], None] |
     if on_cleaned is not None and (found.removed or found.failed):
         on_cleaned(found)
     return found.removed
-
-
-def _refuse_placeholders(root: Any, sd_key: str, src: str) -> None:
-    """Placeholders are never pickled as if they were the objects they stand for."""
-    from ..errors import UnsafeContentError
-
-    sd = resolve_key(root, sd_key, src) if sd_key else root
-    if isinstance(sd, Mapping):
-        for key, value in sd.items():
-            found = placeholders_in(value)
-            if found:
-                raise UnsafeContentError(
-                    f"the state_dict entry {key!r} holds an object of class {found[0][1]}, which ckpt did not "
-                    f"import, so it cannot be written back as the real object; leave it out with --drop '{key}', "
-                    "or pass --unsafe to load it as the real object if you trust the file", src)
-    found = placeholders_in(root)
-    if found:
-        where, cls = found[0]
-        raise UnsafeContentError(
-            f"the metadata at {where!r} holds an object of class {cls}, which ckpt did not import, so it cannot "
-            "be written back as the real object; pass --state-dict-only to write the weights alone, or --unsafe "
-            "to load it as the real object if you trust the file", src)
 
 
 def _devices(active: bool, devices: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
@@ -410,9 +339,19 @@ class _Job:
     report_args: dict[str, Any]
     warnings: list[str]
     force: bool = False
+    workers: int = 1
+    dist: Any = None  # consolidate_dist.Dist under torchrun
+    source: tuple[str, str | None, bool] = ("", None, False)  # (src, --key, --unsafe): how workers re-read it
 
 
 def _write(job: _Job) -> MigrateReport:
+    if job.workers > 1 or job.dist is not None:
+        from .consolidate import Spec, write_parallel
+
+        src, key, unsafe = job.source
+        spec = Spec(src, key, unsafe, job.limits, job.report_args["rules"], job.fmt, job.shard_bytes,
+                    dict(job.payload["meta"]), count=job.workers)
+        return MigrateReport(**job.report_args, **write_parallel(job, spec, job.dist))
     folder = job.fmt in writers.FOLDER_FORMATS
     shards: list[str] = []
     p = job.progress
@@ -452,6 +391,15 @@ def _write(job: _Job) -> MigrateReport:
         if job.after_write is not None:
             job.after_write(tmp.path)
         verified, failures = _verify(job, tmp.path)
+        if job.report_args.get("sanitized") is not None and job.verify and not failures:
+            from .verify_wo import load_weights_only
+
+            outcome, problem = load_weights_only(tmp.path)
+            job.report_args["weights_only_load"] = outcome
+            if problem is not None:
+                failures.append(problem)
+            elif outcome != "passed":
+                job.warnings.append(f"torch.load(weights_only=True) of the output {outcome}")
         status = {**{d: ("passed" if ok else "failed") for d, ok in verified.items()}, **job.status}
         if not job.verify:
             status = {"all": "not verified (--no-verify)"}

@@ -10,6 +10,9 @@ nan_check = true
 allowed_float_dtypes = ["float16", "bfloat16", "float32"]
 max_file_size = "2 GiB"
 required_metadata = ["epoch", "args.lr"]
+weights_only_check = true              # fail when the deployment's torch.load would refuse the file
+weights_only_allow = ["argparse.Namespace"]  # globals the loading code allowlists (safe_globals)
+weights_only_torch = "2.6"             # the deployment's torch (default: the installed one)
 
 [gate.sha256]
 "model.safetensors" = "9f86d08..."
@@ -51,6 +54,9 @@ class Policy:
     sha256: str | None = None  # the pin for a single PATH
     sha256_files: Mapping[str, str] = field(default_factory=dict)  # file name or path -> pin
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES
+    weights_only_check: bool = True
+    weights_only_allow: tuple[str, ...] = ()  # "module.name" globals the deployment's loader allowlists
+    weights_only_torch: str | None = None  # the deployment's torch version (None: installed, else newest)
     source: str | None = None  # the policy file, for messages
 
     def with_overrides(self, **options: Any) -> Policy:
@@ -77,6 +83,8 @@ class Policy:
             "ignore_target_dtype": self.ignore_target_dtype, "max_file_size": self.max_file_size,
             "required_metadata": list(self.required_metadata), "sha256": self.sha256,
             "sha256_files": dict(self.sha256_files), "max_metadata_bytes": self.max_metadata_bytes,
+            "weights_only_check": self.weights_only_check, "weights_only_allow": list(self.weights_only_allow),
+            "weights_only_torch": self.weights_only_torch,
         }
 
 
@@ -143,7 +151,8 @@ def _relative_to(spec: str, base: str) -> str:
 _OPTION_NAMES = {"allowed_float_dtypes": "--allow-dtype", "max_file_size": "--max-size",
                  "required_metadata": "--require-metadata", "sha256": "--sha256", "target": "--target",
                  "key": "--key", "target_kwargs": "--target-kwargs", "strict": "--strict",
-                 "nan_check": "--nan-check"}
+                 "nan_check": "--nan-check", "weights_only_check": "--weights-only-check",
+                 "weights_only_allow": "--allow-global", "weights_only_torch": "--torch-version"}
 
 
 def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -156,7 +165,7 @@ def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | N
     for name in ("target", "key"):
         if name in out and not isinstance(out[name], str):
             raise UsageError(f"{label(name)} must be a string")
-    for name in ("strict", "nan_check", "ignore_target_dtype"):
+    for name in ("strict", "nan_check", "ignore_target_dtype", "weights_only_check"):
         if name in out and not isinstance(out[name], bool):
             raise UsageError(f"{label(name)} must be true or false")
     if "target_kwargs" in out and not isinstance(out["target_kwargs"], Mapping):
@@ -174,9 +183,35 @@ def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | N
     for name in ("max_file_size", "max_metadata_bytes"):
         if name in out:
             out[name] = parse_size(out[name], label(name))
+    if "weights_only_allow" in out:
+        out["weights_only_allow"] = _global_names(out["weights_only_allow"], label("weights_only_allow"))
+    if "weights_only_torch" in out:
+        out["weights_only_torch"] = _torch_version(out["weights_only_torch"], label("weights_only_torch"))
     if "sha256" in out and out["sha256"] is not None:
         out["sha256"] = _sha(out["sha256"], label("sha256"))
     return out
+
+
+def _global_names(value: Any, origin: str) -> tuple[str, ...]:
+    """"module.name" strings, as torch names the globals it refuses (``argparse.Namespace``)."""
+    if isinstance(value, str):
+        value = [v for v in re.split(r"[,\s]+", value) if v]
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, str) and re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+", v) for v in value):
+        raise UsageError(f"{origin} must be a list of globals written module.name (e.g. \"argparse.Namespace\")")
+    return tuple(dict.fromkeys(value))
+
+
+def _torch_version(value: Any, origin: str) -> str:
+    from ..pickles.weights_only import rules_for
+
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        rules_for(value)
+    except ValueError:
+        raise UsageError(f"{origin}: {value!r} is not a torch version written as a string, such as \"2.6\"") from None
+    return value
 
 
 def _dtype_list(value: Any, origin: str) -> tuple[str, ...]:

@@ -202,19 +202,25 @@ def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str
             f"unexpected {extra[:MAX_REPORTED]}"]
 
 
+def _held(mapping: Any) -> Mapping[str, Any]:
+    """The re-read state_dict's tensors by key, nested ones (an optimizer's state) under dotted keys as
+    the reader names them."""
+    from ..formats.locate import tensors_of
+
+    if not isinstance(mapping, Mapping):
+        return {}
+    return tensors_of(mapping) or {}
+
+
 def tensor_keys(mapping: Any) -> list[str]:
     """The keys of a re-read state_dict mapping that hold tensors."""
-    if not isinstance(mapping, Mapping):
-        return []
-    return [str(k) for k, val in mapping.items() if isinstance(val, (LazyTensor, TensorMeta))]
+    return [str(k) for k, val in _held(mapping).items() if isinstance(val, (LazyTensor, TensorMeta))]
 
 
 def tensors_in(mapping: Any) -> dict[str, TensorMeta]:
     """The tensor entries of a re-read state_dict mapping, as TensorMetas."""
-    if not isinstance(mapping, Mapping):
-        return {}
     out = {}
-    for k, val in mapping.items():
+    for k, val in _held(mapping).items():
         meta = _tensorish(val)
         if meta is not None:
             out[str(k)] = meta
@@ -286,8 +292,24 @@ def compare_tree(expected: Any, actual: Any, advance: Advance | None = None) -> 
                 problems.append(f"{where}: value is {a!r:.60}, expected {e!r:.60}")
             return
         if isinstance(e, float):
-            if not isinstance(a, float) or not (a == e or (math.isnan(a) and math.isnan(e))):
+            if type(a) is not type(e) or not (a == e or (math.isnan(a) and math.isnan(e))):
                 problems.append(f"{where}: value is {a!r}, expected {e!r}")
+            return
+        if isinstance(e, Placeholder):  # written back as it was read: same class, construction, state, items
+            if not isinstance(a, Placeholder) or a.qualname != e.qualname:
+                problems.append(f"{where}: expected an object of class {e.qualname}, found {type(a).__name__}")
+                return
+            ed, ad = e.__dict__, a.__dict__
+            if isinstance(ed.get("_ckpt_via"), tuple) != isinstance(ad.get("_ckpt_via"), tuple) or (
+                    not isinstance(ed.get("_ckpt_via"), tuple) and ed.get("_ckpt_via") != ad.get("_ckpt_via")):
+                problems.append(f"{where}: {e.qualname} is built another way than in the source")
+                return
+            for part in ("_ckpt_args", "_ckpt_state", "_ckpt_items", "_ckpt_setitems"):
+                walk(ed[part], ad[part], f"{where}<{part[6:]}>", depth + 1)
+            return
+        if isinstance(e, type) and issubclass(e, Placeholder):
+            if not (isinstance(a, type) and issubclass(a, Placeholder) and a is e):
+                problems.append(f"{where}: expected the class {e._ckpt_module}.{e._ckpt_name}")
             return
         if isinstance(e, (set, frozenset)):
             if not isinstance(a, (set, frozenset)) or set(a) != set(e):

@@ -12,10 +12,11 @@ import importlib
 import os
 from typing import Callable, Iterator
 
-from ..errors import InputError
+from ..errors import CkptError, InputError
 from ..io.bytesource import is_url
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
+from ..pickles import wo_input
 from . import detect as _detect
 from .base import Loaded, ReadOptions
 
@@ -30,6 +31,7 @@ _READERS: dict[str, str] = {
     _detect.PICKLE: "picklefile:read_pickle",
     _detect.DCP: "dcp:read_dcp",
     _detect.TORCH_TAR: "tar:read_legacy_tar",
+    _detect.DEEPSPEED: "deepspeed:read_deepspeed",
 }
 
 
@@ -56,7 +58,16 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     elif fmt == _detect.SHARDED:
         from .sharded import read_sharded
 
-        loaded = read_sharded(path, options, read_file, _shard_tensors)
+        parts: list[tuple[str, Loaded]] = []
+
+        def read_part(p: str, o: ReadOptions) -> Loaded:
+            part = read_file(p, o)
+            parts.append((os.path.basename(p), part))
+            return part
+
+        loaded = read_sharded(path, options, read_part, _shard_tensors)
+        loaded.weights_only = wo_input.WeightsOnlyInput(wo_input.SHARDED, path=path, parts=tuple(
+            (name, part.weights_only) for name, part in parts))
     else:
         try:
             loaded = reader_for(fmt)(path, options)
@@ -70,10 +81,35 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
 
         if options.walk and needs_walk(loaded):
             join_walk(loaded, path, options.limits)
+    if loaded.weights_only is None:
+        loaded.weights_only = _weights_only_input(path, loaded.format, options)
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)
+    if fmt == _detect.TORCH_ZIP:
+        from .deepspeed_files import rank_file_hint
+
+        hint = rank_file_hint(path)
+        if hint:
+            loaded.warnings.insert(0, hint)
     return loaded
+
+
+def _weights_only_input(path: str, fmt: str, options: ReadOptions) -> wo_input.WeightsOnlyInput | None:
+    """What torch.load(weights_only=True) meets in a file whose reader recorded nothing (see wo_input.py)."""
+    if fmt == _detect.SAFETENSORS:
+        return wo_input.WeightsOnlyInput(wo_input.SAFETENSORS, path=path)
+    if fmt == _detect.TORCH_TAR:  # torch >= 2.6 refuses the tar format under weights_only whatever it holds
+        return wo_input.WeightsOnlyInput(wo_input.TAR, path=path)
+    if fmt == _detect.DCP:
+        return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
+            "a torch.distributed.checkpoint folder: torch.distributed.checkpoint.load reads it, not torch.load"))
+    if options.unsafe:  # the real unpickler ran: the restricted readers say what weights_only would meet
+        try:
+            return read_file(path, dataclasses.replace(options, unsafe=False)).weights_only
+        except CkptError:
+            return None
+    return None
 
 
 def _shard_tensors(loaded: Loaded, path: str) -> list[TensorMeta]:

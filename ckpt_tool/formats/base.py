@@ -28,6 +28,8 @@ class Loaded:
     # Set when ``root`` is a flat dict of exactly these TensorMetas, each under
     # its own key and in order (safetensors): locate.py then has nothing to find.
     tensors: list[TensorMeta] | None = None
+    # What decides torch.load(weights_only=True) of the input (pickles/wo_input.WeightsOnlyInput)
+    weights_only: Any = None
 
 
 @dataclass(frozen=True)

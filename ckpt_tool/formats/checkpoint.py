@@ -13,7 +13,7 @@ from ..io.source import MemorySource
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Candidate, Checkpoint, GlobalRef, TensorMeta
 from ..pickles import severity
-from ..pickles.placeholders import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
+from ..pickles.placeholders import LazyTensor, NumpyArray, NumpyScalar, Placeholder, is_module_placeholder
 from .base import Loaded
 from .locate import all_tensors_str_keys, choose, is_real_module, is_tensor, module_tensors, tensors_of
 from .metas import layout_warnings, metas_of
@@ -33,7 +33,7 @@ def summarize(obj: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     if depth > 12 or budget[0] < 0:
         return "..."
     if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
+        return obj.python() if isinstance(obj, NumpyScalar) else obj
     if isinstance(obj, NumpyArray) and obj.dtype is None:
         return f"<ndarray {obj.type_string or '?'} {list(obj.shape)}>"
     if isinstance(obj, (LazyTensor, NumpyArray)):
@@ -177,7 +177,7 @@ def _checkpoint(
         # a reader that built the tensors itself has only tensors at its top level: no framework keys
         framework=loaded.framework or (None if loaded.tensors is not None else detect_framework(root)),
         candidates=tuple(candidates), references=tuple(loaded.references), warnings=tuple(warnings),
-        root=root, sources=sources,
+        root=root, sources=sources, weights_only=loaded.weights_only,
     )
 
 

@@ -25,6 +25,8 @@ from ..model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_st
 from ..pickles.placeholders import DTypeRef, Placeholder
 from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
+from .dcp_items import nest, read_items
+from .dcp_stream import DcpStreamSource
 from .detect import DCP
 
 METADATA = ".metadata"
@@ -52,8 +54,9 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     chunks_by_key, shards = _storage_index(attrs.get("storage_data"), meta_path)
     warnings: list[str] = []
     _check_shards(folder, shards, explicit, warnings)
-    source = DcpSource(folder, options.limits)
+    source = DcpStreamSource(folder, options.limits)
     flat: OrderedDict[str, Any] = OrderedDict()
+    items: dict[str, Chunk] = {}
     for fqn, entry in sdm.items():
         fqn = str(fqn)
         kind = entry.qualname.rsplit(".", 1)[-1] if isinstance(entry, Placeholder) else type(entry).__name__
@@ -65,9 +68,14 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
             where = chunks_by_key.get(fqn, [])
             flat[fqn] = (f"<bytes item: {where[0].length} bytes in {where[0].relative_path}, not read>"
                          if where else "<bytes item, not read>")
+            if where:
+                items[fqn] = where[0]
         else:
             warnings.append(f"entry {fqn!r} has an unknown DCP storage type {kind!r}; not listed")
-    loaded = Loaded(DCP, _nest(flat, attrs.get("planner_data")), references, warnings, [source])
+    values, item_refs, more = read_items(folder, items, options.limits)  # small non-tensor values, as torch keeps them
+    flat.update(values)
+    warnings += more
+    loaded = Loaded(DCP, nest(flat, attrs.get("planner_data")), references + item_refs, warnings, [source])
     loaded.metadata["shards"] = sorted(shards)
     version = attrs.get("version")
     if version is not None:
@@ -134,7 +142,7 @@ def _check_shards(folder: str, shards: set[str], explicit: bool, warnings: list[
     )
 
 
-def _tensor_meta(fqn: str, entry: Placeholder, chunks: list[Chunk], source: DcpSource,
+def _tensor_meta(fqn: str, entry: Placeholder, chunks: list[Chunk], source: DcpStreamSource,
                  warnings: list[str], meta_path: str) -> TensorMeta | None:
     attrs = entry.attributes
     props = attrs.get("properties")
@@ -173,26 +181,6 @@ def _tensor_meta(fqn: str, entry: Placeholder, chunks: list[Chunk], source: DcpS
     source.add(fqn, dt, shape, placed)
     return TensorMeta(fqn, name, shape, contiguous_strides(shape), 0,
                       StorageRef(source, fqn, numel * dt.itemsize), "cpu")
-
-
-def _nest(flat: OrderedDict[str, Any], planner_data: Any) -> Any:
-    """Rebuild the saved state_dict's nesting ({"model": {...}, "step": ...}) from planner_data."""
-    if not isinstance(planner_data, dict):
-        return flat
-    root: OrderedDict[str, Any] = OrderedDict()
-    for fqn, value in flat.items():
-        path = planner_data.get(fqn)
-        if not (isinstance(path, tuple) and path and all(isinstance(p, (str, int)) for p in path)):
-            path = (fqn,)
-        node: Any = root
-        for part in path[:-1]:
-            node = node.setdefault(part, OrderedDict()) if isinstance(node, dict) else None
-            if not isinstance(node, dict):
-                return flat  # a leaf where a container should be: keep the flat names
-        if not isinstance(node, dict) or path[-1] in node:
-            return flat
-        node[path[-1]] = value
-    return root
 
 
 class DcpSource(DataSource):

@@ -16,6 +16,7 @@ SHARDED = "sharded"
 DCP = "dcp"
 DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
 TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints (formats/tar.py)
+DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
 # The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):
@@ -62,13 +63,18 @@ def detect(path: str) -> str:
             return DCP
         if find_index(path):
             return SHARDED
+        from .deepspeed_files import is_deepspeed
+
+        if is_deepspeed(path):
+            return DEEPSPEED
         if _has_distcp(path):
             raise InputError(
                 "torch.distributed.checkpoint folder without its .metadata file (the save did not "
                 "finish, or .metadata was not copied); ckpt needs .metadata to read the shards", path,
             )
         raise InputError(
-            "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata)", path
+            "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata, no DeepSpeed latest "
+            "or *_model_states.pt)", path
         )
     with paths.open_bytes(path) as data:
         size = data.size

@@ -22,6 +22,7 @@ from ..io.paths import open_bytes
 from ..io.source import BlobSource, storage_source
 from ..limits import Limits
 from ..model import DataSource, GlobalRef
+from ..pickles import wo_input
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
 from ..pickles.unpickler import BlobReader, restricted_load_stream
 from .base import Loaded, ReadOptions
@@ -43,6 +44,7 @@ class LegacyParse:
     warnings: list[str] = field(default_factory=list)
     sys_info: Any = None
     class_sources: dict[str, str] = field(default_factory=dict)  # pickled nn.Module class -> its source file
+    weights_only: list[Any] = field(default_factory=list)  # per pickle: what pickles/wo_input.read takes
 
 
 class _Root:
@@ -128,6 +130,7 @@ def parse_legacy(
         kind = _decode(pid[0])
         if kind == "module":
             # ("module", class, source_file, source): torch.save(model) names each module class once
+            module_pids.append(kind)
             cls = pid[1] if len(pid) > 1 else None
             if isinstance(cls, type) and issubclass(cls, Placeholder) and len(pid) > 2 and pid[2]:
                 class_sources[f"{cls._ckpt_module}.{cls._ckpt_name}"] = _decode(pid[2])
@@ -161,13 +164,17 @@ def parse_legacy(
         return found[3]
 
     refs: list[GlobalRef] = []
+    module_pids: list[str] = []
+    pickles: list[Any] = []
 
     def load(what: str, persistent: Callable[[Any], Any] | None = None) -> Any:
         if consumed() >= size and stream.tell() >= size:
             raise InputError(f"{label}truncated legacy torch checkpoint: the file ends before the {what}", path)
+        seen: set[int] = set()
         try:
             result = restricted_load_stream(stream, where=f"{where} {what}".strip(), path=path,
-                                            persistent_load=persistent, limits=limits, read_blob=read_blob)
+                                            persistent_load=persistent, limits=limits, read_blob=read_blob,
+                                            opcodes=seen)
         except LimitExceeded:
             raise
         except InputError as exc:
@@ -183,6 +190,8 @@ def parse_legacy(
         for ref in result.references:
             if all((r.module, r.name) != (ref.module, ref.name) for r in refs):
                 refs.append(ref)
+        pickles.append((result.data, seen, result.references, f"{where} {what}".strip(),
+                        module_pids if persistent is not None else []))
         return result.obj
 
     magic = load("magic number")
@@ -247,7 +256,7 @@ def parse_legacy(
     warnings = []
     if pos < size:
         warnings.append(f"{size - pos} bytes after the last storage were not read (appended data?)")
-    return LegacyParse(root_obj, refs, regions, warnings, sys_info, class_sources)
+    return LegacyParse(root_obj, refs, regions, warnings, sys_info, class_sources, pickles)
 
 
 def read_legacy(path: str, options: ReadOptions) -> Loaded:
@@ -268,6 +277,7 @@ def read_legacy(path: str, options: ReadOptions) -> Loaded:
     finally:
         data.close()
     loaded = Loaded(TORCH_LEGACY, parsed.root, parsed.references, parsed.warnings, [source])
+    loaded.weights_only = wo_input.read(wo_input.LEGACY, path, parsed.weights_only)
     if parsed.class_sources:
         loaded.metadata["module_class_sources"] = dict(parsed.class_sources)
     return loaded

@@ -14,6 +14,7 @@ import os
 
 from ..errors import InputError
 from ..io.source import read_pickle_file
+from ..pickles import wo_input
 from ..pickles.unpickler import restricted_load_stream
 from .base import Loaded, ReadOptions
 from .detect import DILL, PICKLE
@@ -26,8 +27,10 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
     data = read_pickle_file(path, options.limits.max_pickle_bytes, "pickle file")
     size = len(data)
     stream = io.BytesIO(data)
-    result = restricted_load_stream(stream, where=os.path.basename(path) or "pickle", path=path,
-                                    limits=options.limits, read_blob=options.read_blob)
+    seen: set[int] = set()
+    where = os.path.basename(path) or "pickle"
+    result = restricted_load_stream(stream, where=where, path=path,
+                                    limits=options.limits, read_blob=options.read_blob, opcodes=seen)
     warnings: list[str] = []
     rest = size - stream.tell()
     if rest > 0 and type(result.obj) is int:
@@ -39,4 +42,6 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
         warnings.append(f"{rest} bytes after the end of the pickle were not read (a second pickle?)")
     is_dill = any(ref.module in DILL_MODULES for ref in result.references)
     references = list(result.references)
-    return Loaded(DILL if is_dill else PICKLE, result.obj, references, warnings, [])
+    loaded = Loaded(DILL if is_dill else PICKLE, result.obj, references, warnings, [])
+    loaded.weights_only = wo_input.read(wo_input.PICKLE, path, [(result.data, seen, result.references, where)])
+    return loaded

@@ -11,8 +11,9 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..model import DataSource
 from ..io.ziparchive import ZipArchive, zip_source
+from ..model import DataSource
+from ..pickles import wo_input
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
 from ..pickles.scanner import CVE_2025_32434_SCRIPT
 from ..pickles.unpickler import restricted_loads
@@ -86,8 +87,8 @@ def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: s
         if type(numel) is not int or numel < 0:
             raise InputError(f"storage {key!r} has an invalid size", path)
         member = data_prefix + str(key)
-        info = members.get(member)
-        if info is None and archive.resolve(member) is not None:  # torch's lookup ignores case
+        info = None if archive.duplicates else members.get(member)
+        if info is None:  # a case-folded or duplicated name: the member torch's lookup finds
             member = archive.resolve(member) or member
             info = members.get(member)
         if info is None:
@@ -109,7 +110,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
     archive = ZipArchive(path, options.limits.max_member_bytes)
     try:
         prefix = archive_prefix(archive)
-        check_version(archive, prefix)
+        version = check_version(archive, prefix)
         pkl = archive.resolve(_join(prefix, "data.pkl"))
         if pkl is None:
             others = [n for n in archive.names() if n.endswith(".pkl")]
@@ -117,12 +118,15 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             raise InputError(f"zip archive is not a torch checkpoint: no {_join(prefix, 'data.pkl')!r}{hint}", path)
         names = "\n" + "\n".join(archive.members) + "\n"  # substring tests at C speed (200,000 members)
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
+        # Stored members are plain file regions (writers copy them in the kernel); only an archive with
+        # deflated members needs the inflating source (zip_source: the same over a URL, by range).
         source = zip_source(archive)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
+        seen: set[int] = set()  # for the weights_only prediction (pickles/wo_input.py)
         result = restricted_loads(
             data, where=pkl, path=path,
             persistent_load=storage_loader(archive, prefix, source, path),
-            limits=options.limits, read_blob=options.read_blob,
+            limits=options.limits, read_blob=options.read_blob, opcodes=seen,
         )
         warnings = _archive_warnings(archive, prefix, names)
         loaded = Loaded(
@@ -133,6 +137,8 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             unexpected = _unexpected_members(archive, prefix, names)
             if unexpected:
                 loaded.metadata["unexpected_members"] = unexpected  # formats/findings.py walks them
+        loaded.weights_only = wo_input.read(wo_input.TORCHSCRIPT if is_script else wo_input.ZIP, path,
+                                            [(data, seen, result.references, pkl)], str(version).encode())
         if is_script:
             loaded.warnings.append(CVE_2025_32434_SCRIPT)
             loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)

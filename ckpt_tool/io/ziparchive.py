@@ -15,6 +15,7 @@ from typing import NamedTuple
 from ..errors import InputError, LimitExceeded
 from ..model import DataSource
 from .bytesource import ByteSource
+from .miniz import MinizIndex
 from .paths import open_bytes
 from .source import FileSource, RangeSource
 
@@ -62,7 +63,9 @@ class ZipArchive:
         self._lookups = 0
         self._by_offset: list[tuple[int, str]] = []
         self._offsets: list[int] | None = None
-        self._folded: dict[str, str] | None = None
+        self._order: list[Member] = []  # every central-directory entry, duplicates included, in order
+        self.compressed = 0  # members not stored (torch.save stores all: then storages are plain file regions)
+        self._index: MinizIndex | None = None
         try:
             self._read_central_directory()
         except BaseException:
@@ -111,6 +114,7 @@ class ZipArchive:
         new_member = tuple.__new__  # Member(...) without a Python-level __new__ call, 200,000 times
         pos = 0
         members = self.members
+        order = self._order
         file_size = self.file_size
         end = len(data)
         for _ in range(count):
@@ -130,10 +134,14 @@ class ZipArchive:
                     f"corrupt or truncated zip archive: member {name!r} lies past the end of the file",
                     self.path,
                 )
+            member = new_member(Member, (name, hoff, csize, usize, method, crc, flags))
+            order.append(member)
+            if method:
+                self.compressed += 1
             if name in members:
-                self.duplicates.append(name)  # torch's reader (miniz) finds the first: keep it
+                self.duplicates.append(name)  # which one torch reads: resolve() replays miniz
                 continue
-            members[name] = new_member(Member, (name, hoff, csize, usize, method, crc, flags))
+            members[name] = member
         if len(members) + len(self.duplicates) != count:
             raise InputError("corrupt zip archive: entry count does not match", self.path)
 
@@ -157,17 +165,30 @@ class ZipArchive:
         return list(self.members)
 
     def resolve(self, name: str) -> str | None:
-        """The stored name torch's reader finds for ``name``: exact, else ignoring case (miniz's lookup)."""
-        if name in self.members:
-            return name
-        if self._folded is None:
-            joined = "\n".join(self.members)
-            if joined == joined.lower() and name == name.lower():
-                return None  # no name has a capital letter (torch.save's archives): nothing to fold
-            self._folded = {}
-            for stored in self.members:
-                self._folded.setdefault(stored.lower(), stored)
-        return self._folded.get(name.lower())
+        """The stored name of the member torch's reader finds for ``name`` (miniz ignores case).
+
+        Unique names (every torch.save archive) are a dict lookup. With
+        duplicate names, miniz's sort and binary search are replayed
+        (io/miniz.py) and the member found becomes the one read by that name.
+        """
+        if not self.duplicates:
+            if name in self.members:
+                return name
+            if self._index is None:
+                joined = "\n".join(self.members)
+                if joined == joined.lower():  # no capital letter in any name: folding the lookup is enough
+                    low = name.lower()
+                    return low if low in self.members else None
+        if self._index is None:
+            self._index = MinizIndex([m.name for m in self._order])
+        at = self._index.locate(name)
+        if at is None:
+            return None
+        found = self._order[at]
+        if self.members.get(found.name) is not found:
+            self.members[found.name] = found
+            self._data_offsets.pop(found.name, None)
+        return found.name
 
     def data_offset(self, name: str) -> int:
         """Absolute offset of a member's (stored) bytes, validated against the file size."""
@@ -353,7 +374,10 @@ class RemoteZipSource(_DeflatedMembers, RangeSource):
 
 
 def zip_source(archive: ZipArchive) -> DataSource:
-    """Where an archive's storages are read from: a file's ZipSource, or a URL's RemoteZipSource."""
+    """Where an archive's storages are read from: plain regions of the file (or URL) when every member
+    is stored, as torch.save writes them; the inflating sources only for an archive with deflated ones."""
     if archive.source is not None and archive.source.remote:
-        return RemoteZipSource(archive, archive.source)
-    return ZipSource(archive)
+        if archive.compressed:
+            return RemoteZipSource(archive, archive.source)
+        return RangeSource(archive.source, archive.region)
+    return ZipSource(archive) if archive.compressed else FileSource(archive.path, archive.region, archive.close)

@@ -11,6 +11,11 @@ so what the C unpickler allocates stays in proportion to the pickle's size.
 Runs of fixed-size opcodes (and short counted strings) are matched by one
 regular expression, so the walk runs at C speed: about 0.3 s for the 21 MB
 ``data.pkl`` of a 200,000-tensor torch file (unpickling it takes ~1 s).
+
+Given a ``seen`` set, the walk also records, at no cost for a torch.save
+pickle, every opcode outside ``QUIET`` (the opcodes such a pickle is made
+of): the weights_only predictor (wo_input.py) learns from it whether torch's
+weights_only unpickler would meet an opcode it refuses, a list or a NEWOBJ.
 """
 from __future__ import annotations
 
@@ -38,6 +43,10 @@ _PUT = ord("p")
 _FRAME = 0x95
 _ENUMERATED = 64  # counted strings up to this length are matched by the regular expression
 _MIN_MEMO_BITS = 16  # memo indices below 65,536 are always accepted (a 1 MiB memo at most)
+# What a protocol-2 torch.save pickle is made of, less EMPTY_LIST and NEWOBJ: with ``seen``, every other opcode
+# leaves the regular-expression run, so walk() records it (until one torch refuses is seen).
+QUIET = frozenset(b"()NRtu}Q\x85\x86\x87\x88\x89baes\x8frqhK\x80XMJjGU\x8ac.")
+_SEEN_ALWAYS = frozenset(b"]\x81")  # recorded, but accepted by torch's weights_only unpickler
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
@@ -48,11 +57,12 @@ class NeedMore(Exception):
 
 
 @functools.cache
-def _run_pattern(memo_bits: int) -> Callable[..., Any]:
+def _run_pattern(memo_bits: int, quiet: bool = False) -> Callable[..., Any]:
     """A regex matching a maximal run of opcodes that need no check beyond their syntax.
 
     LONG_BINPUT is in the run only with an index below 2**memo_bits; counted
     strings only up to _ENUMERATED bytes (each length is one alternative).
+    ``quiet``: only opcodes in QUIET are in the run.
     """
     any1 = rb"[\x00-\xff]"
 
@@ -70,15 +80,18 @@ def _run_pattern(memo_bits: int) -> Callable[..., Any]:
         binput = b"r" + any1 + b"{2}[\\x00-" + one((1 << (memo_bits - 16)) - 1) + b"]\x00"
     else:
         binput = b"r" + any1 + b"{3}[\\x00-" + one((1 << (min(memo_bits, 32) - 24)) - 1) + b"]"
+    def ops(codes: bytes) -> bytes:
+        return b"[" + b"".join(one(c) for c in codes if not quiet or c in QUIET) + b"]"
+
     parts = [  # most frequent first: torch's data.pkl is mostly these
         binput,
-        b"[" + b"".join(one(c) for c in b"Khq\x80\x82") + b"]" + any1,
-        b"[" + b"".join(one(c) for c in _NOARG) + b"]",
+        ops(b"Khq\x80\x82") + any1,
+        ops(_NOARG),
         counted(b"X", 4),
-        b"[M\\x83]" + any1 + b"{2}",
-        b"[Jj\\x84]" + any1 + b"{4}",
+        ops(b"M\x83") + any1 + b"{2}",
+        ops(b"Jj\x84") + any1 + b"{4}",
         b"G" + any1 + b"{8}",
-        counted(b"[\\x8cCU\\x8a]", 1),
+        counted(ops(b"\x8cCU\x8a"), 1),
     ]
     return re.compile(b"(?:" + b"|".join(parts) + b")*+").match
 
@@ -88,18 +101,20 @@ def memo_bits(size: int) -> int:
     return max(_MIN_MEMO_BITS, (max(size, 1) - 1).bit_length())
 
 
-def walk(data: Any, pos: int, end: int, *, total: int, where: str, path: str) -> int:
+def walk(data: Any, pos: int, end: int, *, total: int, where: str, path: str, seen: set[int] | None = None) -> int:
     """Check opcodes from ``pos``; return the offset just past STOP.
 
     ``data[:end]`` holds the bytes read so far; ``total`` is how many the
     pickle can have at most (the rest of the file). Raises NeedMore when an
     opcode continues past ``end`` but within ``total``, InputError when it
     runs past ``total`` or a number in it is out of proportion. An unknown
-    opcode ends the walk early: the unpickler reports it.
+    opcode ends the walk early: the unpickler reports it. ``seen`` collects
+    opcodes outside QUIET (see the module docstring).
     """
     bits = memo_bits(total)
     limit = 1 << bits
-    run = _run_pattern(bits)
+    recording = seen is not None and seen <= _SEEN_ALWAYS
+    run = _run_pattern(bits, recording)
 
     def need(upto: int) -> None:
         if upto > total:
@@ -114,6 +129,11 @@ def walk(data: Any, pos: int, end: int, *, total: int, where: str, path: str) ->
         op = data[pos]
         if op == _STOP:
             return pos + 1
+        if recording and op not in QUIET:
+            seen.add(op)  # type: ignore[union-attr]
+            if not seen <= _SEEN_ALWAYS:  # type: ignore[operator]
+                recording = False  # torch refuses this pickle: the rest needs no recording
+                run = _run_pattern(bits)
         n = _FIXED.get(op)
         if n is not None or op in _NOARG:  # an opcode cut off at the end of the bytes read
             need(pos + 1 + (n or 0))
@@ -180,15 +200,15 @@ def _check_memo(index: int, limit: int, where: str, path: str) -> None:
         )
 
 
-def check_bytes(data: bytes, *, where: str, path: str) -> int:
+def check_bytes(data: bytes, *, where: str, path: str, seen: set[int] | None = None) -> int:
     """Walk a pickle held in memory; returns the offset just past its STOP."""
     try:
-        return walk(data, 0, len(data), total=len(data), where=where, path=path)
+        return walk(data, 0, len(data), total=len(data), where=where, path=path, seen=seen)
     except NeedMore:  # cannot happen when end == total; kept for the type checker's sake
         raise InputError(f"{where} is not a readable pickle: the pickle is truncated", path) from None
 
 
-def read_one(stream: Any, *, where: str, path: str, max_bytes: int) -> bytes:
+def read_one(stream: Any, *, where: str, path: str, max_bytes: int, seen: set[int] | None = None) -> bytes:
     """The bytes of exactly one pickle from ``stream``, checked; the stream is left just past them.
 
     Reads in growing chunks, never more than the pickle needs (plus one
@@ -209,7 +229,7 @@ def read_one(stream: Any, *, where: str, path: str, max_bytes: int) -> bytes:
             if len(got) < want:
                 total = len(buf)  # the stream ended earlier than it said
         try:
-            stop = walk(buf, pos, len(buf), total=total, where=where, path=path)
+            stop = walk(buf, pos, len(buf), total=total, where=where, path=path, seen=seen)
         except NeedMore:
             chunk = min(chunk * 2, 1 << 24)
             continue

@@ -93,6 +93,55 @@ class NumpyArray:
     fortran: bool = False
     data: bytes = b""
     type_string: str = ""
+    module: str = "numpy.core.multiarray"  # where the pickle found ``_reconstruct`` (migrate writes the same)
+
+
+class NumpyScalar:
+    """A NumPy scalar read from a pickle (``numpy.core.multiarray.scalar(dtype, bytes)``), as a Python number.
+
+    The subclasses below are floats and ints in every way, and remember how
+    NumPy pickled them (``numpy``: the module ``scalar`` came from, the dtype
+    record, the raw bytes), so migrate writes them back as NumPy scalars.
+    """
+
+    numpy: tuple[str, Any, bytes]
+
+    def python(self) -> Any:
+        """The plain Python number (what --sanitize writes)."""
+        raise NotImplementedError
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a NumPy scalar read by ckpt is pickled by ckpt's own writer")
+
+
+class NumpyFloat(NumpyScalar, float):
+    def python(self) -> float:
+        return float(self)
+
+
+class NumpyInt(NumpyScalar, int):
+    def python(self) -> int:
+        return int(self)
+
+
+class NumpyBool(NumpyScalar, int):
+    """``numpy.bool_``: an int (bool cannot be subclassed) that says True/False."""
+
+    def python(self) -> bool:
+        return bool(self)
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+    __str__ = __repr__
+
+
+def numpy_scalar(value: Any, module: str, dt: Any, raw: bytes) -> Any:
+    """``value`` (a Python number) as the NumpyScalar that remembers its origin."""
+    cls = NumpyBool if isinstance(value, bool) else NumpyInt if isinstance(value, int) else NumpyFloat
+    out = cls(value)
+    out.numpy = (module, dt, raw)
+    return out
 
 
 @dataclass
@@ -127,10 +176,11 @@ class Placeholder:
         d["_ckpt_state"] = None
         d["_ckpt_items"] = []
         d["_ckpt_setitems"] = {}
+        d["_ckpt_via"] = "new"  # cls.__new__(cls, *args): NEWOBJ; "call" when __init__ follows (REDUCE)
         return obj
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
+        self.__dict__["_ckpt_via"] = "call"
 
     def __setstate__(self, state: Any) -> None:
         self.__dict__["_ckpt_state"] = state

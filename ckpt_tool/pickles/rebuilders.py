@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .. import dtypes
 from .placeholders import (
-    DTypeRef, LazyStorage, LazyTensor, NumpyArray, Placeholder, StorageType, placeholder_class,
+    DTypeRef, LazyStorage, LazyTensor, NumpyArray, Placeholder, StorageType, numpy_scalar, placeholder_class,
 )
 
 # torch._utils._rebuild_tensor(storage, offset, size, stride) and _rebuild_tensor_v2(..., requires_grad,
@@ -84,7 +84,9 @@ def _codecs_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") ->
 
 def _reconstructor(cls: Any, base: Any, state: Any) -> Any:
     if isinstance(cls, type) and issubclass(cls, Placeholder):
-        return cls()
+        obj = cls()
+        obj.__dict__["_ckpt_via"] = ("copyreg._reconstructor", base, state)  # written back the same way
+        return obj
     if cls in (OrderedDict, dict, list, set):
         return cls() if state is None else cls(state)
     raise pickle.UnpicklingError("copyreg._reconstructor of a class ckpt does not rebuild")
@@ -110,13 +112,16 @@ def _get_layout(name: Any) -> str:
 
 
 class _NumpyDType:
-    """``numpy.dtype('f4', False, True)`` + BUILD state, without NumPy."""
+    """``numpy.dtype('f4', False, True)`` + BUILD state, without NumPy (both kept, to be written back)."""
 
     def __init__(self, code: Any = "", align: Any = False, copy: Any = True) -> None:
         self.code = str(code)
         self.order = "|"
+        self.args = (code, align, copy)
+        self.state: Any = None
 
     def __setstate__(self, state: Any) -> None:
+        self.state = state
         if isinstance(state, tuple) and len(state) > 1 and isinstance(state[1], str):
             self.order = state[1]
 
@@ -125,6 +130,9 @@ class _NumpyDType:
         if order == ">":
             return None  # big-endian arrays are listed as unsupported rather than misread
         return dtypes.BY_NUMPY.get(self.code) or dtypes.BY_NUMPY.get("<" + self.code.lstrip("<|="))
+
+
+NumpyDType = _NumpyDType  # the record migrate writes back (writers/inert.py)
 
 
 class _NumpyArrayBuilder(NumpyArray):
@@ -152,22 +160,38 @@ class _NumpyArrayBuilder(NumpyArray):
         return dt.order + dt.code
 
 
-def _np_reconstruct(cls: Any, shape: Any, typecode: Any) -> NumpyArray:
-    return _NumpyArrayBuilder()
+def _np_reconstruct_from(module: str) -> Callable[..., NumpyArray]:
+    def reconstruct(cls: Any, shape: Any, typecode: Any) -> NumpyArray:
+        arr = _NumpyArrayBuilder()
+        arr.module = module
+        return arr
+
+    _RECONSTRUCTS.add(reconstruct)
+    return reconstruct
 
 
-def _np_scalar(dt: Any, data: Any = None) -> Any:
+_RECONSTRUCTS: set[Callable[..., NumpyArray]] = set()
+
+
+def _np_scalar(dt: Any, data: Any = None, module: str = "numpy.core.multiarray") -> Any:
     import struct
 
     resolved = dt.resolve() if isinstance(dt, _NumpyDType) else None
     if resolved is None or not isinstance(data, (bytes, bytearray)):
-        return placeholder_class("numpy", "scalar")(dt, data)
+        return placeholder_class(module, "scalar")(dt, data)
     fmt = {"float64": "<d", "float32": "<f", "float16": "<e", "int64": "<q", "int32": "<i",
            "int16": "<h", "int8": "<b", "uint8": "<B", "uint16": "<H", "uint32": "<I",
            "uint64": "<Q", "bool": "<?"}.get(resolved.name)
     if fmt is None or struct.calcsize(fmt) != len(data):
-        return placeholder_class("numpy", "scalar")(dt, data)
-    return struct.unpack(fmt, bytes(data))[0]
+        return placeholder_class(module, "scalar")(dt, data)
+    return numpy_scalar(struct.unpack(fmt, bytes(data))[0], module, dt, bytes(data))
+
+
+def _np_scalar_from(module: str) -> Callable[..., Any]:
+    def scalar(dt: Any, data: Any = None) -> Any:
+        return _np_scalar(dt, data, module)
+
+    return scalar
 
 
 def _np_frombuffer(buf: Any, dt: Any, shape: Any, order: Any = "C") -> NumpyArray:
@@ -195,9 +219,9 @@ def _dill_create_type(typeobj: Any, name: Any, bases: Any = (), namespace: Any =
 
 def _dill_create_array(f: Any, args: Any, state: Any, npdict: Any = None) -> Any:
     """dill's ``_create_array(f, args, state)``: a NumPy array, rebuilt only through NumPy's own reduce."""
-    if f is not _np_reconstruct or not isinstance(args, tuple):
+    if f not in _RECONSTRUCTS or not isinstance(args, tuple):
         return placeholder_class("dill._dill", "_create_array")(f, args, state, npdict)
-    array = _np_reconstruct(*args)
+    array = f(*args)
     array.__setstate__(state)
     return array
 
@@ -232,10 +256,10 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("torch", "Size"): _torch_size,
     ("torch", "device"): _torch_device,
     ("torch.serialization", "_get_layout"): _get_layout,
-    ("numpy.core.multiarray", "_reconstruct"): _np_reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _np_reconstruct,
-    ("numpy.core.multiarray", "scalar"): _np_scalar,
-    ("numpy._core.multiarray", "scalar"): _np_scalar,
+    ("numpy.core.multiarray", "_reconstruct"): _np_reconstruct_from("numpy.core.multiarray"),
+    ("numpy._core.multiarray", "_reconstruct"): _np_reconstruct_from("numpy._core.multiarray"),
+    ("numpy.core.multiarray", "scalar"): _np_scalar_from("numpy.core.multiarray"),
+    ("numpy._core.multiarray", "scalar"): _np_scalar_from("numpy._core.multiarray"),
     ("numpy", "dtype"): _NumpyDType,
     ("numpy", "ndarray"): _NumpyArrayBuilder,
     ("numpy.core.numeric", "_frombuffer"): _np_frombuffer,

@@ -28,6 +28,7 @@ from .rebuilders import ALLOWED, torch_global
 class UnpickleResult:
     obj: Any
     references: list[GlobalRef] = field(default_factory=list)
+    data: bytes | None = None  # the pickle's bytes, when read from a stream
 
 
 # Reads torch.save bytes nested in a pickle: (bytes, path=, where=, limits=) -> (object, globals).
@@ -121,15 +122,19 @@ def restricted_loads(
     persistent_load: Callable[[Any], Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
     read_blob: BlobReader | None = None,
+    opcodes: set[int] | None = None,
 ) -> UnpickleResult:
-    """Unpickle ``data`` without importing or calling anything it names."""
+    """Unpickle ``data`` without importing or calling anything it names.
+
+    ``opcodes`` collects what the weights_only predictor needs (guard.walk's ``seen``).
+    """
     if len(data) > limits.max_pickle_bytes:
         raise LimitExceeded(
             f"{where} is {len(data)} bytes, over the pickle limit of {limits.max_pickle_bytes} "
             "(raise it with --max-pickle-bytes)",
             path,
         )
-    guard.check_bytes(data, where=where, path=path)
+    guard.check_bytes(data, where=where, path=path, seen=opcodes)
     unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load,
                                     path=path, limits=limits, read_blob=read_blob)
     return _run(unpickler, where, path)
@@ -143,6 +148,7 @@ def restricted_load_stream(
     persistent_load: Callable[[Any], Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
     read_blob: BlobReader | None = None,
+    opcodes: set[int] | None = None,
 ) -> UnpickleResult:
     """Unpickle one pickle from a binary stream, leaving it just past the STOP opcode.
 
@@ -150,10 +156,12 @@ def restricted_load_stream(
     torch files) read each pickle this way; the caller bounds the stream.
     The pickle's bytes are checked (pickle_guard) before they are unpickled.
     """
-    data = guard.read_one(stream, where=where, path=path, max_bytes=limits.max_pickle_bytes)
+    data = guard.read_one(stream, where=where, path=path, max_bytes=limits.max_pickle_bytes, seen=opcodes)
     unpickler = RestrictedUnpickler(io.BytesIO(data), where=where, persistent_load=persistent_load,
                                     path=path, limits=limits, read_blob=read_blob)
-    return _run(unpickler, where, path)
+    result = _run(unpickler, where, path)
+    result.data = data
+    return result
 
 
 def _run(unpickler: RestrictedUnpickler, where: str, path: str) -> UnpickleResult:

@@ -23,7 +23,10 @@ Design
   "global"|"unknown")`` or the ``Obj("call", ...)`` that made it);
   ``persistent_ids`` (the first element of each persistent id when it is a
   constant str, else ``"?"``); ``error`` (the pickle is malformed).
-* ``container``: "zip", "legacy", "torchscript" or "tar" (the detector knows).
+* ``container``: "zip", "legacy", "torchscript", "tar" or "pickle" (a plain
+  pickle or dill file: torch.load reads it as the legacy format and refuses
+  it for its missing magic number, after its weights_only unpickler has
+  judged the pickle).
 * The verdict: ``loads``; ``needs``, sorted "module.name" strings to pass to
   ``torch.serialization.add_safe_globals``/``safe_globals`` (names as in the
   pickle after torch's py2 name mapping, plus types torch checks that the
@@ -48,38 +51,12 @@ files read with NumPy 2: ``numpy.core.multiarray.*`` objects now say
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata
-import pickletools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-Pair = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class Obj:
-    """A value on the unpickler's stack, as far as a static walk can know it."""
-
-    kind: str  # dict list set tuple const global call unknown
-    name: Pair | None = None  # kind "global": the global; kind "call": the callee global (None: not a global)
-    opcode: str = ""  # kind "call": REDUCE NEWOBJ NEWOBJ_EX OBJ INST
-    arg: str | None = None  # kind "call": first positional argument, when a constant str
-    arg_global: Pair | None = None  # kind "call": first positional argument, when a global
-
-
-@dataclass(frozen=True)
-class PickleFacts:
-    """What predict needs to know about one pickle (see the module docstring)."""
-
-    protocol: int = 2
-    opcodes: frozenset[str] = frozenset()
-    globals: tuple[Pair, ...] = ()
-    calls: tuple[Obj, ...] = ()
-    builds: tuple[Obj, ...] = ()
-    setitems: tuple[Obj, ...] = ()
-    appends: tuple[Obj, ...] = ()
-    persistent_ids: tuple[str, ...] = ()
-    error: str | None = None
+from .wo_facts import Obj, Pair, PickleFacts, facts_from_pickle
 
 
 @dataclass(frozen=True)
@@ -89,6 +66,7 @@ class WeightsOnlyVerdict:
     torch: str
     reason: str | None = None
     default_weights_only: bool = True
+    applies: bool = True  # False: torch.load is not how the input is read (a DCP folder, ...); ``reason`` says why
 
 
 @dataclass(frozen=True)
@@ -104,6 +82,7 @@ class Rules:
     refuses_torchscript: bool  # weights_only on a TorchScript zip raises (before: torch.jit.load ran it, CVE-2025-32434)
     refuses_tar: bool  # the torch 0.1 tar format is refused
     default_weights_only: bool  # torch.load's default
+    reads_safetensors: bool = False  # a path ending in .safetensors goes to safetensors.torch.load_file
 
 
 # ---- the allowlist of torch 2.4 (_get_allowed_globals), then what each version added
@@ -138,6 +117,7 @@ CHANGES: tuple[tuple[tuple[int, int], tuple[str, ...], dict[str, bool]], ...] = 
     ((2, 6), ("builtins.complex", *(f"torch.{p}int{i}" for p in ("", "u") for i in range(1, 8))),
      {"refuses_torchscript": True, "refuses_tar": True, "default_weights_only": True}),
     ((2, 10), (), {"setitem_only_dicts": True}),  # CVE-2026-24747 fix (SETITEM(S) target check)
+    ((2, 13), (), {"reads_safetensors": True}),  # pytorch#170592 (seen in 2.13's torch.serialization.load)
 )
 NEWEST = (2, 13)
 
@@ -187,6 +167,11 @@ _BUILTIN_CLASSES = frozenset(["set", "frozenset", "bytearray", "bytes", "complex
 _TENSOR_MAKERS = frozenset(f"torch._utils.{f}" for f in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3"))
 
 
+PLAIN_PICKLE = ("a plain pickle, not a torch.save file: torch.load reads it as the legacy format and refuses it "
+                "('Invalid magic number'); convert it with ckpt migrate")
+
+
+@functools.cache
 def torch_version_default() -> str:
     """The installed torch's version (read from its metadata: importing torch costs a second), else the newest."""
     try:
@@ -214,6 +199,11 @@ def _map(pair: Pair, protocol: int, rules: Rules) -> str:
         elif module in IMPORT_MAPPING:
             module = IMPORT_MAPPING[module]
     return f"{module}.{name}"
+
+
+def torch_name(pair: Pair, protocol: int, rules: Rules) -> str:
+    """``module.name`` as torch's weights_only unpickler looks it up (after its py2 name mapping)."""
+    return _map(pair, protocol, rules)
 
 
 def _result_type(obj: Obj, protocol: int, rules: Rules) -> str | None:
@@ -250,20 +240,30 @@ def _describe(target: Obj, kind: str | None, protocol: int, rules: Rules) -> str
 
 
 def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | None:
-    """Add what ``facts`` needs allowlisted to ``needs``; return why it can never load, if so."""
-    if facts.error:
-        return f"the pickle is malformed ({facts.error})"
+    """Add what ``facts`` needs allowlisted to ``needs``; return why it can never load, if so.
+
+    Every global outside the allowlist is in ``needs``, also when the pickle
+    can never load (torch may name any of them first); the fix is only
+    offered when there is no reason.
+    """
+    reason = f"the pickle is malformed ({facts.error})" if facts.error else None
     bad = sorted(facts.opcodes - SUPPORTED_OPCODES)
     if bad:
-        return f"opcode(s) {', '.join(bad)} are refused by the weights_only unpickler (protocol {facts.protocol})"
+        reason = reason or (f"opcode(s) {', '.join(bad)} are refused by the weights_only unpickler "
+                            f"(protocol {facts.protocol})")
     proto = facts.protocol
     for pair in facts.globals:
         full = _map(pair, proto, rules)
         module = IMPORT_MAPPING.get(pair[0], pair[0]) if pair not in NAME_MAPPING else NAME_MAPPING[pair][0]
         if module in BLOCKED_MODULES:
-            return f"global {full} is in a module torch blocks even when allowlisted"
+            reason = reason or f"global {full} is in a module torch blocks even when allowlisted"
         if full not in rules.allowed:
             needs.add(full)
+    if reason is not None:
+        return reason
+    for pid in facts.persistent_ids:  # before the calls: a legacy module's class comes from its persistent id
+        if pid != "storage":
+            return f"persistent id {pid!r}: only storages may be loaded by persistent id"
     for call in facts.calls:
         if call.name is None:
             return f"{call.opcode} calls an object built at load time, which is never allowlisted"
@@ -291,9 +291,6 @@ def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | No
         kind = _result_type(target, proto, rules) if target.kind == "call" else target.kind
         if kind not in ("list", "builtins.list"):
             return f"APPEND(S) on {_describe(target, kind, proto, rules)}: only plain lists can be appended to"
-    for pid in facts.persistent_ids:
-        if pid != "storage":
-            return f"persistent id {pid!r}: only storages may be loaded by persistent id"
     return None
 
 
@@ -317,147 +314,9 @@ def predict(
     reason = None
     for facts in [pickles] if isinstance(pickles, PickleFacts) else pickles:
         reason = reason or _check_pickle(facts, rules, needs)
+    if container == "pickle":
+        reason = reason or PLAIN_PICKLE
     return replace(verdict, loads=not needs and reason is None, needs=tuple(sorted(needs)), reason=reason)
-
-
-# ---- a reference extractor (pickletools); the walker should fill the same fields in its own pass
-_CONST_OPS = frozenset(["INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT", "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8", "NONE", "NEWTRUE", "NEWFALSE"])
-_UNKNOWN = Obj("unknown")
-_GETATTR = frozenset([("builtins", "getattr"), ("__builtin__", "getattr")])
-
-
-def facts_from_pickle(data: bytes) -> PickleFacts:
-    """Compute ``PickleFacts`` for one pickle by a symbolic pass over its opcodes (never unpickling)."""
-    stack: list[object] = []
-    marks: list[list[object]] = []
-    memo: dict[int, object] = {}
-    opcodes: set[str] = set()
-    globs: dict[Pair, None] = {}
-    calls: list[Obj] = []
-    builds: dict[Obj, None] = {}
-    setitems: dict[Obj, None] = {}
-    appends: dict[Obj, None] = {}
-    pids: list[str] = []
-    protocol = 0
-
-    def pop() -> object:
-        return stack.pop() if stack else _UNKNOWN
-
-    def top() -> object:
-        return stack[-1] if stack else _UNKNOWN
-
-    def pop_mark() -> list[object]:
-        nonlocal stack
-        items, stack = stack, (marks.pop() if marks else [])
-        return items
-
-    def as_obj(value: object) -> Obj:
-        return value if isinstance(value, Obj) else Obj("tuple") if isinstance(value, tuple) else Obj("const")
-
-    def call(func: object, args: object, opcode: str) -> Obj:
-        first = args[0] if isinstance(args, tuple) and args else None
-        name = func.name if isinstance(func, Obj) and func.kind == "global" else None
-        made = Obj("call", name, opcode, first if isinstance(first, str) else None,
-                   first.name if isinstance(first, Obj) and first.kind == "global" else None)
-        calls.append(made)
-        return made
-
-    try:
-        for op, arg, _pos in pickletools.genops(data):
-            name = op.name
-            opcodes.add(name)
-            if name == "PROTO":
-                protocol = int(arg)  # type: ignore[arg-type]
-            elif name in _CONST_OPS:
-                stack.append(arg)
-            elif name in ("GLOBAL", "INST"):
-                module, _, gname = str(arg).partition(" ")
-                globs[(module, gname)] = None
-                g = Obj("global", (module, gname))
-                made = g if name == "GLOBAL" else call(g, tuple(pop_mark()), "INST")
-                stack.append(made)  # after pop_mark, which rebinds ``stack``
-            elif name == "STACK_GLOBAL":
-                gname_v, module_v = pop(), pop()
-                if isinstance(module_v, str) and isinstance(gname_v, str):
-                    globs[(module_v, gname_v)] = None
-                    stack.append(Obj("global", (module_v, gname_v)))
-                else:
-                    stack.append(_UNKNOWN)
-            elif name == "REDUCE":
-                args = pop()
-                func = pop()
-                made = call(func, args, name)
-                if isinstance(func, Obj) and func.name in _GETATTR and isinstance(args, tuple) and len(args) == 2 \
-                        and isinstance(args[0], Obj) and args[0].kind == "global" and isinstance(args[1], str):
-                    # protocol 2 names a nested class as getattr(Outer, "Inner"): the value is that global
-                    made = Obj("global", (args[0].name[0], f"{args[0].name[1]}.{args[1]}"))  # type: ignore[index]
-                stack.append(made)
-            elif name == "NEWOBJ":
-                args = pop()
-                stack.append(call(pop(), args, name))
-            elif name == "NEWOBJ_EX":
-                pop()
-                args = pop()
-                stack.append(call(pop(), args, name))
-            elif name == "OBJ":
-                items = pop_mark()
-                stack.append(call(items[0] if items else _UNKNOWN, tuple(items[1:]), name))
-            elif name == "BUILD":
-                pop()
-                builds[as_obj(top())] = None
-            elif name in ("SETITEM", "SETITEMS"):
-                if name == "SETITEM":
-                    pop(), pop()
-                else:
-                    pop_mark()
-                setitems[as_obj(top())] = None
-            elif name in ("APPEND", "APPENDS", "ADDITEMS"):
-                if name == "APPEND":
-                    pop()
-                else:
-                    pop_mark()
-                appends[as_obj(top())] = None
-            elif name in ("EMPTY_DICT", "EMPTY_LIST", "EMPTY_SET", "DICT", "LIST", "FROZENSET"):
-                if name in ("DICT", "LIST", "FROZENSET"):
-                    pop_mark()
-                stack.append(Obj({"EMPTY_DICT": "dict", "DICT": "dict", "EMPTY_LIST": "list", "LIST": "list"}.get(
-                    name, "set")))
-            elif name == "EMPTY_TUPLE":
-                stack.append(())
-            elif name == "TUPLE":
-                items = pop_mark()
-                stack.append(tuple(items))
-            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                n = int(name[-1])
-                items = [pop() for _ in range(n)][::-1]
-                stack.append(tuple(items))
-            elif name == "MARK":
-                marks.append(stack)
-                stack = []
-            elif name == "POP":
-                pop()
-            elif name == "POP_MARK":
-                pop_mark()
-            elif name == "DUP":
-                stack.append(top())
-            elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[int(arg)] = top()  # type: ignore[arg-type]
-            elif name == "MEMOIZE":
-                memo[len(memo)] = top()
-            elif name in ("GET", "BINGET", "LONG_BINGET"):
-                stack.append(memo.get(int(arg), _UNKNOWN))  # type: ignore[arg-type]
-            elif name in ("BINPERSID", "PERSID"):
-                pid = pop() if name == "BINPERSID" else arg
-                head = pid[0] if isinstance(pid, tuple) and pid else None
-                head = head.decode("ascii", "replace") if isinstance(head, bytes) else head
-                pids.append(head if isinstance(head, str) else "?")
-                stack.append(_UNKNOWN)
-            elif name in ("EXT1", "EXT2", "EXT4", "NEXT_BUFFER"):
-                stack.append(_UNKNOWN)
-    except (ValueError, EOFError) as exc:  # a malformed stream: torch refuses it too
-        return PickleFacts(protocol, frozenset(opcodes), tuple(globs), error=str(exc))
-    return PickleFacts(protocol, frozenset(opcodes), tuple(globs), tuple(calls), tuple(builds), tuple(setitems),
-                       tuple(appends), tuple(pids))
 
 
 __all__ = [
@@ -470,5 +329,6 @@ __all__ = [
     "facts_from_pickle",
     "predict",
     "rules_for",
+    "torch_name",
     "torch_version_default",
 ]

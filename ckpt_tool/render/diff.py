@@ -137,6 +137,7 @@ def render(report: DiffReport) -> str:
         left = ("; still left: " + ", ".join(remain)) if remain else "; no key differences remain"
         out.append(f"fix: {what}  reconciles {s.reconciled} key(s){left}")
         out.append(f"  {r.migrate_command()}")
+    out += _weights_only_lines(r)
     if r.warnings:
         out.append("")
         out.append("warnings:")
@@ -147,6 +148,19 @@ def render(report: DiffReport) -> str:
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
     return text
+
+
+def _weights_only_lines(r: DiffReport) -> list[str]:
+    """torch.load(weights_only=True) of each side: one line each, the fix only for a side that needs one."""
+    sides = [(label, wo) for label, wo in (("A", r.weights_only_a), ("B", r.weights_only_b)) if wo is not None]
+    if not sides:
+        return []
+    out = ["", "weights_only:"]
+    for label, wo in sides:
+        first, *rest = wo.lines()
+        out.append(f"  {label}: {first}")
+        out.extend(f"     {line}" for line in rest)
+    return out
 
 
 def verdict(r: DiffReport) -> str:

@@ -67,6 +67,10 @@ def summary_lines(report: InspectReport) -> list[str]:
     if c.framework:
         layout += f", {c.framework}"
     lines.append(f"layout:     {layout}")
+    ds = c.metadata.get("deepspeed") if c.format == "deepspeed" else None
+    if isinstance(ds, dict):  # what was consolidated: the run the partitions come from
+        lines.append(f"training:   DeepSpeed ZeRO-{ds.get('zero_stage')}, {ds.get('world_size')} rank(s), "
+                     f"{ds.get('dtype')}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
     if c.state_dict_key is not None:
         where = repr(c.state_dict_key) if c.state_dict_key else "top level"
         lines.append(f"state_dict: {where}")
@@ -84,6 +88,10 @@ def summary_lines(report: InspectReport) -> list[str]:
     if c.metadata:
         keys = sorted(str(k) for k in c.metadata)
         lines.append("metadata:   " + ", ".join(keys[:12]) + (" ..." if len(keys) > 12 else ""))
+    if report.weights_only is not None:
+        first, *rest = report.weights_only.lines()
+        lines.append(f"weights_only: {first}")
+        lines.extend(f"            {line}" for line in rest)
     return lines
 
 

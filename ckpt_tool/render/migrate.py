@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from ..commands.migrate import MigrateReport
+from ..commands.migrate_report import MigrateReport
 from .common import human_bytes, shape_str
 
 _SHOWN = 12
@@ -90,6 +90,12 @@ def render(report: MigrateReport) -> str:
         out.append(f"shards:   {len(report.shards)}")
     if report.metadata_kept:
         out.append(f"metadata: kept {_sample(list(report.metadata_kept))}")
+    if report.sanitized is not None:
+        out.append(f"sanitized: {len(report.sanitized)} conversion(s) for torch.load(weights_only=True)"
+                   + (":" if report.sanitized else " (the metadata was already plain)"))
+        out.extend(f"  {c}" for c in report.sanitized[:40])
+        if len(report.sanitized) > 40:
+            out.append(f"  ... and {len(report.sanitized) - 40} more (--json lists them all)")
     out.extend(target_lines(report))
     if report.dry_run:
         out.append("")
@@ -99,6 +105,8 @@ def render(report: MigrateReport) -> str:
         out.extend(f"  - {f}" for f in report.failures)
     elif report.written:
         out.append(verification_line(report))
+        if report.weights_only_load is not None:
+            out.append(f"weights_only: torch.load(weights_only=True) in a fresh process: {report.weights_only_load}")
         out.append(f"wrote:    {report.output} ({human_bytes(report.bytes_written)})")
     if report.warnings:
         out.append("warnings:")

@@ -244,7 +244,7 @@ def tensor_data(tensors: Sequence[OutTensor], *, regions: bool = False
         elif t.nbytes <= CHUNK:
             yield t, (out_bytes(t),)
         elif regions and t.streamable and t.source.storage is not None \
-                and type(t.source.storage.source) is FileSource:
+                and _in_files(t.source.storage, t.source.storage_offset * t.itemsize, t.nbytes):
             yield t, Region(t.source.storage, t.source.storage_offset * t.itemsize, t.nbytes)
         else:
             yield t, out_chunks(t)
@@ -259,7 +259,7 @@ def storage_data(refs: Sequence[StorageRef], *, regions: bool = False
             yield (data,)
         elif ref.nbytes <= CHUNK:
             yield (ref.source.read(ref.key, 0, ref.nbytes),)
-        elif regions and type(ref.source) is FileSource:
+        elif regions and _in_files(ref, 0, ref.nbytes):
             yield Region(ref, 0, ref.nbytes)
         else:
             yield stream_region(ref, 0, ref.nbytes)
@@ -289,26 +289,45 @@ def _kernel_copy(src_fd: int, dst_fd: int, offset: int, length: int, on_bytes: C
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EBADF}
 
 
+def _file_pieces(ref: StorageRef, offset: int, length: int) -> list[Any] | None:
+    """The (FileSource, key, offset, length) pieces of a storage made of file regions (a consolidated
+    DeepSpeed or DCP tensor: formats/segments.py), or None."""
+    get = getattr(ref.source, "file_pieces", None)
+    return get(ref.key, offset, length) if get is not None else None
+
+
+def _in_files(ref: StorageRef, offset: int, length: int) -> bool:
+    """Whether these bytes are regions of plain files, which a writer may copy inside the kernel."""
+    return type(ref.source) is FileSource or _file_pieces(ref, offset, length) is not None
+
+
 def copy_region(out: Output, region: Region, *, crc: bool = False,
-                on_bytes: Callable[[int], None] | None = None) -> int:
+                on_bytes: Callable[[int], None] | None = None, crc_start: int = 0) -> int:
     """Append ``region`` to ``out``: in the kernel where possible; returns its CRC32 when asked (else 0).
 
     The CRC is computed by a second thread reading the same bytes while the
-    kernel copies them (zlib and copy_file_range both release the GIL).
+    kernel copies them (zlib and copy_file_range both release the GIL);
+    ``crc_start`` continues a CRC begun on earlier bytes.
     """
     out.flush()
     ref = region.ref
+    if type(ref.source) is not FileSource:  # a tensor made of file regions: each copied in turn
+        value = crc_start
+        for piece in _file_pieces(ref, region.offset, region.length) or ():
+            value = copy_region(out, Region(StorageRef(piece.source, piece.key, piece.offset + piece.length),
+                                            piece.offset, piece.length), crc=crc, on_bytes=on_bytes, crc_start=value)
+        return value if crc else 0
     source = ref.source
     start, size = source.region(ref.key)  # type: ignore[attr-defined]
     if region.offset + region.length > size:
         source.read(ref.key, region.offset, region.length)  # raises the reader's own error
     src_fd = source.fd()  # type: ignore[attr-defined] # opened here, before a second thread could race to open it
-    result: dict[str, Any] = {"crc": 0}
+    result: dict[str, Any] = {"crc": crc_start}
     stop = threading.Event()
     worker = None
     if crc:
         def checksum() -> None:
-            value = 0
+            value = crc_start
             try:
                 for piece in region.chunks():
                     if stop.is_set():

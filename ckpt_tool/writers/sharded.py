@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from ..errors import UsageError
 from .base import OutTensor, write_all
@@ -54,30 +54,60 @@ def shard_names(count: int) -> list[str]:
     return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
 
 
+class Shard(NamedTuple):
+    """One file of a sharded set: its name, its tensors, and the ``__metadata__`` it carries."""
+
+    name: str
+    tensors: list[OutTensor]
+    metadata: dict[str, str]
+    aliases: dict[str, str]  # alias -> stored key, for the tensors of this file
+
+
+def plan_shards(stored: Sequence[OutTensor], aliases: Mapping[str, str], metadata: Mapping[str, str],
+                max_bytes: int) -> list[Shard]:
+    """The files of the set, in order: tensors packed up to ``max_bytes``, each alias beside its tensor."""
+    groups = split(stored, max_bytes)
+    shards = []
+    for name, tensors in zip(shard_names(len(groups)), groups):
+        keys = {t.key for t in tensors}
+        own = {a: k for a, k in aliases.items() if k in keys}
+        meta = dict(metadata)
+        meta.update(own)
+        shards.append(Shard(name, tensors, meta, own))
+    return shards
+
+
+def write_shard(fd: int, shard: Shard, on_bytes: Callable[[int], None] | None = None) -> int:
+    return write_safetensors(fd, shard.tensors, shard.metadata, on_bytes)
+
+
+def index_bytes(shards: Sequence[Shard]) -> bytes:
+    """``model.safetensors.index.json``: every key, aliases included, to the file that holds it."""
+    weight_map: dict[str, str] = {}
+    total = 0
+    for shard in shards:
+        weight_map.update({t.key: shard.name for t in shard.tensors})
+        weight_map.update({a: shard.name for a in shard.aliases})
+        total += sum(t.nbytes for t in shard.tensors)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    return (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def write_sharded(folder: str, create: Callable[[str], int], stored: Sequence[OutTensor],
                   aliases: Mapping[str, str], metadata: Mapping[str, str], max_bytes: int,
                   on_bytes: Callable[[int], None] | None = None) -> list[str]:
     """Write the shards and the index into ``folder`` (a temporary folder); returns the shard names."""
     check_dtypes(stored)
-    shards = split(stored, max_bytes)
-    names = shard_names(len(shards))
-    weight_map: dict[str, str] = {}
-    for name, tensors in zip(names, shards):
-        keys = {t.key for t in tensors}
-        own_aliases = {a: k for a, k in aliases.items() if k in keys}
-        meta = dict(metadata)
-        meta.update(own_aliases)
-        fd = create(name)
+    shards = plan_shards(stored, aliases, metadata, max_bytes)
+    for shard in shards:
+        fd = create(shard.name)
         try:
-            write_safetensors(fd, tensors, meta, on_bytes)
+            write_shard(fd, shard, on_bytes)
         finally:
             os.close(fd)
-        weight_map.update({t.key: name for t in tensors})
-        weight_map.update({a: name for a in own_aliases})
-    index = {"metadata": {"total_size": sum(t.nbytes for t in stored)}, "weight_map": weight_map}
     fd = create(INDEX_NAME)
     try:
-        write_all(fd, (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+        write_all(fd, index_bytes(shards))
     finally:
         os.close(fd)
-    return names
+    return [shard.name for shard in shards]

@@ -7,10 +7,10 @@ class), exactly the shapes torch's own (and its weights_only) unpickler
 accept. Globals are written by name, so nothing is imported to name them.
 
 Plain containers and scalars take a fast path (a 200,000-tensor state_dict
-pickles in about a second); anything else falls back to the standard
-library's pickler, which only happens for objects that --unsafe loaded.
-Placeholders for classes ckpt refused to import are never written as if they
-were the real objects.
+pickles in about a second); placeholders for classes ckpt did not import and
+NumPy scalars are written back exactly as the source pickled them
+(writers/inert.py); anything else falls back to the standard library's
+pickler, which only happens for objects that --unsafe loaded.
 """
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from .. import dtypes
 from ..errors import UnsafeContentError
 from ..io.source import MemorySource
 from ..model import StorageRef, TensorMeta, contiguous_strides
-from ..pickles.placeholders import DTypeRef, LazyTensor, NumpyArray, Placeholder
+from ..pickles.placeholders import DTypeRef, LazyTensor, NumpyArray
 from .base import OutTensor
+from .inert import save_inert
 
 _P = pickle  # opcode constants
 _pack_I = struct.Struct("<I").pack
@@ -219,15 +220,11 @@ class TorchPickler(_PurePickler):
         if t is DTypeRef:
             self.write(self._global("torch", obj.name))
             return
-        if t is NumpyArray:
+        if isinstance(obj, NumpyArray):
             self._numpy(obj)
             return
-        if isinstance(obj, Placeholder):
-            raise UnsafeContentError(
-                f"the metadata holds an object of class {obj.qualname}, which ckpt did not import; "
-                "writing it back would not recreate it. Pass --state-dict-only to write the weights "
-                "alone, or --unsafe to load (and re-save) it as the real object if you trust the file"
-            )
+        if save_inert(self, obj):
+            return
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.Tensor) and type(obj) in (torch.Tensor, torch.nn.Parameter):
             meta = self._real_tensor(obj)
@@ -265,7 +262,7 @@ class TorchPickler(_PurePickler):
 
     def _numpy(self, arr: NumpyArray) -> None:
         """Re-emit a NumPy array the way NumPy pickles it (metadata only; never a state_dict tensor)."""
-        self.write(self._global("numpy.core.multiarray", "_reconstruct"))
+        self.write(self._global(arr.module, "_reconstruct"))
         self.write(self._global("numpy", "ndarray"))
         self.write(_int_tuple((0,)))
         self.save(b"b")

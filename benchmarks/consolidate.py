@@ -1,0 +1,303 @@
+"""Consolidation benchmark (issue 14): ckpt against DeepSpeed's zero_to_fp32 and torch's dcp_to_torch_save.
+
+Two inputs, written by the generators in this folder (no training, no GPU):
+
+- a DeepSpeed ZeRO-3 run folder (``generate_training.py``: fp32 masters and
+  AdamW moments of a Llama-like model over 4 ranks);
+- a model-only DCP folder (``generate_dcp.py``: FSDP2 ``Shard(0)`` chunks of
+  a Llama-like fp32 model over 4 ranks, the layout of Accelerate's
+  ``pytorch_model_fsdp_0``).
+
+In the same rounds, for each input: ``cat`` of the input files (the read
+limit), ``ckpt migrate`` to one .safetensors with 1 and 2 workers (verified,
+fsynced, as users run it), and the reference converter: DeepSpeed's
+``convert_zero_checkpoint_to_fp32_state_dict`` (safetensors output; from
+/work/dsvenv or $DEEPSPEED_PYTHON, skipped when absent) and torch's
+``dcp_to_torch_save`` (a .pt; ckpt's .pth of the same container is timed
+beside it). Wall time and peak RSS (GNU time's %M) are medians over the
+counted rounds; a first round warms the page cache and is not counted.
+
+    python3 benchmarks/consolidate.py                 # ~4 GiB inputs, 3 counted rounds
+    python3 benchmarks/consolidate.py --gib 1 --runs 2
+
+Writes benchmarks/RESULTS-consolidate.md (or --output) with PASS/FAIL lines
+for the goals: ckpt at least 70% of cat's throughput on the input folder,
+peak memory at most the largest output tensor + 150 MiB, faster and smaller
+than the reference converter, 2 workers faster than 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PY = sys.executable
+TIME = "/usr/bin/time"
+BOUND = 150 << 20
+DS_PYTHON = os.environ.get("DEEPSPEED_PYTHON", "/work/dsvenv/bin/python")
+
+_DS = ("import sys\nfrom deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict as c\n"
+       "c(sys.argv[1], sys.argv[2], safe_serialization=True)\n")
+_DCP = ("import sys, warnings\nwarnings.simplefilter('ignore')\n"
+        "from torch.distributed.checkpoint.format_utils import dcp_to_torch_save\n"
+        "dcp_to_torch_save(sys.argv[1], sys.argv[2])\n")
+
+
+@dataclass
+class Row:
+    label: str
+    argv: list[str]
+    output: str | None = None  # removed before each run
+    kind: str = "ckpt"  # ckpt, cat, reference
+    times: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+
+    @property
+    def time(self) -> float:
+        return statistics.median(self.times) if self.times else float("nan")
+
+    @property
+    def peak(self) -> int:
+        return int(statistics.median(self.rss)) if self.rss else 0
+
+
+def drop_caches() -> bool:
+    """Evict clean page-cache pages (root on Linux), so the next command reads from the disk."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return True
+    except OSError:
+        return False
+
+
+def run_once(row: Row, env: dict[str, str], cold: bool = False) -> tuple[float, int]:
+    if row.output:
+        _remove(row.output)
+    if cold:
+        drop_caches()
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_file:
+        argv = [TIME, "-o", rss_file.name, "-f", "%M", *row.argv] if os.path.exists(TIME) else row.argv
+        start = time.perf_counter()
+        r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wall = time.perf_counter() - start
+        if r.returncode != 0:
+            raise SystemExit(f"{row.label} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+        text = rss_file.read().strip().splitlines()
+    peak = int(text[-1]) * 1024 if text and text[-1].isdigit() else 0
+    return wall, peak
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def measure(rows: list[Row], runs: int, env: dict[str, str], log: callable, cold: bool = False) -> None:
+    for round_ in range(runs + 1):  # round 0 warms the page cache (and the interpreters' bytecode)
+        for row in rows:
+            wall, peak = run_once(row, env, cold and round_ > 0)
+            if round_:
+                row.times.append(wall)
+                row.rss.append(peak)
+            log(f"  {'warm-up' if not round_ else f'round {round_}'}: {row.label}: {wall:.2f} s, "
+                f"{peak / 2**20:.0f} MiB")
+
+
+def folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
+
+
+def largest_tensor(src: str, env: dict[str, str]) -> int:
+    out = subprocess.run([PY, "-m", "ckpt_tool", "inspect", src, "--json"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return max(t["nbytes"] for t in json.loads(out)["tensors"])
+
+
+def generate(data: str, gib: float, world: int, log: callable) -> tuple[str, str]:
+    sys.path.insert(0, HERE)
+    import generate_dcp
+    import generate_training
+
+    tag = f"{gib:g}g-{world}r"
+    z3, dcp = os.path.join(data, f"zero3-{tag}"), os.path.join(data, f"dcp-{tag}")
+    if not os.path.exists(os.path.join(z3, "latest")):
+        log(f"writing {z3}")
+        _remove(z3)
+        generate_training.write_zero3(z3, generate_training.llama_like_spec(gib, world))
+    if not os.path.exists(os.path.join(dcp, ".metadata")):
+        log(f"writing {dcp}")
+        _remove(dcp)
+        generate_dcp.write_dcp(dcp, generate_dcp.llama_like_spec(gib, world))
+    return z3, dcp
+
+
+def ckpt_rows(src: str, work: str, name: str) -> list[Row]:
+    rows = []
+    for workers in (1, 2):
+        out = os.path.join(work, f"{name}-w{workers}.safetensors")
+        rows.append(Row(f"ckpt migrate -o x.safetensors --workers {workers}",
+                        [PY, "-m", "ckpt_tool", "migrate", src, "-o", out, "--workers", str(workers), "-q"], out))
+    return rows
+
+
+def tables(z3: str, dcp: str, work: str, with_ds: bool) -> list[tuple[str, str, list[Row]]]:
+    z3_files = sorted(os.path.join(z3, "global_step1", n) for n in os.listdir(os.path.join(z3, "global_step1")))
+    dcp_files = sorted(os.path.join(dcp, n) for n in os.listdir(dcp))
+    zrows = [Row("cat (every input file)", ["sh", "-c", 'cat "$@" > /dev/null', "cat", *z3_files], kind="cat"),
+             *ckpt_rows(z3, work, "z3")]
+    if with_ds:
+        out = os.path.join(work, "ds-out")
+        zrows.append(Row("DeepSpeed convert_zero_checkpoint_to_fp32_state_dict (safetensors)",
+                         [DS_PYTHON, "-c", _DS, z3, out], out, kind="reference"))
+    drows = [Row("cat (every input file)", ["sh", "-c", 'cat "$@" > /dev/null', "cat", *dcp_files], kind="cat"),
+             *ckpt_rows(dcp, work, "dcp")]
+    pth = os.path.join(work, "dcp.pth")
+    drows.append(Row("ckpt migrate -o x.pth (the container dcp_to_torch_save writes)",
+                     [PY, "-m", "ckpt_tool", "migrate", dcp, "-o", pth, "-q"], pth))
+    pt = os.path.join(work, "dcp-torch.pt")
+    drows.append(Row("torch dcp_to_torch_save (.pt)", [PY, "-c", _DCP, dcp, pt], pt, kind="reference"))
+    return [("DeepSpeed ZeRO-3", z3, zrows), ("DCP (FSDP2 Shard(0), model only)", dcp, drows)]
+
+
+_EQUAL = """import glob, os, sys, torch
+from safetensors.torch import load_file
+def tensors(p):
+    if os.path.isdir(p):
+        out = {}
+        for f in sorted(glob.glob(os.path.join(p, "*.safetensors"))):
+            out.update(load_file(f))
+        return out
+    if p.endswith(".safetensors"):
+        return load_file(p)
+    sd = torch.load(p, mmap=True, weights_only=True)
+    flat = {}
+    for k, v in sd.items():
+        flat.update({f"{k}.{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v})
+    return flat
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+bits = lambda t: t.contiguous().reshape(-1).view(torch.uint8)
+same = set(a) == set(b) and all(a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(bits(a[k]), bits(b[k])) for k in a)
+print("bit-identical" if same else "DIFFERENT")
+"""
+
+
+def compare(a: str, b: str, env: dict[str, str]) -> str:
+    """Whether two outputs hold the same tensors bit for bit (read with torch/safetensors, not ckpt)."""
+    r = subprocess.run([PY, "-c", _EQUAL, a, b], env=env, capture_output=True, text=True)
+    return r.stdout.strip() or f"compare failed: {r.stderr[-500:]}"
+
+
+def check_outputs(name: str, rows: list[Row], env: dict[str, str], log: callable) -> list[str]:
+    """The last round's outputs compared: ckpt with the reference (same format), 1 worker with 2."""
+    same_format = rows[3] if "x.pth" in rows[3].label else rows[1]  # the .pth beside dcp_to_torch_save's .pt
+    pairs = [(same_format, r) for r in rows if r.kind == "reference"] + [(rows[1], rows[2])]
+    found = []
+    for mine, other in pairs:
+        if mine.output and other.output and os.path.exists(mine.output) and os.path.exists(other.output):
+            found.append(f"{name}: `{mine.label}` vs `{other.label}`: {compare(mine.output, other.output, env)}")
+            log(found[-1])
+    return found
+
+
+def goals(name: str, src_bytes: int, largest: int, rows: list[Row]) -> list[str]:
+    cat = next(r for r in rows if r.kind == "cat")
+    w1, w2 = rows[1], rows[2]
+    best = min(w1, w2, key=lambda r: r.time)
+    refs = [r for r in rows if r.kind == "reference"]
+    lines = []
+    share = cat.time / best.time
+    lines.append(f"{'PASS' if share >= 0.7 else 'FAIL'}  {name}: ckpt at {share:.0%} of cat's throughput "
+                 f"({src_bytes / best.time / 1e9:.2f} GB/s of input vs {src_bytes / cat.time / 1e9:.2f}; goal >= 70%)")
+    worst = max(r.peak for r in rows if r.kind == "ckpt")
+    lines.append(f"{'PASS' if worst <= largest + BOUND else 'FAIL'}  {name}: ckpt peak {worst / 2**20:.0f} MiB "
+                 f"<= largest tensor {largest / 2**20:.0f} MiB + 150 MiB")
+    for ref in refs:
+        ok = best.time < ref.time and worst < ref.peak
+        lines.append(f"{'PASS' if ok else 'FAIL'}  {name}: ahead of {ref.label.split(' (')[0]}: "
+                     f"{ref.time / best.time:.1f}x faster, {ref.peak / max(worst, 1):.1f}x less memory")
+    lines.append(f"{'PASS' if w2.time < w1.time else 'FAIL'}  {name}: 2 workers {w1.time / w2.time:.2f}x the speed "
+                 f"of 1 ({w1.time:.2f} s -> {w2.time:.2f} s; {os.cpu_count()} cores)")
+    return lines
+
+
+def report(results: list[tuple[str, str, int, int, list[Row]]], args: argparse.Namespace) -> str:
+    out = ["# Consolidation benchmark (benchmarks/consolidate.py)", "",
+           f"Inputs ~{args.gib:g} GiB each, {args.world_size} ranks; {args.runs} counted round(s) after a warm-up "
+           f"round, medians; {os.cpu_count()} cores; python {sys.version.split()[0]}; load average "
+           f"{args.load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other jobs share the machine).", ""]
+    passes = []
+    for name, src, src_bytes, largest, rows in results:
+        out += [f"## {name}", "", f"`{os.path.basename(src)}`: {src_bytes / 2**30:.2f} GiB in the input files, "
+                f"largest output tensor {largest / 2**20:.0f} MiB", "",
+                "| command | time (s) | peak RSS (MiB) | input GB/s |", "| --- | ---: | ---: | ---: |"]
+        for r in rows:
+            out.append(f"| {r.label} | {r.time:.2f} | {r.peak / 2**20:.0f} | {src_bytes / r.time / 1e9:.2f} |")
+        out.append("")
+        passes += goals(name, src_bytes, largest, rows)
+    out += ["## Goals", "", "```", *passes, "```", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gib", type=float, default=4.0)
+    parser.add_argument("--world-size", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--data", default=os.path.join(HERE, "data"))
+    parser.add_argument("--output", default=os.path.join(HERE, "RESULTS-consolidate.md"))
+    parser.add_argument("--no-deepspeed", action="store_true", help="leave out DeepSpeed's converter")
+    parser.add_argument("--cache", choices=("warm", "cold", "both"), default="warm",
+                        help="warm: inputs in the page cache; cold: caches dropped before every command (root)")
+    args = parser.parse_args(argv)
+    args.load_before = os.getloadavg()[0]
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    os.makedirs(args.data, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure ckpt as installed (bytecode compiled once)
+    subprocess.run([PY, "-m", "compileall", "-q", os.path.join(ROOT, "ckpt_tool")], env=env, check=True)
+    z3, dcp = generate(args.data, args.gib, args.world_size, log)
+    with_ds = not args.no_deepspeed and os.path.exists(DS_PYTHON)
+    if not with_ds:
+        log("DeepSpeed's converter left out (no DeepSpeed python; set DEEPSPEED_PYTHON)")
+    work = tempfile.mkdtemp(prefix="consolidate-", dir=args.data)
+    results = []
+    checks: list[str] = []
+    modes = ["warm", "cold"] if args.cache == "both" else [args.cache]
+    if "cold" in modes and not drop_caches():
+        raise SystemExit("--cache cold needs to write /proc/sys/vm/drop_caches (root on Linux)")
+    try:
+        for mode in modes:
+            for name, src, rows in tables(z3, dcp, work, with_ds):
+                name = f"{name}, {mode} cache"
+                log(f"{name}: {src}")
+                measure(rows, args.runs, env, log, cold=mode == "cold")
+                results.append((name, src, folder_bytes(src), largest_tensor(src, env), rows))
+                if mode == modes[0]:
+                    checks += check_outputs(name, rows, env, log)
+                for r in rows:
+                    if r.output:
+                        _remove(r.output)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = report(results, args) + "\n## Outputs compared\n\n" + "\n".join(f"- {c}" for c in checks) + "\n"
+    with open(args.output, "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -146,7 +146,7 @@ def test_a_large_pickle_and_directory_cost_one_more_request_each(run_cli, served
 
 
 def test_shards_are_read_concurrently(run_cli, server: RangeServer) -> None:
-    server.delay = 0.3
+    server.delay = 0.5  # each answer waits: answers that overlap were requested together
     try:
         r = run_cli("inspect", "--json", f"{server.url}/sharded/model.safetensors.index.json")
     finally:

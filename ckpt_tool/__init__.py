@@ -25,6 +25,8 @@ _API: dict[str, tuple[str, str]] = {
     "gate": ("commands.gate", "gate"),
     "scan": ("commands.scan", "scan"),
     "doctor": ("commands.doctor", "run_doctor"),
+    # ``with remote_session(download=True) as s:`` around calls on URLs: --download, and s.requests/s.bytes
+    "remote_session": ("io.remote", "session"),
 }
 
 __all__ = ["__version__", *_API]

@@ -19,6 +19,7 @@ from .options import (
     torch_version_option,
     unsafe_option,
 )
+from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
 
 
 @click.command("diff")
@@ -40,10 +41,13 @@ from .options import (
 @click.option("--fail-on-metadata", is_flag=True,
               help="Count metadata differences (epoch, optimizer, ...) as differences for the exit code.")
 @torch_version_option
+@download_option
+@verbose_option
 @limit_options
 def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str | None, as_json: bool,
                  key: str | None, key_b: str | None, unsafe: bool, quiet: bool, values: bool, atol: float,
-                 rtol: float, fail_on_metadata: bool, torch_version: str | None, **kwargs: Any) -> int:
+                 rtol: float, fail_on_metadata: bool, torch_version: str | None, download: bool, verbose: bool,
+                 **kwargs: Any) -> int:
     """What happens if A's weights are loaded where B (or the --target module) is expected.
 
     Reports missing, unexpected, shape- and dtype-mismatched keys the way
@@ -59,15 +63,16 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
 
         raise UsageError("--target-kwargs needs --target")
     bars: list[Any] = []
-    show_bar = values and not quiet and not as_json and sys.stderr.isatty()
+    show_bar = values and not quiet and not as_json and sys.stderr.isatty() and not transfer_bar([a, b], quiet)
 
     def start(total: int) -> None:
         bars.append(click.progressbar(length=total, label="comparing values", file=sys.stderr))
 
-    report = diff(a, b, target=target, target_kwargs=kw, key=key, key_b=key_b, unsafe=unsafe, values=values,
-                  atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, limits=limits_from(kwargs),
-                  progress=(lambda _key: bars[0].update(1)) if show_bar else None,
-                  on_start=start if show_bar else None, torch_version=torch_version)
+    with remote_scope([a, b], download=download, verbose=verbose, quiet=quiet):
+        report = diff(a, b, target=target, target_kwargs=kw, key=key, key_b=key_b, unsafe=unsafe, values=values,
+                      atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, limits=limits_from(kwargs),
+                      progress=(lambda _key: bars[0].update(1)) if show_bar else None,
+                      on_start=start if show_bar else None, torch_version=torch_version)
     keep_until_exit(report)
     for bar in bars:
         bar.render_finish()

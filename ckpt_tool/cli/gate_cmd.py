@@ -12,6 +12,7 @@ from .options import (
     json_option, key_option, limit_options, limits_from, quiet_option, sarif_option, target_kwargs_from,
     torch_version_option,
 )
+from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
 
 
 @click.command("gate")
@@ -43,13 +44,15 @@ from .options import (
 @sarif_option
 @json_option
 @quiet_option
+@download_option
+@verbose_option
 @limit_options
 def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | None, target_kwargs: str | None,
                  key: str | None, strict: bool | None, nan_check: bool | None, allow_dtypes: tuple[str, ...],
                  max_size: str | None, required: tuple[str, ...], sha256: str | None,
                  weights_only_check: bool | None, allow_globals: tuple[str, ...], torch_version: str | None,
                  junit_file: str | None, sarif_file: str | None,
-                 as_json: bool, quiet: bool, **kwargs: Any) -> int:
+                 as_json: bool, quiet: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
     """The pre-deploy checks for CI, each reported pass/fail with its detail.
 
     loads_safely (no dangerous pickle content), weights-only (the deployment's
@@ -64,7 +67,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     policy = load_policy(policy_file) if policy_file else Policy()
     kw = target_kwargs_from(target_kwargs)
     bars: dict[str, Any] = {}
-    show = not quiet and not as_json and sys.stderr.isatty()
+    show = not quiet and not as_json and sys.stderr.isatty() and not transfer_bar(paths, quiet)
 
     def progress(path: str, done: int, total: int) -> None:
         bar = bars.get(path)
@@ -74,11 +77,12 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
         if done == total:
             bar.render_finish()
 
-    report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
-                  nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
-                  required_metadata=required or None, sha256=sha256, weights_only_check=weights_only_check,
-                  allow_globals=allow_globals or None, torch_version=torch_version, limits=limits_from(kwargs),
-                  progress=progress if show else None)
+    with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
+        report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
+                      nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
+                      required_metadata=required or None, sha256=sha256, weights_only_check=weights_only_check,
+                      allow_globals=allow_globals or None, torch_version=torch_version, limits=limits_from(kwargs),
+                      progress=progress if show else None)
     keep_until_exit(report)
     for f in report.files:
         if f.error:

@@ -18,6 +18,7 @@ from .options import (
     target_kwargs_from,
     unsafe_option,
 )
+from .remote_io import download_option, remote_scope, verbose_option
 
 
 class _Bars:
@@ -92,13 +93,16 @@ class _Bars:
 @unsafe_option
 @json_option
 @quiet_option
+@download_option
+@verbose_option
 @limit_options
 def migrate_command(src: str, out: str | None, to: str | None, key: str | None, strip_prefix: tuple[str, ...],
                     add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
                     rules_file: str | None, target: str | None, target_kwargs: str | None, auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
                     workers: int | None, state_dict_only: bool, sanitize: bool, force: bool, dry_run: bool,
-                    verify: bool, unsafe: bool, as_json: bool, quiet: bool, **kwargs: Any) -> int:
+                    verify: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool, verbose: bool,
+                    **kwargs: Any) -> int:
     """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
 
     Rules apply in this order: --key, --strip-prefix, --add-prefix, --rename,
@@ -135,14 +139,15 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
 
     bars = _Bars(not quiet and sys.stderr.isatty())
     try:
-        report = migrate(
-            src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename, drop=drop,
-            dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
-            allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
-            state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify,
-            unsafe=unsafe,
-            limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
-        )
+        with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
+            report = migrate(
+                src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
+                drop=drop, dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
+                allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
+                state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify,
+                unsafe=unsafe,
+                limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
+            )
         keep_until_exit(report)
     finally:
         bars.done()

@@ -7,7 +7,8 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit, one_line
-from .options import json_option, sarif_option, limit_options, limits_from, quiet_option
+from .options import json_option, limit_options, limits_from, quiet_option, sarif_option
+from .remote_io import download_option, remote_scope
 
 
 @click.command("scan")
@@ -20,9 +21,10 @@ from .options import json_option, sarif_option, limit_options, limits_from, quie
               help="Skip named files that hold no pickle, zip, NumPy or safetensors data instead of failing "
                    "(for hooks that pass every file).")
 @sarif_option
+@download_option
 @limit_options
 def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: bool, verbose: bool,
-                 skip_other: bool, sarif_file: str | None, **kwargs: Any) -> int:
+                 skip_other: bool, sarif_file: str | None, download: bool, **kwargs: Any) -> int:
     """Statically scan every pickle in the inputs, without running any of it.
 
     Folders are scanned recursively. Each global a pickle imports gets a
@@ -32,7 +34,8 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
     """
     from ..commands.scan import scan
 
-    report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other)
+    with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
+        report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other)
     keep_until_exit(report)
     for f in report.files:
         for e in f.errors:

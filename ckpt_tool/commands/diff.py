@@ -19,6 +19,7 @@ from ..model import Checkpoint, TensorMeta, shapes_compatible
 from .diff_metadata import content_metadata, metadata_diff
 from .diff_report import DiffReport, Mismatch, ValueDiff
 from .diff_values import compare_values
+from .remote_counts import counts_remote
 
 
 def compare_tensors(
@@ -52,6 +53,7 @@ def compare_tensors(
 # ------------------------------------------------------------------ the command
 
 
+@counts_remote("a", "b")
 def diff(
     a: str,
     b: str | None = None,

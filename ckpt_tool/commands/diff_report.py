@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .remote_counts import with_remote
+
 if TYPE_CHECKING:
     from ..keys.infer import Suggestion
     from .weights_only import WeightsOnlyReport
@@ -87,6 +89,7 @@ class DiffReport:
     # torch.load(weights_only=True) of each side (b: None for a --target); never part of ``equal``
     weights_only_a: WeightsOnlyReport | None = None
     weights_only_b: WeightsOnlyReport | None = None
+    remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
 
     @property
     def metadata_differs(self) -> bool:
@@ -120,7 +123,7 @@ class DiffReport:
         if self.suggestion is not None:
             suggestion = self.suggestion.to_json()
             suggestion["command"] = self.migrate_command()
-        return {
+        return with_remote({
             "equal": self.equal,
             "a": self.a,
             "b": self.b,
@@ -146,4 +149,4 @@ class DiffReport:
                 "a": self.weights_only_a.to_json() if self.weights_only_a is not None else None,
                 "b": self.weights_only_b.to_json() if self.weights_only_b is not None else None,
             },
-        }
+        }, self.remote)

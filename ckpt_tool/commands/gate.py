@@ -18,6 +18,7 @@ from .gate_checks import (
     check_no_nan_inf, check_required_metadata, check_sha256, check_warnings, check_weights_only,
 )
 from .policy import Policy
+from .remote_counts import counts_remote, with_remote
 
 CHECKS = ("loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
           "required_metadata", "sha256", "warnings")
@@ -42,6 +43,7 @@ class FileGate:
 class GateReport:
     files: tuple[FileGate, ...]
     policy: Policy = field(default_factory=Policy)
+    remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
 
     @property
     def passed(self) -> bool:
@@ -55,10 +57,11 @@ class GateReport:
         return 0 if self.passed else 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"passed": self.passed, "files": [f.to_json() for f in self.files], "policy": self.policy.to_json()}
+        return with_remote({"passed": self.passed, "files": [f.to_json() for f in self.files],
+                            "policy": self.policy.to_json()}, self.remote)
 
 
-
+@counts_remote("paths")
 def gate(
     paths: Sequence[str | os.PathLike[str]],
     *,

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..io.paths import dirname, is_url, isdir, open_bytes, url_bytes
 from ..limits import Limits
 from ..model import Checkpoint
 from ..pickles import severity
@@ -211,6 +212,8 @@ def check_file_size(path: str, pol: Policy) -> Check:
 
 def path_bytes(path: str) -> int:
     """A file's size, or the total of every file under a folder (a sharded set, a DCP folder)."""
+    if is_url(path):
+        return url_bytes(dirname(path) if path.endswith(".index.json") else path)
     if path.endswith(".index.json") and os.path.isfile(path):
         path = os.path.dirname(path) or "."
     if os.path.isdir(path):
@@ -261,7 +264,7 @@ def check_sha256(path: str, pol: Policy) -> Check:
     pin = pol.sha256 or pol.pin_for(path)
     if pin is None:
         return _skip("sha256", "no pin (--sha256 or the policy's [sha256] table)")
-    if os.path.isdir(path):
+    if isdir(path):
         return Check("sha256", False, "a sha256 pin is for one file; this is a folder")
     digest = sha256_file(path)
     if digest == pin:
@@ -271,6 +274,11 @@ def check_sha256(path: str, pol: Policy) -> Check:
 
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
+    if is_url(path):  # read by parts, like tensor data
+        with open_bytes(path) as data:
+            for offset in range(0, data.size, 8 << 20):
+                h.update(data.read_data(offset, min(8 << 20, data.size - offset)))
+        return h.hexdigest()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)

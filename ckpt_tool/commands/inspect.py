@@ -8,9 +8,11 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from ..formats import load
+from ..io.paths import is_url, url_bytes
 from ..keys import rules
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
+from .remote_counts import counts_remote
 from .weights_only import WeightsOnlyReport, assess
 
 
@@ -35,6 +37,7 @@ class InspectReport:
     file_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
     weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (see commands/weights_only.py)
+    remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
 
     def to_json(self, *, tensors: bool = True) -> dict[str, Any]:
         """The --json document; ``tensors=False`` leaves the tensor list empty (render.inspect writes it)."""
@@ -55,7 +58,7 @@ class InspectReport:
                 if s is not None:
                     row["stats"] = {"min": s.min, "max": s.max, "mean": s.mean, "std": s.std,
                                     "nan": s.nan, "inf": s.inf}
-        return {
+        out = {
             "path": c.path,
             "format": c.format,
             "layout": c.layout,
@@ -78,6 +81,9 @@ class InspectReport:
             "warnings": list(self.warnings),
             "weights_only": self.weights_only.to_json() if self.weights_only is not None else None,
         }
+        if self.remote is not None:
+            out["remote"] = dict(self.remote)
+        return out
 
 
 
@@ -140,6 +146,7 @@ def compute_stats(t: TensorMeta) -> TensorStats:
     return TensorStats(t.key, float(finite.min()), float(finite.max()), float(finite.mean()), std, nan, inf)
 
 
+@counts_remote("path")
 def inspect(
     path: str | os.PathLike[str],
     *,
@@ -171,7 +178,7 @@ def inspect(
         finally:
             ckpt.close()  # the files reading opened; reading again reopens them
     p = os.fspath(path)
-    size = _path_bytes(p)
+    size = url_bytes(p) if is_url(p) else _path_bytes(p)
     return InspectReport(
         checkpoint=ckpt,
         prefixes=tuple(rules.detect_prefixes(ckpt.keys)),

@@ -22,7 +22,7 @@ from ..formats.dcp import ItemRegion, dcp_regions
 from ..formats import read_file
 from ..formats.sharded import read_index
 from ..io.blob import Blob
-from ..io.source import open_regular
+from ..io.paths import basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from ..pickles import severity
@@ -30,6 +30,7 @@ from ..pickles.scanner import (
     DCP_DATA, ERROR, PICKLE, SAFETENSORS, TAR, TORCH_LEGACY, TORCH_ZIP, TORCHSCRIPT, UNKNOWN_FORMAT, ZIP, Scanner,
 )
 from ..pickles.walker import Finding
+from .remote_counts import counts_remote, with_remote
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class ScanReport:
     files: tuple[FileScan, ...]
     skipped: tuple[str, ...] = ()  # files inside folders that hold no pickle, zip, npy or safetensors
     strict: bool = False
+    remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
 
     @property
     def counts(self) -> dict[str, int]:
@@ -79,19 +81,20 @@ class ScanReport:
         return 2 if any(f.errors for f in self.files) else 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        return with_remote({
             "files": [f.to_json() for f in self.files],
             "skipped": list(self.skipped),
             "counts": self.counts,
             "strict": self.strict,
             "passed": self.exit_code == 0,
-        }
+        }, self.remote)
 
 
 # Formats a reader exists for: each file of these is also read, as inspect would read it.
 _READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR, ZIP])
 
 
+@counts_remote("paths")
 def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
          limits: Limits = DEFAULT_LIMITS, skip_other: bool = False) -> ScanReport:
     """Scan files and folders (recursively) for pickles and judge what they would import.
@@ -104,11 +107,11 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
     skipped: list[str] = []
     for raw in paths:
         path = os.fspath(raw)
-        if os.path.isdir(path):
-            in_folder, skip = scan_folder(path, limits)
+        if isdir(path):
+            in_folder, skip = scan_folder(path, limits) if not is_url(path) else scan_url_folder(path, limits)
             files.extend(in_folder)
             skipped.extend(skip)
-        elif path.endswith(".index.json") and os.path.isfile(path):
+        elif path.endswith(".index.json") and isfile(path):
             files.extend(_scan_shards(path, limits))
         else:
             found = scan_file(path, limits=limits, explicit=not skip_other)
@@ -129,9 +132,9 @@ def _scan_shards(index: str, limits: Limits) -> list[FileScan]:
         weight_map = read_index(index)["weight_map"]
     except CkptError as exc:
         return [FileScan(index, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))]
-    folder = os.path.dirname(index)
+    folder = dirname(index) if is_url(index) else os.path.dirname(index)
     shards = list(dict.fromkeys(weight_map.values()))
-    return [scan_file(os.path.join(folder, s), limits=limits) or _nothing(os.path.join(folder, s)) for s in shards]
+    return [scan_file(join(folder, s), limits=limits) or _nothing(join(folder, s)) for s in shards]
 
 
 def _nothing(path: str) -> FileScan:
@@ -149,12 +152,12 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
     """
     scanner = Scanner(path, limits)
     try:
-        fd = open_regular(path)
+        src = open_bytes(path)
     except CkptError as exc:
         return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))
     try:
-        size = os.fstat(fd).st_size
-        blob = Blob.from_fd(fd, size)
+        size = src.size
+        blob = Blob.from_source(src)
         if size == 0:
             scanner.errors.append(f"{path}: empty file (0 bytes)")
         elif regions is not None:
@@ -162,13 +165,15 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
             scanner.dcp_items(blob, regions)
         elif hint == DCP_DATA:
             scanner.format = DCP_DATA
-            scanner.sweep_zips(blob, os.path.basename(path), 0)
+            scanner.sweep_zips(blob, basename(path), 0)
         else:
             scanner.top_level(blob, path)
             if scanner.format in _READABLE:
                 _check_readable(scanner, path, limits)
+    except CkptError as exc:  # a URL that failed mid-way (a timeout, a changed file)
+        scanner.errors.append(exc.message)
     finally:
-        os.close(fd)
+        src.close()
     if scanner.format == UNKNOWN_FORMAT and not scanner.errors and not explicit:
         return None
     if scanner.format == UNKNOWN_FORMAT and not scanner.errors:
@@ -216,6 +221,29 @@ def scan_folder(path: str, limits: Limits) -> tuple[list[Any], list[str]]:
                 skipped.append(full)
             else:
                 files.append(result)
+    return files, skipped
+
+
+def scan_url_folder(url: str, limits: Limits) -> tuple[list[Any], list[str]]:
+    """The files directly in a folder behind a URL (one listing; no recursion into subfolders)."""
+    names = listdir(url)
+    regions = dcp_regions(join(url, ".metadata")) if ".metadata" in names else None
+    files: list[Any] = []
+    skipped: list[str] = []
+    for name in names:
+        full = join(url, name)
+        if name.endswith(".distcp") and ".metadata" in names:
+            result = (scan_file(full, limits=limits, regions=regions.get(name, [])) if regions is not None
+                      else scan_file(full, limits=limits, hint=DCP_DATA))
+        elif isdir(full):
+            skipped.append(full + "/")
+            continue
+        else:
+            result = scan_file(full, limits=limits, explicit=False)
+        if result is None:
+            skipped.append(full)
+        else:
+            files.append(result)
     return files, skipped
 
 

@@ -13,6 +13,7 @@ import os
 from typing import Callable, Iterator
 
 from ..errors import CkptError, InputError
+from ..io.bytesource import is_url
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
 from ..pickles import wo_input
@@ -46,6 +47,9 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
         from .blob import read_torch_blob
 
         options = dataclasses.replace(options, read_blob=read_torch_blob)
+    if options.unsafe and is_url(path):
+        raise InputError("--unsafe loads with torch.load, which reads local files only: download the file "
+                         "first, then run the command on the copy", path)
     fmt = _detect.detect(path)
     if options.unsafe and fmt in (_detect.TORCH_ZIP, _detect.TORCH_LEGACY, _detect.PICKLE, _detect.TORCH_TAR):
         from .unsafe import read_unsafe
@@ -125,7 +129,7 @@ def load(
     from .checkpoint import build
 
     p = os.fspath(path)
-    if not os.path.lexists(p):
+    if not is_url(p) and not os.path.lexists(p):
         raise InputError("no such file or folder", p)
     with gc_paused():
         loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe))

@@ -17,7 +17,9 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import CkptError, InputError
-from ..io.source import open_regular, pread_exact, read_pickle_file
+from ..io import paths
+from ..io.bytesource import ByteSource
+from ..io.source import read_pickle_file
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ..pickles.placeholders import DTypeRef, Placeholder
@@ -44,9 +46,9 @@ class Chunk:
 
 def read_dcp(path: str, options: ReadOptions) -> Loaded:
     """A DCP folder (or its ``.metadata`` file): every key, shape and dtype, no shard opened."""
-    explicit = not os.path.isdir(path)
-    folder = os.path.dirname(os.path.abspath(path)) if explicit else path
-    meta_path = path if explicit else os.path.join(path, METADATA)
+    explicit = not paths.isdir(path)
+    folder = paths.dirname(path) if explicit else path
+    meta_path = path if explicit else paths.join(path, METADATA)
     attrs, references = load_metadata(meta_path, options.limits)
     sdm = attrs["state_dict_metadata"]
     chunks_by_key, shards = _storage_index(attrs.get("storage_data"), meta_path)
@@ -123,7 +125,7 @@ def _storage_index(storage_data: Any, meta_path: str) -> tuple[dict[str, list[Ch
 
 def _check_shards(folder: str, shards: set[str], explicit: bool, warnings: list[str]) -> None:
     """A partial set of shards is an error; none at all is a metadata-only copy (a warning)."""
-    missing = sorted(s for s in shards if not os.path.isfile(os.path.join(folder, s)))
+    missing = sorted(paths.missing_files(folder, sorted(shards)))
     if not missing:
         return
     shown = ", ".join(repr(m) for m in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
@@ -135,7 +137,7 @@ def _check_shards(folder: str, shards: set[str], explicit: bool, warnings: list[
         return
     raise InputError(
         f"shard file {shown} is missing ({len(missing)} of {len(shards)} shards): the checkpoint is incomplete; "
-        f"to list what .metadata describes anyway, run `ckpt inspect {os.path.join(folder, METADATA)}`",
+        f"to list what .metadata describes anyway, run `ckpt inspect {paths.join(folder, METADATA)}`",
         folder,
     )
 
@@ -217,11 +219,7 @@ class DcpSource(DataSource):
         if stored < total:  # checked before allocating: the sizes come from .metadata
             raise InputError(f"the chunks of tensor {key!r} hold {stored} bytes, fewer than its {total}", self.path)
         for c in chunks:  # and the lengths themselves must be bytes that exist
-            try:
-                size = os.path.getsize(os.path.join(self.path, c.relative_path))
-            except OSError:
-                raise InputError(f"shard file {c.relative_path!r} is missing: tensor {key!r} cannot be read",
-                                 self.path) from None
+            size = self._file(c.relative_path, key).size
             if c.offset + c.length > size:
                 raise InputError(f"a chunk of tensor {key!r} lies past the end of {c.relative_path!r} "
                                  f"({c.offset + c.length} > {size} bytes)", self.path)
@@ -230,22 +228,30 @@ class DcpSource(DataSource):
             _place(out, self._chunk_bytes(key, dt, chunk), shape, chunk, itemsize)
         return bytes(out)
 
+    def _file(self, relative: str, key: str) -> ByteSource:
+        """A shard file, opened (a missing one named with the tensor that needs it)."""
+        file = paths.join(self.path, relative)
+        try:
+            return paths.open_bytes(file)
+        except InputError as exc:
+            if getattr(exc, "kind", "missing") != "missing" or (not paths.is_url(file) and os.path.exists(file)):
+                raise
+            raise InputError(f"shard file {relative!r} is missing: tensor {key!r} cannot be read",
+                             self.path) from None
+
     def _chunk_bytes(self, key: str, dt: dtypes.DType, chunk: Chunk) -> bytes:
         """One chunk's elements in C order, from the torch.save blob (or raw bytes) that holds it."""
-        file = os.path.join(self.path, chunk.relative_path)
-        if not os.path.exists(file):
-            raise InputError(f"shard file {chunk.relative_path!r} is missing: tensor {key!r} cannot be read",
-                             self.path)
+        file = paths.join(self.path, chunk.relative_path)
+        data = self._file(chunk.relative_path, key)
         if chunk.transforms:
             raise InputError(
                 f"tensor {key!r} is stored with DCP transforms {list(chunk.transforms)} (compression?), "
                 "which ckpt cannot read", self.path,
             )
-        fd = open_regular(file)
         try:
-            blob = pread_exact(fd, chunk.length, chunk.offset, file)
+            blob = data.read(chunk.offset, chunk.length)
         finally:
-            os.close(fd)
+            data.close()
         want = _prod(chunk.sizes) * dt.itemsize
         if not blob.startswith(b"PK\x03\x04"):
             if len(blob) == want:

@@ -16,7 +16,8 @@ from collections import OrderedDict
 from typing import Any
 
 from ..errors import CkptError
-from ..io.source import open_regular, pread_exact
+from ..io import paths
+from ..io.bytesource import ByteSource
 from ..limits import Limits
 from ..model import GlobalRef
 
@@ -38,21 +39,21 @@ def read_items(folder: str, items: dict[str, Any], limits: Limits) -> tuple[dict
     warnings: list[str] = []
     total = 0
     skipped = []
-    fds: dict[str, int] = {}
+    fds: dict[str, ByteSource] = {}
     try:
         for fqn, chunk in items.items():
-            file = os.path.join(folder, chunk.relative_path)
+            file = paths.join(folder, chunk.relative_path)
             if chunk.transforms or chunk.length > MAX_ITEM_BYTES or total + chunk.length > MAX_TOTAL_BYTES:
                 skipped.append(fqn)
                 continue
-            if not os.path.isfile(file):
+            if not paths.is_url(file) and not os.path.isfile(file):
                 continue  # a metadata-only copy: read_dcp has said so
             total += chunk.length
             try:
                 fd = fds.get(file)
                 if fd is None:
-                    fd = fds[file] = open_regular(file)
-                blob = pread_exact(fd, chunk.length, chunk.offset, file)
+                    fd = fds[file] = paths.open_bytes(file)
+                blob = fd.read(chunk.offset, chunk.length)
                 value, found = read_torch_blob(blob, path=file, where=f"bytes item {fqn!r}", limits=limits)
             except CkptError as exc:  # one unreadable item is reported and left out, as torch would fail on it
                 warnings.append(f"the non-tensor entry {fqn!r} cannot be read: {exc.message}")
@@ -61,7 +62,7 @@ def read_items(folder: str, items: dict[str, Any], limits: Limits) -> tuple[dict
             refs += found
     finally:
         for fd in fds.values():
-            os.close(fd)
+            fd.close()
     if skipped:
         warnings.append(f"{len(skipped)} non-tensor entr{'y is' if len(skipped) == 1 else 'ies are'} too large to "
                         f"read as metadata and kept as descriptions: {', '.join(skipped[:3])}")

@@ -17,7 +17,9 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError
-from ..io.source import FileSource
+from ..io import paths
+from ..io.bytesource import ByteSource
+from ..io.source import FileSource, RangeSource, storage_source
 from ..io.ziparchive import ZipArchive
 from ..limits import Limits
 from ..model import DataSource, contiguous_strides
@@ -33,8 +35,8 @@ _BLOCK = 16 << 20  # bytes of a chunk read at once when it is placed into an ass
 class _Window:
     """Bytes [start, start + length) of a file, sliced like ``bytes`` (what ZipArchive reads through)."""
 
-    def __init__(self, fd: int, start: int, length: int, path: str) -> None:
-        self.fd, self.start, self.length, self.path = fd, start, length, path
+    def __init__(self, fd: int | ByteSource, start: int, length: int, path: str) -> None:
+        self.fd, self.start, self.length, self.path = fd, start, length, path  # a descriptor, or a URL's bytes
 
     def __len__(self) -> int:
         return self.length
@@ -43,6 +45,8 @@ class _Window:
         lo, hi, _ = s.indices(self.length)
         if hi <= lo:
             return b""
+        if not isinstance(self.fd, int):
+            return self.fd.read(self.start + lo, hi - lo)
         return os.pread(self.fd, hi - lo, self.start + lo)
 
 
@@ -63,7 +67,7 @@ class DcpStreamSource(DataSource):
         self.limits = limits
         self._tensors: dict[str, tuple[dtypes.DType, tuple[int, ...], list[Chunk]]] = {}
         self._segments = SegmentSource(folder)
-        self._files: dict[str, FileSource] = {}
+        self._files: dict[str, FileSource | RangeSource] = {}
         self._placed: dict[str, bool] = {}  # key -> streamed (True) or assembled (False)
         self._whole: tuple[str, bytearray] | None = None
 
@@ -71,13 +75,13 @@ class DcpStreamSource(DataSource):
         self._tensors[key] = (dt, shape, chunks)
 
     # -- where a chunk's elements are -----------------------------------------
-    def _file(self, rel: str) -> FileSource:
+    def _file(self, rel: str) -> FileSource | RangeSource:
         found = self._files.get(rel)
         if found is None:
-            path = os.path.join(self.path, rel)
-            if not os.path.isfile(path):
+            path = paths.join(self.path, rel)
+            if not paths.is_url(path) and not os.path.isfile(path):
                 raise InputError(f"shard file {rel!r} is missing", self.path)
-            found = self._files[rel] = FileSource(path, _regions(path))
+            found = self._files[rel] = storage_source(path, _regions(path))  # type: ignore[assignment]
         return found
 
     def chunk_segment(self, key: str, dt: dtypes.DType, chunk: Chunk) -> Segment:
@@ -87,12 +91,13 @@ class DcpStreamSource(DataSource):
                              "(compression?), which ckpt cannot read", self.path)
         source = self._file(chunk.relative_path)
         want = _prod(chunk.sizes) * dt.itemsize
-        fd = source.fd()
-        size = os.fstat(fd).st_size
+        fd: int | ByteSource = source.data if isinstance(source, RangeSource) else source.fd()
+        size = os.fstat(fd).st_size if isinstance(fd, int) else fd.size
         if chunk.offset + chunk.length > size:
             raise InputError(f"a chunk of tensor {key!r} lies past the end of {chunk.relative_path!r} "
                              f"({chunk.offset + chunk.length} > {size} bytes)", self.path)
-        if os.pread(fd, 4, chunk.offset) != b"PK\x03\x04":
+        head = os.pread(fd, 4, chunk.offset) if isinstance(fd, int) else fd.read_upto(chunk.offset, 4)
+        if head != b"PK\x03\x04":
             if chunk.length == want:  # raw tensor bytes
                 return Segment(source, f"{chunk.offset}:{want}", 0, want)
             raise InputError(f"the chunk of tensor {key!r} in {chunk.relative_path!r} is not torch.save bytes",
@@ -100,7 +105,8 @@ class DcpStreamSource(DataSource):
         start, nbytes = self._locate(key, dt, chunk, source, fd)
         return Segment(source, f"{start}:{nbytes}", 0, want)
 
-    def _locate(self, key: str, dt: dtypes.DType, chunk: Chunk, source: FileSource, fd: int) -> tuple[int, int]:
+    def _locate(self, key: str, dt: dtypes.DType, chunk: Chunk, source: FileSource | RangeSource,
+                fd: int | ByteSource) -> tuple[int, int]:
         from ..pickles import severity
         from ..pickles.placeholders import LazyTensor
         from ..pickles.unpickler import restricted_loads

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 
 from ..errors import InputError, UnsupportedFormat
+from ..io import paths
 from ..io.containers import LEGACY_MAGIC, safetensors_header_length
-from ..io.source import open_regular
 
 TORCH_ZIP = "torch-zip"
 TORCHSCRIPT = "torchscript"
@@ -41,23 +41,25 @@ EXPECTED_BY_EXTENSION = {
 }
 
 
+_USUAL_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
 def find_index(folder: str) -> str | None:
     """The ``*.index.json`` of a sharded set in ``folder`` (safetensors preferred)."""
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError as exc:
-        raise InputError(f"cannot list folder: {exc.strerror}", folder) from None
+    names = paths.listdir(folder)
     indexes = [n for n in names if n.endswith(".index.json")]
+    if not indexes and paths.is_url(folder):  # a server that lists nothing: the names transformers writes
+        indexes = [n for n in _USUAL_INDEXES if paths.isfile(paths.join(folder, n))]
     if not indexes:
         return None
     indexes.sort(key=lambda n: (not n.endswith(".safetensors.index.json"), n))
-    return os.path.join(folder, indexes[0])
+    return paths.join(folder, indexes[0])
 
 
 def detect(path: str) -> str:
     """The format of ``path`` judged by its bytes (or, for folders, its members)."""
-    if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, ".metadata")):
+    if paths.isdir(path):
+        if paths.isfile(paths.join(path, ".metadata")):
             return DCP
         if find_index(path):
             return SHARDED
@@ -74,27 +76,24 @@ def detect(path: str) -> str:
             "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata, no DeepSpeed latest "
             "or *_model_states.pt)", path
         )
-    fd = open_regular(path)
-    try:
-        size = os.fstat(fd).st_size
-        head = os.pread(fd, 64, 0)
-        tar_magic = os.pread(fd, 5, 257) if size >= 512 else b""
-    finally:
-        os.close(fd)
+    with paths.open_bytes(path) as data:
+        size = data.size
+        head = data.read_upto(0, 64)
+        tar_magic = data.read_upto(257, 5) if size >= 512 else b""
     if size == 0:
         raise InputError("empty file (0 bytes)", path)
     if tar_magic == b"ustar":
         return TORCH_TAR
     fmt = detect_bytes(head, size, path)
-    if fmt == PICKLE and os.path.basename(path) == ".metadata":
+    if fmt == PICKLE and paths.basename(path) == ".metadata":
         return DCP  # the metadata file of a torch.distributed.checkpoint folder, given directly
     return fmt
 
 
 def _has_distcp(folder: str) -> bool:
     try:
-        return any(name.endswith(".distcp") for name in os.listdir(folder))
-    except OSError:
+        return any(name.endswith(".distcp") for name in paths.listdir(folder))
+    except InputError:
         return False
 
 
@@ -129,8 +128,8 @@ def detect_bytes(head: bytes, size: int, path: str) -> str:
 
 def extension_warning(path: str, fmt: str) -> str | None:
     """A warning when the file name suggests another format than the bytes."""
-    name = os.path.basename(path.rstrip("/"))
-    if os.path.isdir(path):
+    name = paths.basename(path.rstrip("/"))
+    if paths.isdir(path):
         return None
     ext = os.path.splitext(name)[1].lower()
     expected = EXPECTED_BY_EXTENSION.get(ext)

@@ -16,7 +16,7 @@ import os
 
 from ..errors import CkptError, InputError, LimitExceeded
 from ..io.blob import Blob
-from ..io.source import open_regular
+from ..io.paths import is_url, open_bytes
 from ..limits import Limits
 from ..model import GlobalRef
 from ..pickles import severity
@@ -25,21 +25,20 @@ from .base import Loaded
 
 
 def walk_file(path: str, limits: Limits) -> Scanner | None:
-    """The static walk of one regular file (None for folders and unreadable paths)."""
-    if not os.path.isfile(path):
+    """The static walk of one regular file or URL (None for folders and unreadable paths)."""
+    if not is_url(path) and not os.path.isfile(path):
         return None
     try:
-        fd = open_regular(path)
+        data = open_bytes(path)
     except CkptError:
         return None
     try:
         scanner = Scanner(path, limits)
-        size = os.fstat(fd).st_size
-        if size:
-            scanner.top_level(Blob.from_fd(fd, size), path)
+        if data.size:
+            scanner.top_level(Blob.from_source(data), path)
         return scanner
     finally:
-        os.close(fd)
+        data.close()
 
 
 def needs_walk(loaded: Loaded) -> bool:

@@ -11,14 +11,15 @@ tensor data however large the file is.
 from __future__ import annotations
 
 import io
-import os
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..io.source import BlobSource, FileSource, open_regular
+from ..io.bytesource import ByteSource
+from ..io.paths import open_bytes
+from ..io.source import BlobSource, storage_source
 from ..limits import Limits
 from ..model import DataSource, GlobalRef
 from ..pickles import wo_input
@@ -57,14 +58,14 @@ class _Root:
 
 
 class _RegionReader(io.RawIOBase):
-    """A raw, read-only view of bytes [0, end) of a file descriptor, via pread.
+    """A raw, read-only view of bytes [0, end) of a file or URL, read by range.
 
     Bounding the stream bounds how much pickle the unpickler can consume.
     """
 
-    def __init__(self, fd: int, end: int) -> None:
+    def __init__(self, data: ByteSource, end: int) -> None:
         super().__init__()
-        self._fd = fd
+        self._data = data
         self.end = end
         self.pos = 0
 
@@ -86,7 +87,7 @@ class _RegionReader(io.RawIOBase):
         want = min(len(buffer), self.end - self.pos)
         if want <= 0:
             return 0
-        data = os.pread(self._fd, want, self.pos)
+        data = self._data.read_some(self.pos, want)
         n = len(data)
         buffer[:n] = data
         self.pos += n
@@ -109,6 +110,7 @@ def parse_legacy(
     consumed: Callable[[], int],
     bound: int,
     read_blob: BlobReader | None = None,
+    prefetch: Callable[[list[tuple[int, int]]], None] | None = None,
 ) -> LegacyParse:
     """Parse a legacy blob from ``stream`` (positioned at 0), locating its storages.
 
@@ -208,6 +210,15 @@ def parse_legacy(
                             "(raise it with --max-tensors)", path)
 
     pos = stream.tell()
+    if prefetch is not None:  # a URL: every storage's 8-byte count, where the pickle says it is, at once
+        at, guesses = pos, []
+        for raw_key in keys:
+            root = roots.get(_decode(raw_key))
+            if root is None or at + 8 > size:
+                break
+            guesses.append((at, 8))
+            at += 8 + root.numel * root.itemsize
+        prefetch(guesses)
     for i, raw_key in enumerate(keys):
         key = _decode(raw_key)
         root = roots.get(key)
@@ -250,24 +261,21 @@ def parse_legacy(
 
 def read_legacy(path: str, options: ReadOptions) -> Loaded:
     """A legacy torch.save file: pickles parsed, storages located by seeking."""
-    fd = open_regular(path)
+    data = open_bytes(path)
     try:
-        size = os.fstat(fd).st_size
+        size = data.size
         bound = min(size, options.limits.max_pickle_bytes)
-        raw = _RegionReader(fd, bound)
+        raw = _RegionReader(data, bound)
         stream = io.BufferedReader(raw, buffer_size=1 << 16)
         regions: dict[str, tuple[int, int]] = {}
-        source = FileSource(path, lambda key: _region(regions, key, path))
+        source = storage_source(path, lambda key: _region(regions, key, path), data=data)
 
-        def pread(offset: int, n: int) -> bytes:
-            return os.pread(fd, n, offset)
-
-        parsed = parse_legacy(stream, size, pread, path=path, where="", source=source,
+        parsed = parse_legacy(stream, size, data.read_upto, path=path, where="", source=source,
                               limits=options.limits, consumed=lambda: raw.pos, bound=bound,
-                              read_blob=options.read_blob)
+                              read_blob=options.read_blob, prefetch=data.prefetch if data.remote else None)
         regions.update(parsed.regions)
     finally:
-        os.close(fd)
+        data.close()
     loaded = Loaded(TORCH_LEGACY, parsed.root, parsed.references, parsed.warnings, [source])
     loaded.weights_only = wo_input.read(wo_input.LEGACY, path, parsed.weights_only)
     if parsed.class_sources:

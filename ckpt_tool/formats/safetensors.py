@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections import OrderedDict
 from itertools import chain
@@ -12,7 +11,8 @@ from typing import Any, Callable
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..io.source import FileSource, open_regular, pread_exact
+from ..io.paths import open_bytes
+from ..io.source import storage_source
 from ..model import StorageRef, TensorMeta
 from .base import Loaded, ReadOptions
 from .detect import SAFETENSORS
@@ -43,12 +43,11 @@ def _no_constant(name: str) -> Any:
 
 def read_header(path: str, options: ReadOptions) -> tuple[dict[str, Any], int, int, list[str]]:
     """(parsed header, data start offset, data length, duplicated tensor keys)."""
-    fd = open_regular(path)
-    try:
-        size = os.fstat(fd).st_size
+    with open_bytes(path) as data:
+        size = data.size
         if size < 8:
             raise InputError("truncated safetensors file: shorter than its 8-byte header length", path)
-        (n,) = struct.unpack("<Q", pread_exact(fd, 8, 0, path))
+        (n,) = struct.unpack("<Q", data.read(0, 8))
         if n > options.limits.max_header_bytes:
             raise LimitExceeded(
                 f"safetensors header claims {n} bytes, over the limit of "
@@ -59,9 +58,7 @@ def read_header(path: str, options: ReadOptions) -> tuple[dict[str, Any], int, i
             raise InputError(
                 f"truncated safetensors file: header claims {n} bytes but only {size - 8} follow", path
             )
-        raw = pread_exact(fd, n, 8, path)
-    finally:
-        os.close(fd)
+        raw = data.read(8, n)
     duplicates: list[str] = []
     try:
         text = raw.decode("utf-8")
@@ -96,7 +93,7 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
                             f"{options.limits.max_tensors} (raise it with --max-tensors)", path)
     fast = _entries_fast(header, data_len, options.limits.max_key_length)
     entries = fast if fast is not None else _entries_checked(header, data_len, options, path)
-    source = FileSource(path, _regions(entries, start))
+    source = storage_source(path, _regions(entries, start))
     entries.sort(key=_KEY)  # safetensors lists keys sorted (then this sort is linear)
     # stride None: safetensors tensors are always contiguous
     tensors = [TensorMeta(key, dt.name, shape, None, 0, StorageRef(source, key, end - begin), "cpu")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import InputError, LimitExceeded
-from ..io.source import open_regular, pread_exact
+from ..io import paths
 from ..limits import DEFAULT_LIMITS
 from ..model import TensorMeta
 from .base import Loaded, ReadOptions
@@ -15,7 +15,7 @@ from .detect import SHARDED, find_index
 
 
 def index_path(path: str) -> str:
-    if os.path.isdir(path):
+    if paths.isdir(path):
         found = find_index(path)
         if found is None:
             raise InputError("folder holds no *.index.json", path)
@@ -24,15 +24,12 @@ def index_path(path: str) -> str:
 
 
 def read_index(path: str, max_bytes: int = DEFAULT_LIMITS.max_header_bytes) -> dict[str, Any]:
-    fd = open_regular(path)  # a FIFO named *.index.json would block open()+read() forever
-    try:
-        size = os.fstat(fd).st_size
+    with paths.open_bytes(path) as data:  # a FIFO named *.index.json would block open()+read() forever
+        size = data.size
         if size > max_bytes:
             raise LimitExceeded(f"shard index is {size} bytes, over the limit of {max_bytes} "
                                 "(raise it with --max-header-bytes)", path)
-        raw = pread_exact(fd, size, 0, path)
-    finally:
-        os.close(fd)
+        raw = data.read(0, size)
     try:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -53,10 +50,10 @@ def read_sharded(
 ) -> Loaded:
     ipath = index_path(path)
     index = read_index(ipath, options.limits.max_header_bytes)
-    folder = os.path.dirname(os.path.abspath(ipath))
+    folder = paths.dirname(ipath)
     weight_map: dict[str, str] = index["weight_map"]
     shards = list(OrderedDict.fromkeys(weight_map.values()))
-    missing = [s for s in shards if not os.path.isfile(os.path.join(folder, s))]
+    missing = paths.missing_files(folder, shards)
     if missing:
         raise InputError(f"shard {missing[0]!r} named by the index is missing"
                          + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), ipath)
@@ -65,9 +62,7 @@ def read_sharded(
     loaded.metadata = {k: v for k, v in index.items() if k != "weight_map"}
     per_shard: dict[str, dict[str, TensorMeta]] = {}
     shard_formats = set()
-    for shard in shards:
-        spath = os.path.join(folder, shard)
-        part = read_file(spath, options)
+    for shard, spath, part in _read_shards(folder, shards, options, read_file):
         shard_formats.add(part.format)
         loaded.references.extend(part.references)
         loaded.warnings.extend(f"{shard}: {w}" for w in part.warnings)
@@ -86,3 +81,24 @@ def read_sharded(
     loaded.metadata["shards"] = shards
     loaded.metadata["shard_format"] = "/".join(sorted(shard_formats))
     return loaded
+
+
+def _read_shards(folder: str, shards: list[str], options: ReadOptions,
+                 read_file: Callable[[str, ReadOptions], Loaded]) -> Iterator[tuple[str, str, Loaded]]:
+    """(shard, path, what it holds), in index order; a remote set's shards are read concurrently."""
+    spaths = [paths.join(folder, s) for s in shards]
+    if not paths.is_url(folder) or len(shards) < 2:
+        for shard, spath in zip(shards, spaths):
+            yield shard, spath, read_file(spath, options)
+        return
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(8, len(shards)), thread_name_prefix="ckpt-shard") as pool:
+        futures = [pool.submit(contextvars.copy_context().run, read_file, p, options) for p in spaths]
+        try:
+            for shard, spath, future in zip(shards, spaths, futures):
+                yield shard, spath, future.result()
+        finally:
+            for future in futures:
+                future.cancel()

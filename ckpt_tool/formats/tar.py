@@ -13,14 +13,15 @@ unpickler and only locates the storages: no tensor byte is read.
 from __future__ import annotations
 
 import io
-import os
 import struct
 import tarfile
 from typing import Any
 
 from ..errors import InputError
-from ..io.source import FileSource, open_regular
-from ..model import GlobalRef
+from ..io.bytesource import ByteSource
+from ..io.paths import open_bytes
+from ..io.source import storage_source
+from ..model import DataSource, GlobalRef
 from ..pickles.placeholders import LazyStorage, LazyTensor, StorageType
 from ..pickles.scanner import CVE_2025_32434_TAR
 from ..pickles.unpickler import restricted_load_stream
@@ -31,9 +32,9 @@ _COUNT = struct.Struct("<q")
 
 
 def read_legacy_tar(path: str, options: ReadOptions) -> Loaded:
-    fd = open_regular(path)
+    fd = open_bytes(path)
     try:
-        with os.fdopen(os.dup(fd), "rb") as f:
+        with io.BufferedReader(_FileRegion(fd, 0, fd.size)) as f:
             try:
                 with tarfile.open(fileobj=f, mode="r:") as tar:
                     members = {m.name: (m.offset_data, m.size) for m in tar.getmembers() if m.isfile()}
@@ -45,12 +46,12 @@ def read_legacy_tar(path: str, options: ReadOptions) -> Loaded:
                                  f"(torch.load fails: filename {name!r} not found)", path)
         reader = _TarReader(fd, path, members, options)
         regions: dict[str, tuple[int, int]] = {}
-        source = FileSource(path, lambda key: _region(regions, key, path))
+        source = storage_source(path, lambda key: _region(regions, key, path), data=fd)
         storages = reader.storages(regions, source)
         tensors = reader.tensors(storages)
         root = reader.object(tensors)
     finally:
-        os.close(fd)
+        fd.close()
     loaded = Loaded(TORCH_TAR, root, reader.references, [CVE_2025_32434_TAR], [source])
     return loaded
 
@@ -63,7 +64,7 @@ def _region(regions: dict[str, tuple[int, int]], key: str, path: str) -> tuple[i
 
 
 class _TarReader:
-    def __init__(self, fd: int, path: str, members: dict[str, tuple[int, int]], options: ReadOptions) -> None:
+    def __init__(self, fd: ByteSource, path: str, members: dict[str, tuple[int, int]], options: ReadOptions) -> None:
         self.fd = fd
         self.path = path
         self.members = members
@@ -74,7 +75,7 @@ class _TarReader:
     def _stream(self, name: str) -> tuple[io.BytesIO, int]:
         start, size = self.members[name]
         if name != "storages":
-            data = os.pread(self.fd, size, start)
+            data = self.fd.read_upto(start, size)
             if len(data) != size:
                 raise InputError(f"truncated tar member {name!r}", self.path)
             return io.BytesIO(data), start
@@ -90,7 +91,7 @@ class _TarReader:
                 self.references.append(ref)
         return result.obj
 
-    def storages(self, regions: dict[str, tuple[int, int]], source: FileSource) -> dict[str, LazyStorage]:
+    def storages(self, regions: dict[str, tuple[int, int]], source: DataSource) -> dict[str, LazyStorage]:
         stream, start = self._stream("storages")
         count = self._load(stream, "storages count")
         if type(count) is not int or count < 0:
@@ -165,9 +166,9 @@ class _TarReader:
 
 
 class _FileRegion(io.RawIOBase):
-    """Bytes [start, start + size) of a file, read with pread (the storages member, never slurped)."""
+    """Bytes [start, start + size) of a file, read by range (the storages member, never slurped)."""
 
-    def __init__(self, fd: int, start: int, size: int) -> None:
+    def __init__(self, fd: ByteSource, start: int, size: int) -> None:
         super().__init__()
         self._fd, self._start, self._size, self._pos = fd, start, size, 0
 
@@ -189,7 +190,7 @@ class _FileRegion(io.RawIOBase):
         want = min(len(buffer), self._size - self._pos)
         if want <= 0:
             return 0
-        data = os.pread(self._fd, want, self._start + self._pos)
+        data = self._fd.read_some(self._start + self._pos, want)
         buffer[: len(data)] = data
         self._pos += len(data)
         return len(data)

@@ -11,8 +11,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..io.source import FileSource
-from ..io.ziparchive import UNSUPPORTED_FLAGS, ZipArchive, ZipSource
+from ..io.ziparchive import UNSUPPORTED_FLAGS, ZipArchive, zip_source
 from ..model import DataSource
 from ..pickles import wo_input
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
@@ -122,8 +121,8 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         names = "\n" + "\n".join(archive.members) + "\n"  # substring tests at C speed (200,000 members)
         is_script = _join(prefix, "constants.pkl") in archive.members or ("\n" + _join(prefix, "code/")) in names
         # Stored members are plain file regions (writers copy them in the kernel); only an archive with
-        # deflated members needs the inflating source.
-        source = ZipSource(archive) if archive.compressed else FileSource(path, archive.region, archive.close)
+        # deflated members needs the inflating source (zip_source: the same over a URL, by range).
+        source = zip_source(archive)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
         seen: set[int] = set()  # for the weights_only prediction (pickles/wo_input.py)
         result = restricted_loads(

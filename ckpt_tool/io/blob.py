@@ -9,15 +9,18 @@ import io
 import os
 from typing import BinaryIO
 
+from .bytesource import ByteSource
+
 IN_MEMORY = 64 << 20  # regions up to this size are read whole: BytesIO walks fastest
 
 
 class _Region(io.RawIOBase):
-    """A read-only, seekable window onto a file descriptor."""
+    """A read-only, seekable window onto a file descriptor or a ByteSource."""
 
-    def __init__(self, fd: int, start: int, length: int) -> None:
+    def __init__(self, fd: int | None, start: int, length: int, src: ByteSource | None = None) -> None:
         super().__init__()
         self._fd = fd
+        self._src = src
         self._start = start
         self._length = length
         self._pos = 0
@@ -40,7 +43,10 @@ class _Region(io.RawIOBase):
         n = min(len(buffer), self._length - self._pos)
         if n <= 0:
             return 0
-        data = os.pread(self._fd, n, self._start + self._pos)
+        if self._src is not None:
+            data = self._src.read_some(self._start + self._pos, n)
+        else:
+            data = os.pread(self._fd, n, self._start + self._pos)  # type: ignore[arg-type]
         buffer[: len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -49,17 +55,23 @@ class _Region(io.RawIOBase):
 class Blob:
     """``length`` bytes starting at ``start`` of a file descriptor or a bytes object."""
 
-    __slots__ = ("data", "fd", "length", "start")
+    __slots__ = ("data", "fd", "length", "src", "start")
 
-    def __init__(self, fd: int | None, data: bytes | None, start: int, length: int) -> None:
+    def __init__(self, fd: int | None, data: bytes | None, start: int, length: int,
+                 src: ByteSource | None = None) -> None:
         self.fd = fd
         self.data = data
         self.start = start
         self.length = max(0, length)
+        self.src = src  # a file or URL read by range (fd and data are None then)
 
     @classmethod
     def from_fd(cls, fd: int, size: int) -> Blob:
         return cls(fd, None, 0, size)
+
+    @classmethod
+    def from_source(cls, src: ByteSource) -> Blob:
+        return cls(None, None, 0, src.size, src)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Blob:
@@ -72,6 +84,8 @@ class Blob:
         n = min(n, self.length - offset)
         if self.data is not None:
             return self.data[self.start + offset : self.start + offset + n]
+        if self.src is not None:
+            return self.src.read_upto(self.start + offset, n)
         assert self.fd is not None
         out = bytearray()
         while len(out) < n:
@@ -84,7 +98,7 @@ class Blob:
     def sub(self, offset: int, length: int) -> Blob:
         offset = min(max(0, offset), self.length)
         length = min(max(0, length), self.length - offset)
-        return Blob(self.fd, self.data, self.start + offset, length)
+        return Blob(self.fd, self.data, self.start + offset, length, self.src)
 
     def stream(self) -> BinaryIO:
         """A seekable stream over the blob whose ``tell()`` counts from the blob's start."""
@@ -92,7 +106,7 @@ class Blob:
             if self.start == 0 and self.length == len(self.data):
                 return io.BytesIO(self.data)
             return io.BytesIO(self.data[self.start : self.start + self.length])
-        if self.length <= IN_MEMORY:
+        if self.length <= IN_MEMORY and (self.src is None or not self.src.remote):
             return io.BytesIO(self.read(0, self.length))
-        assert self.fd is not None
-        return io.BufferedReader(_Region(self.fd, self.start, self.length), buffer_size=1 << 20)
+        return io.BufferedReader(_Region(self.fd, self.start, self.length, self.src),
+                                 buffer_size=(1 << 16) if self.src is not None and self.src.remote else (1 << 20))

@@ -6,56 +6,14 @@ instead of reading them, so metadata paths never touch tensor bytes.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Callable
 
 from ..errors import InputError
 from ..model import DataSource
+from .bytesource import ByteSource, is_url, open_regular, pread_exact
+from .paths import open_bytes
 
-
-def open_regular(path: str) -> int:
-    """Open a regular file read-only; refuse FIFOs and devices that would hang."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError("no such file", path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError("is a directory", path)
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError("not a regular file (a FIFO, socket or device would hang the reader)", path)
-    try:
-        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise InputError(f"cannot open: {exc.strerror}", path) from None
-
-
-_CHECK_ABOVE = 1 << 20  # bytes; smaller reads cannot allocate much
-
-
-def pread_exact(fd: int, length: int, offset: int, path: str) -> bytes:
-    """Read exactly ``length`` bytes at ``offset`` or fail with a truncation error.
-
-    A large ``length`` is checked against the file's size first: os.pread
-    allocates the whole length before reading, and lengths come from the file.
-    """
-    if length > _CHECK_ABOVE and offset + length > os.fstat(fd).st_size:
-        raise InputError(f"truncated: needed {length} bytes at offset {offset}, the file ends first", path)
-    data = os.pread(fd, length, offset)
-    if len(data) == length:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < length:
-        chunk = os.pread(fd, length - got, offset + got)
-        if not chunk:
-            raise InputError(
-                f"truncated: needed {length} bytes at offset {offset}, the file ends first", path
-            )
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
+__all__ = ["open_regular", "pread_exact", "open_bytes", "ByteSource"]
 
 
 class FileSource(DataSource):
@@ -121,6 +79,48 @@ class FileSource(DataSource):
             self._on_close()
 
 
+class RangeSource(DataSource):
+    """Storages that are regions of a ByteSource that is not a local file (a URL).
+
+    Not a FileSource: writers and verification take their plain-read paths
+    (no descriptors, no kernel copies) for it.
+    """
+
+    def __init__(self, data: ByteSource, resolve: Callable[[str], tuple[int, int]]) -> None:
+        self.path = data.name
+        self.data = data
+        self._resolve = resolve
+        self._cache: dict[str, tuple[int, int]] = {}
+
+    def region(self, key: str) -> tuple[int, int]:
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._resolve(key)
+        return found
+
+    def _check(self, key: str, offset: int, length: int) -> int:
+        start, size = self.region(key)
+        if offset < 0 or length < 0 or offset + length > size:
+            raise InputError(
+                f"storage {key!r} holds {size} bytes but a tensor needs bytes {offset}..{offset + length}", self.path
+            )
+        return start + offset
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        return self.data.read_data(self._check(key, offset, length), length)
+
+    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+        self.data.read_into(self._check(key, offset, len(out)), out)
+
+
+def storage_source(path: str, resolve: Callable[[str], tuple[int, int]],
+                   on_close: Callable[[], None] | None = None, data: ByteSource | None = None) -> DataSource:
+    """Where a reader's storages are read from: a FileSource for a local file, else a RangeSource."""
+    if is_url(path):
+        return RangeSource(data if data is not None else open_bytes(path), resolve)
+    return FileSource(path, resolve, on_close)
+
+
 class BlobSource(DataSource):
     """Storages that are regions of one bytes object (no file behind them)."""
 
@@ -165,13 +165,10 @@ def read_pickle_file(path: str, limit: int, what: str) -> bytes:
     """A whole (pickle) file, refused before reading when it is over ``limit`` bytes."""
     from ..errors import LimitExceeded
 
-    fd = open_regular(path)
-    try:
-        size = os.fstat(fd).st_size
+    with open_bytes(path) as data:
+        size = data.size
         if size > limit:
             raise LimitExceeded(
                 f"{what} is {size} bytes, over the pickle limit of {limit} (raise it with --max-pickle-bytes)", path
             )
-        return pread_exact(fd, size, 0, path)
-    finally:
-        os.close(fd)
+        return data.read(0, size)

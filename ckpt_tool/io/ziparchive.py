@@ -8,14 +8,16 @@ member data offsets only when a member is actually read.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 import zlib
 from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
+from ..model import DataSource
+from .bytesource import ByteSource
 from .miniz import MinizIndex
-from .source import FileSource, open_regular, pread_exact
+from .paths import open_bytes
+from .source import FileSource, RangeSource
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -47,13 +49,14 @@ class Member(NamedTuple):
 class ZipArchive:
     """The members of a zip file, by name, with lazily located data offsets."""
 
-    def __init__(self, path: str, member_limit: int = 1 << 31, *, data: bytes | None = None) -> None:
-        """The archive in file ``path``, or in ``data`` (torch.save bytes nested in a pickle, a DCP chunk)."""
+    def __init__(self, path: str, member_limit: int = 1 << 31, *, data: bytes | None = None,
+                 source: ByteSource | None = None) -> None:
+        """The archive in file (or URL) ``path``, or in ``data`` (torch.save bytes nested in a pickle, a DCP chunk)."""
         self.path = path
         self.member_limit = member_limit  # largest size a deflated member may inflate to
         self._data = data
-        self._fd: int | None = open_regular(path) if data is None else None
-        self.file_size = os.fstat(self._fd).st_size if self._fd is not None else len(data or b"")
+        self.source: ByteSource | None = None if data is not None else (source or open_bytes(path))
+        self.file_size = self.source.size if self.source is not None else len(data or b"")
         self.members: dict[str, Member] = {}
         self.duplicates: list[str] = []
         self._data_offsets: dict[str, int] = {}
@@ -69,25 +72,18 @@ class ZipArchive:
             self.close()  # a corrupt archive must not leak its descriptor (long-running callers)
             raise
 
-    @property
-    def fd(self) -> int:
-        """The file descriptor, reopened if the archive was closed after parsing."""
-        if self._fd is None:
-            self._fd = open_regular(self.path)
-        return self._fd
-
     def _pread(self, n: int, offset: int) -> bytes:
-        if self._data is not None:
-            chunk = self._data[offset : offset + n]
+        if self.source is None:
+            chunk = (self._data or b"")[offset : offset + n]
             if len(chunk) != n or offset < 0:
                 raise InputError(f"truncated: needed {n} bytes at offset {offset}, the archive ends first", self.path)
             return chunk
-        return pread_exact(self.fd, n, offset, self.path)
+        return self.source.read(offset, n)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Release the file (a later read reopens it)."""
+        if self.source is not None:
+            self.source.close()
 
     # -- central directory ---------------------------------------------------
     def _read_central_directory(self) -> None:
@@ -110,7 +106,10 @@ class ZipArchive:
                 "corrupt or truncated zip archive: the central directory lies past the end of the file",
                 self.path,
             )
-        data = self._pread(cd_size, cd_offset)
+        # Over a URL the directory is read with the 4 KiB before it: torch writes its small records
+        # (version, byteorder, serialization id) last, and they are read next (one request saved).
+        pad = min(cd_offset, 4096) if self.source is not None and self.source.remote else 0
+        data = self._pread(cd_size + pad, cd_offset - pad)[pad:] if pad else self._pread(cd_size, cd_offset)
         unpack = _CENTRAL_FMT.unpack_from
         new_member = tuple.__new__  # Member(...) without a Python-level __new__ call, 200,000 times
         pos = 0
@@ -319,7 +318,7 @@ def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, i
 
 
 
-class ZipSource(FileSource):
+class _DeflatedMembers:
     """Storages that are members of a zip: stored ones read in place, deflated ones inflated when read.
 
     torch writes storages stored, and reads deflated ones too (miniz inflates
@@ -327,13 +326,9 @@ class ZipSource(FileSource):
     and only that member is held in memory.
     """
 
-    def __init__(self, archive: ZipArchive) -> None:
-        super().__init__(archive.path, self._stored_region, archive.close)
-        self.archive = archive
-        self._inflated: tuple[str, bytes] | None = None
-
-    def _stored_region(self, key: str) -> tuple[int, int]:
-        return self.archive.region(key)
+    archive: ZipArchive
+    path: str
+    _inflated: tuple[str, bytes] | None = None
 
     def _deflated(self, key: str) -> bytes | None:
         m = self.archive.members.get(key)
@@ -346,7 +341,7 @@ class ZipSource(FileSource):
     def read(self, key: str, offset: int, length: int) -> bytes:
         data = self._deflated(key)
         if data is None:
-            return super().read(key, offset, length)
+            return super().read(key, offset, length)  # type: ignore[misc]
         if offset < 0 or length < 0 or offset + length > len(data):
             raise InputError(f"storage {key!r} holds {len(data)} bytes but a tensor needs bytes "
                              f"{offset}..{offset + length}", self.path)
@@ -354,6 +349,35 @@ class ZipSource(FileSource):
 
     def read_into(self, key: str, offset: int, out: memoryview) -> None:
         if self._deflated(key) is None:
-            super().read_into(key, offset, out)
+            super().read_into(key, offset, out)  # type: ignore[misc]
         else:
             out[:] = self.read(key, offset, len(out))
+
+
+class ZipSource(_DeflatedMembers, FileSource):
+    """The storages of a zip file on disk."""
+
+    def __init__(self, archive: ZipArchive) -> None:
+        FileSource.__init__(self, archive.path, self._stored_region, archive.close)
+        self.archive = archive
+
+    def _stored_region(self, key: str) -> tuple[int, int]:
+        return self.archive.region(key)
+
+
+class RemoteZipSource(_DeflatedMembers, RangeSource):
+    """The storages of a zip behind a URL."""
+
+    def __init__(self, archive: ZipArchive, data: ByteSource) -> None:
+        RangeSource.__init__(self, data, archive.region)
+        self.archive = archive
+
+
+def zip_source(archive: ZipArchive) -> DataSource:
+    """Where an archive's storages are read from: plain regions of the file (or URL) when every member
+    is stored, as torch.save writes them; the inflating sources only for an archive with deflated ones."""
+    if archive.source is not None and archive.source.remote:
+        if archive.compressed:
+            return RemoteZipSource(archive, archive.source)
+        return RangeSource(archive.source, archive.region)
+    return ZipSource(archive) if archive.compressed else FileSource(archive.path, archive.region, archive.close)

@@ -1,0 +1,112 @@
+"""Paths and URLs alike: open, test, list and join, whichever a user gave.
+
+Readers call these instead of os.path and open(): a local path goes to the
+standard library, a URL to io/protocols.py (imported only for URLs).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Sequence
+
+from ..errors import InputError
+from .bytesource import ByteSource, LocalFile, is_url
+
+__all__ = ["is_url", "open_bytes", "isdir", "isfile", "listdir", "join", "dirname", "basename", "missing_files",
+           "remote_session", "url_bytes"]
+
+
+def open_bytes(path: str) -> ByteSource:
+    """The bytes of ``path``: a local file, or a URL read by byte ranges (the ``remote`` extra)."""
+    if is_url(path):
+        from .protocols import open_remote
+
+        return open_remote(path)
+    return LocalFile(path)
+
+
+# -- paths and URLs alike ---------------------------------------------------------
+
+
+def isdir(path: str) -> bool:
+    """A folder (for a URL: a prefix or repository folder that lists files)."""
+    if is_url(path):
+        from .protocols import current, is_folder
+
+        return is_folder(path, current())
+    return os.path.isdir(path)
+
+
+def isfile(path: str) -> bool:
+    """A file (for a URL: one that answers its first range request)."""
+    if is_url(path):
+        from .protocols import is_file
+
+        return is_file(path)
+    return os.path.isfile(path)
+
+
+def listdir(path: str) -> list[str]:
+    """The names in a folder, sorted."""
+    if is_url(path):
+        from .protocols import current, list_folder
+
+        return list_folder(path, current())
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        raise InputError(f"cannot list folder: {exc.strerror}", path) from None
+
+
+def join(folder: str, name: str) -> str:
+    if is_url(folder):
+        return folder.rstrip("/") + "/" + name
+    return os.path.join(folder, name)
+
+
+def dirname(path: str) -> str:
+    """The folder holding ``path`` (absolute for a local path)."""
+    if is_url(path):
+        return path.rstrip("/").rsplit("/", 1)[0]
+    return os.path.dirname(os.path.abspath(path))
+
+
+def basename(path: str) -> str:
+    if is_url(path):
+        return path.rstrip("/").rsplit("/", 1)[-1]
+    return os.path.basename(path)
+
+
+def missing_files(folder: str, names: Sequence[str]) -> list[str]:
+    """The ``names`` (relative paths) that are not files in ``folder``.
+
+    For a URL, from one listing where the protocol has listings; a plain
+    HTTP server has none, and a missing file is then found when it is read.
+    """
+    if is_url(folder):
+        from .protocols import missing_in
+
+        return missing_in(folder, names)
+    return [n for n in names if not os.path.isfile(os.path.join(folder, n))]
+
+
+def remote_session(*candidates: object) -> contextlib.AbstractContextManager[Any]:
+    """A remote.Session counting the reads of these paths when one is a URL, else a no-op (None).
+
+    Local-only commands never import the remote machinery.
+    """
+    if not any(isinstance(p, str) and is_url(p) for p in candidates):
+        return contextlib.nullcontext(None)
+    from .remote import session
+
+    return session()
+
+
+def url_bytes(url: str) -> int:
+    """A URL's size: a file's from its first response, a folder's from its listing (no extra request
+    where the listing was read already; a plain HTTP folder counts the files read from it)."""
+    if isdir(url):
+        from .protocols import current, folder_bytes
+
+        return folder_bytes(url, current())
+    return open_bytes(url).size

@@ -7,10 +7,11 @@ for the few paths (stats, value diff, migrate) that need them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from . import dtypes
 

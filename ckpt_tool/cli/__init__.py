@@ -11,7 +11,8 @@ import re
 import signal
 import sys
 import threading
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 import click
 

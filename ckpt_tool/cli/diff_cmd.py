@@ -32,7 +32,8 @@ from .remote_io import download_option, remote_scope, transfer_bar, verbose_opti
               help="Keyword arguments for the target's constructor, as a JSON object (or @file.json).")
 @json_option
 @key_option
-@click.option("--key-b", default=None, metavar="DOTTED.PATH", help="Where B's state_dict is, when it differs from --key.")
+@click.option("--key-b", default=None, metavar="DOTTED.PATH",
+              help="Where B's state_dict is, when it differs from --key.")
 @unsafe_option
 @quiet_option
 @click.option("--values", is_flag=True, help="Also compare tensor data (two checkpoints), one tensor at a time.")

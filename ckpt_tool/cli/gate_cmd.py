@@ -9,7 +9,13 @@ import click
 from ..render.common import dumps
 from . import keep_until_exit
 from .options import (
-    json_option, key_option, limit_options, limits_from, quiet_option, sarif_option, target_kwargs_from,
+    json_option,
+    key_option,
+    limit_options,
+    limits_from,
+    quiet_option,
+    sarif_option,
+    target_kwargs_from,
     torch_version_option,
 )
 from .remote_io import download_option, remote_scope, transfer_bar, verbose_option

@@ -7,7 +7,13 @@ import click
 
 from . import keep_until_exit
 from .options import (
-    json_option, key_option, limit_options, limits_from, quiet_option, torch_version_option, unsafe_option,
+    json_option,
+    key_option,
+    limit_options,
+    limits_from,
+    quiet_option,
+    torch_version_option,
+    unsafe_option,
 )
 from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
 

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import click
 

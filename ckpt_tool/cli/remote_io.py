@@ -5,7 +5,8 @@ import contextlib
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import click
 

@@ -19,9 +19,10 @@ import hashlib
 import multiprocessing
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
-from typing import Any, Sequence
+from typing import Any
 
 from .. import writers
 from ..errors import CkptError, UsageError, WriteError
@@ -197,13 +198,13 @@ class _Workers:
             for conn in wait(list(pending)):
                 i = pending.pop(conn)  # type: ignore[call-overload]
                 try:
-                    msg = conn.recv()  # type: ignore[union-attr]
+                    msg = conn.recv()  # type: ignore[union-attr,call-arg]
                 except EOFError:
                     self.procs[i].join(timeout=5)
                     code = self.procs[i].exitcode
                     raise CkptError(f"worker {i + 1} ended without a result (exit code {code})") from None
                 if msg[0] == "error":
-                    raise msg[1](msg[2])
+                    raise msg[1](msg[2])  # type: ignore[operator]  # the worker's exception class and message
                 if msg[0] != what:
                     raise CkptError(f"worker {i + 1} answered {msg[0]!r}, expected {what!r}")
                 answers[i] = msg[1]
@@ -323,7 +324,8 @@ def _finish(job: Any, tmp: Any, units: list[Unit], outcome: dict[str, Any]) -> d
             job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "
                                 f"of their own: {', '.join(big[:3])}")
     if job.dist is not None:
-        tmp.finish()  # the ranks fsynced their own writes; this flushes the owner's (publish waits for a background one)
+        # the ranks fsynced their own writes; this flushes the owner's (publish waits for a background one)
+        tmp.finish()
     verified: dict[str, bool] = {}
     if job.verify:
         if not failures:

@@ -88,7 +88,8 @@ def diff(
     if (b is None) == (target is None):
         raise UsageError("give either a second checkpoint B or --target SPEC (exactly one)")
     if values and target is not None:
-        raise UsageError("--values compares two checkpoints; a --target module built on the meta device holds no values")
+        raise UsageError("--values compares two checkpoints; a --target module built on the meta device "
+                         "holds no values")
     if key_b is not None and target is not None:
         raise UsageError("--key-b selects inside a second checkpoint B; a --target module has no container")
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):

@@ -14,8 +14,17 @@ from typing import Any
 from ..errors import CkptError, UsageError
 from ..limits import DEFAULT_LIMITS, Limits
 from .gate_checks import (
-    Check, Progress, check_dtype_policy, check_file_size, check_loads_safely, check_matches_target,
-    check_no_nan_inf, check_required_metadata, check_sha256, check_warnings, check_weights_only,
+    Check,
+    Progress,
+    check_dtype_policy,
+    check_file_size,
+    check_loads_safely,
+    check_matches_target,
+    check_no_nan_inf,
+    check_required_metadata,
+    check_sha256,
+    check_warnings,
+    check_weights_only,
 )
 from .policy import Policy
 from .remote_counts import counts_remote, with_remote

@@ -10,9 +10,9 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..io.paths import dirname, is_url, isdir, open_bytes, url_bytes
 from ..limits import Limits

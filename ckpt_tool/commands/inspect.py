@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..formats import load
 from ..io.paths import is_url, url_bytes

@@ -15,8 +15,9 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from .. import dtypes, writers
 from ..errors import RuleConflict, UsageError

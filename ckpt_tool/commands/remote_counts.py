@@ -5,7 +5,8 @@ import dataclasses
 import functools
 import inspect
 import os
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..io.paths import remote_session
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CkptError, InputError
+from ..formats import read_file
 from ..formats.base import ReadOptions
 from ..formats.dcp import ItemRegion, dcp_regions
-from ..formats import read_file
 from ..formats.sharded import read_index
 from ..io.blob import Blob
 from ..io.paths import basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes
@@ -27,7 +27,17 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from ..pickles import severity
 from ..pickles.scanner import (
-    DCP_DATA, ERROR, PICKLE, SAFETENSORS, TAR, TORCH_LEGACY, TORCH_ZIP, TORCHSCRIPT, UNKNOWN_FORMAT, ZIP, Scanner,
+    DCP_DATA,
+    ERROR,
+    PICKLE,
+    SAFETENSORS,
+    TAR,
+    TORCH_LEGACY,
+    TORCH_ZIP,
+    TORCHSCRIPT,
+    UNKNOWN_FORMAT,
+    ZIP,
+    Scanner,
 )
 from ..pickles.walker import Finding
 from .remote_counts import counts_remote, with_remote

@@ -6,7 +6,8 @@ the byte comparisons (verify_compare.py), then the checks on each device
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..writers.base import OutTensor
 from .verify_compare import compare_keys, compare_state_dict, compare_tree, tensor_keys, tensors_in

@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..io.source import pread_exact
 from ..model import TensorMeta

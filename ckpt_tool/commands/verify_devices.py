@@ -8,12 +8,13 @@ from __future__ import annotations
 import fnmatch
 import os
 import sys
-from collections.abc import Mapping
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..model import TensorMeta
 from ..writers.base import OutTensor, out_bytes
 from .verify_compare import MAX_REPORTED, Advance
+
 
 def _cuda_devices_present() -> bool:
     """Cheap check before importing torch: without a driver's device nodes there is no CUDA."""

@@ -10,7 +10,7 @@ import dataclasses
 import gc
 import importlib
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import CkptError, InputError
 from ..io.bytesource import is_url

@@ -6,7 +6,8 @@ this module checks the limits, keeps the metadata beside the state_dict
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import CkptError, LimitExceeded
 from ..io.source import MemorySource
@@ -123,6 +124,7 @@ def _build(loaded: Loaded, path: str, key: str | None, limits: Limits) -> Checkp
     held: Mapping[str, Any]
     if loaded.tensors is not None and key is None:
         # the reader built the state_dict itself (safetensors): nothing to locate or convert
+        chosen: str | None
         chosen, candidates, held = "", [Candidate("", len(loaded.tensors), True)], root
         tensors = loaded.tensors
     elif key is None and isinstance(root, Mapping) and all_tensors_str_keys(root):

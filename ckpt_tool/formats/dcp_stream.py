@@ -82,7 +82,7 @@ class DcpStreamSource(DataSource):
             if not paths.is_url(path) and not os.path.isfile(path):
                 raise InputError(f"shard file {rel!r} is missing", self.path)
             found = self._files[rel] = storage_source(path, _regions(path))  # type: ignore[assignment]
-        return found
+        return found  # type: ignore[return-value]  # set just above when missing
 
     def chunk_segment(self, key: str, dt: dtypes.DType, chunk: Chunk) -> Segment:
         """The byte range of the shard file that holds ``chunk``'s elements in C order."""
@@ -120,7 +120,8 @@ class DcpStreamSource(DataSource):
         if pkl not in archive.members:
             raise InputError(f"the {where} is a zip archive without {pkl!r}, not torch.save bytes", source.path)
         result = restricted_loads(archive.read(pkl, self.limits.max_pickle_bytes), where=f"{where}/{pkl}",
-                                  path=source.path, persistent_load=storage_loader(archive, prefix, source, source.path),
+                                  path=source.path,
+                                  persistent_load=storage_loader(archive, prefix, source, source.path),
                                   limits=self.limits)
         unsafe = sorted({r.qualname for r in result.references if r.severity != severity.SAFE})
         if unsafe:

@@ -14,9 +14,9 @@ The results are Segments; SegmentSource reads them.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from itertools import accumulate
 from math import ceil, prod
-from typing import Mapping, Sequence
 
 from .segments import Part, Segment, concat_slice
 

@@ -6,8 +6,8 @@ moment tensors are described by dtype and size, never read.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..model import TensorMeta
 from ..pickles.placeholders import LazyTensor

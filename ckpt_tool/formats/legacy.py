@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ..errors import InputError, LimitExceeded, UsageError
 from ..model import Candidate, TensorMeta
@@ -83,11 +84,11 @@ def module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth:
             out.setdefault("\0plain:" + prefix + name, value)
 
 
-def real_module_tensors(module: Any) -> "OrderedDict[str, Any]":
+def real_module_tensors(module: Any) -> OrderedDict[str, Any]:
     return OrderedDict(module.state_dict())
 
 
-def tensors_of(obj: Any) -> "Mapping[str, Any] | None":
+def tensors_of(obj: Any) -> Mapping[str, Any] | None:
     """The state_dict an object stands for, or None if it is not tensor-holding."""
     if is_module_placeholder(obj):
         out: OrderedDict[str, Any] = OrderedDict()
@@ -185,7 +186,8 @@ def find_candidates(root: Any) -> list[tuple[str, int]]:
             found.append((path, len(held)))
             if is_module_placeholder(obj):
                 return
-            if isinstance(obj, (Mapping, list, tuple)) and len(held) > sum(1 for _, c in _children(obj) if is_tensor(c)):
+            direct = sum(1 for _, c in _children(obj) if is_tensor(c))
+            if isinstance(obj, (Mapping, list, tuple)) and len(held) > direct:
                 return  # a nested tensor tree, flattened whole: its branches are not separate candidates
         for key, child in _children(obj):
             if not is_tensor(child):

@@ -7,9 +7,10 @@ storage once per distinct layout; then notes devices and shared storages.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from math import prod
 from operator import attrgetter
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import InputError
 from ..io.source import MemorySource
@@ -66,7 +67,7 @@ def metas_of(held: Mapping[str, Any], memory: MemorySource) -> list[TensorMeta]:
     if set(map(type, values)) == {TensorMeta} and list(map(_KEY, values)) == list(held):
         return values  # already TensorMetas under their own keys (sharded safetensors)
     checked: dict[Any, Any] = {}
-    out = []
+    out: list[TensorMeta] = []
     append = out.append
     for key, obj in held.items():
         st = obj.storage if type(obj) is LazyTensor else None

@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 import struct
 from collections import OrderedDict
+from collections.abc import Callable
 from itertools import chain
 from math import prod
 from operator import itemgetter, mul, sub
-from typing import Any, Callable
+from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded

@@ -11,8 +11,9 @@ input byte a writer asks for is read once.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator, Sequence
 from itertools import accumulate
-from typing import Iterator, NamedTuple, Sequence
+from typing import NamedTuple
 
 from ..errors import InputError
 from ..io.source import FileSource

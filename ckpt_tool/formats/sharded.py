@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..errors import InputError, LimitExceeded
 from ..io import paths
@@ -46,7 +47,8 @@ def read_index(path: str, max_bytes: int = DEFAULT_LIMITS.max_header_bytes) -> d
 
 
 def read_sharded(
-    path: str, options: ReadOptions, read_file: Callable[[str, ReadOptions], Loaded], locate: Callable[[Loaded, str], list[TensorMeta]]
+    path: str, options: ReadOptions, read_file: Callable[[str, ReadOptions], Loaded],
+    locate: Callable[[Loaded, str], list[TensorMeta]],
 ) -> Loaded:
     ipath = index_path(path)
     index = read_index(ipath, options.limits.max_header_bytes)

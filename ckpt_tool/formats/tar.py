@@ -102,19 +102,19 @@ class _TarReader:
             if not (isinstance(record, tuple) and len(record) == 3 and isinstance(record[2], StorageType)
                     and record[2].dtype is not None):
                 raise InputError(f"storage record #{i} is not (key, location, storage type)", self.path)
-            key, location, storage_type = str(record[0]), str(record[1]), record[2]
+            key, location, dtype = str(record[0]), str(record[1]), record[2].dtype
             raw = stream.read(8)
             if len(raw) != 8:
                 raise InputError(f"truncated: storage {key!r} has no element count", self.path)
             (numel,) = _COUNT.unpack(raw)
-            nbytes = numel * storage_type.dtype.itemsize
+            nbytes = numel * dtype.itemsize
             at = stream.tell()
             if numel < 0 or at + nbytes > self.members["storages"][1]:
                 raise InputError(f"truncated: storage {key!r} needs {nbytes} bytes past the end of its member",
                                  self.path)
             stream.seek(nbytes, io.SEEK_CUR)
             regions[key] = (start + at, nbytes)
-            out[key] = LazyStorage(key, storage_type.dtype, nbytes, location, source)
+            out[key] = LazyStorage(key, dtype, nbytes, location, source)
         views = self._load(stream, "storage views")
         for view in views if isinstance(views, list) else ():
             if not (isinstance(view, tuple) and len(view) == 4 and str(view[1]) in out):

@@ -200,7 +200,7 @@ def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, di
         text = archive.read(name, archive.member_limit, "--max-member-bytes").decode("utf-8", "replace")
         for match in _CLASS_RE.finditer(text):
             body = match.group(2)
-            lists = {"__parameters__": [], "__buffers__": []}
+            lists: dict[str, list[str]] = {"__parameters__": [], "__buffers__": []}
             for lm in _LIST_RE.finditer(body):
                 lists[lm.group(1)] = re.findall(r'"([^"]*)"', lm.group(2))
             classes[f"{module}.{match.group(1)}"] = lists
@@ -210,7 +210,7 @@ def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, di
 MAX_SCRIPT_MODULES = 1_000_000
 
 
-def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: str) -> "OrderedDict[str, Any]":
+def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: str) -> OrderedDict[str, Any]:
     classes = _script_classes(archive, prefix, path)
     out: OrderedDict[str, Any] = OrderedDict()
     visits = [0]

@@ -19,7 +19,7 @@ import shutil
 import signal
 import stat
 import threading
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from ..errors import OutputExists, UsageError, WriteError
 from . import staletemp

@@ -10,7 +10,8 @@ import os
 import re
 import stat
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import InputError
 

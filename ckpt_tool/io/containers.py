@@ -8,6 +8,7 @@ import tarfile
 from ..errors import InputError
 from .blob import Blob
 
+
 def json_object_starts(data: bytes) -> bool:
     """A safetensors header: a JSON object, after the whitespace serde_json allows before it."""
     return data.lstrip(b" \t\n\r")[:1] == b"{"

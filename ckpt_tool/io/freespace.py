@@ -14,8 +14,8 @@ visible to ``statvfs``: a write over a quota still fails at that point, cleanly.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from ..errors import NotEnoughSpace
 

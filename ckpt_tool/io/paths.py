@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import InputError
 from .bytesource import ByteSource, LocalFile, is_url

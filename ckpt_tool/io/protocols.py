@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .fetchers import FetchError, FsspecFetcher, HttpFetcher, S3Fetcher
 from .remote import _MAX_ROOT_FILES, _ROOT, EXTRA, MissingExtra, RemoteError, RemoteFile, Session, current, error_for

@@ -21,9 +21,10 @@ import contextvars
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from ..errors import InputError
 from .bytesource import ByteSource, LocalFile

@@ -6,7 +6,7 @@ instead of reading them, so metadata paths never touch tensor bytes.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import InputError
 from ..model import DataSource

@@ -36,8 +36,9 @@ import secrets
 import shutil
 import socket
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 try:
     import fcntl

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 # Prefixes left by wrappers: DataParallel/DDP, torch.compile, Lightning, both.
 KNOWN_PREFIXES = ("module._orig_mod.", "_orig_mod.module.", "module.", "_orig_mod.", "model.")
@@ -33,8 +33,9 @@ import fnmatch  # noqa: E402
 import functools  # noqa: E402
 import re  # noqa: E402
 import shlex  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from typing import Any, Mapping, NamedTuple, Sequence  # noqa: E402
+from typing import Any, NamedTuple  # noqa: E402
 
 from .. import dtypes  # noqa: E402
 from ..errors import RuleConflict, UsageError  # noqa: E402

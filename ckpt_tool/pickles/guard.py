@@ -23,7 +23,8 @@ import functools
 import io
 import re
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import InputError
 

@@ -14,6 +14,7 @@ from typing import Any
 from .. import dtypes
 from ..model import StorageRef
 
+
 class LazyStorage(StorageRef):
     """A storage named by a pickle's persistent id; its bytes stay on disk.
 

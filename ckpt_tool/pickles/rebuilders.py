@@ -11,11 +11,19 @@ import builtins
 import codecs
 import pickle
 from collections import Counter, OrderedDict, defaultdict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import dtypes
 from .placeholders import (
-    DTypeRef, LazyStorage, LazyTensor, NumpyArray, Placeholder, StorageType, numpy_scalar, placeholder_class,
+    DTypeRef,
+    LazyStorage,
+    LazyTensor,
+    NumpyArray,
+    Placeholder,
+    StorageType,
+    numpy_scalar,
+    placeholder_class,
 )
 
 # torch._utils._rebuild_tensor(storage, offset, size, stride) and _rebuild_tensor_v2(..., requires_grad,
@@ -94,7 +102,7 @@ def _reconstructor(cls: Any, base: Any, state: Any) -> Any:
 
 def _newobj(cls: Any, *args: Any) -> Any:
     if isinstance(cls, type) and (issubclass(cls, Placeholder) or cls in _SAFE_TYPES):
-        return cls.__new__(cls, *args)
+        return cls.__new__(cls, *args)  # type: ignore[type-var,arg-type]  # one of the classes above
     raise pickle.UnpicklingError("copyreg.__newobj__ of a class ckpt does not rebuild")
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import io
 import pickle
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import InputError, LimitExceeded
 from ..limits import DEFAULT_LIMITS, Limits
@@ -58,7 +59,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         self._seen: set[tuple[str, str]] = set()
         if persistent_load is not None:
             # The C unpickler calls it directly (no method in between): once per tensor.
-            self.persistent_load = persistent_load
+            self.persistent_load = persistent_load  # type: ignore[method-assign]
         self._nested = 0
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API

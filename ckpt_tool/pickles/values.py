@@ -1,8 +1,8 @@
 """The symbolic values a pickle walk keeps on its stack, and the known-loader tables it consults."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Union
 
 from ..model import GlobalRef
 
@@ -80,7 +80,7 @@ class Finding:
     where: str = ""
 
 
-Payload = Union[bytes, BytesRef]
+Payload = bytes | BytesRef
 OnEmbedded = Callable[[Payload, str], None]
 
 

@@ -18,13 +18,30 @@ up early; what it reached before a stop is reported all the same.
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Callable
+from collections.abc import Callable
+from typing import BinaryIO
 
 from ..model import GlobalRef
 from . import severity as levels
 from .values import (
-    BYTES_IO, DILL, DILL_MODULE, GETATTR, IDIOM, LATIN1, NESTED_LOADERS, SETATTR, UNKNOWN,
-    BytesRef, Finding, Glob, Made, OnEmbedded, Payload, Stream, Unknown, Walk,
+    BYTES_IO,
+    DILL,
+    DILL_MODULE,
+    GETATTR,
+    IDIOM,
+    LATIN1,
+    NESTED_LOADERS,
+    SETATTR,
+    UNKNOWN,
+    BytesRef,
+    Finding,
+    Glob,
+    Made,
+    OnEmbedded,
+    Payload,
+    Stream,
+    Unknown,
+    Walk,
 )
 
 __all__ = ["walk", "Walk", "Finding", "BytesRef", "NESTED_LOADERS"]
@@ -199,7 +216,8 @@ class _Walker(WalkState):
         self.escape(self.pop())
         target = self.top()
         if isinstance(target, Glob):
-            self.finding(levels.DANGEROUS, f"BUILD sets attributes on the imported object {target.module}.{target.name}")
+            self.finding(levels.DANGEROUS,
+                         f"BUILD sets attributes on the imported object {target.module}.{target.name}")
 
     def load_persid(self) -> None:
         self.readline()

@@ -7,12 +7,24 @@ from __future__ import annotations
 
 import codecs
 import struct
-from typing import BinaryIO, Callable
+from collections.abc import Callable
+from typing import BinaryIO
 
 from ..model import GlobalRef
 from . import severity as levels
 from .values import (
-    IDIOM, MAX_LINE, SMALL, UNKNOWN, BigStr, BytesRef, Container, Finding, Glob, Made, OnEmbedded, Walk,
+    IDIOM,
+    MAX_LINE,
+    SMALL,
+    UNKNOWN,
+    BigStr,
+    BytesRef,
+    Container,
+    Finding,
+    Glob,
+    Made,
+    OnEmbedded,
+    Walk,
 )
 
 TENSOR_MODULES = ("torch._utils", "torch._tensor")

@@ -52,8 +52,8 @@ files read with NumPy 2: ``numpy.core.multiarray.*`` objects now say
 from __future__ import annotations
 
 import functools
-import re
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -80,28 +80,38 @@ class Rules:
     build_on_default_allowed: bool  # BUILD may act on instances of default-allowed classes
     map_names_any_protocol: bool  # py2 name mapping applies whatever the PROTO (2.4: only protocol 2)
     setitem_only_dicts: bool  # SETITEM(S) only on dict/OrderedDict/Counter (CVE-2026-24747 fix)
-    refuses_torchscript: bool  # weights_only on a TorchScript zip raises (before: torch.jit.load ran it, CVE-2025-32434)
+    # weights_only on a TorchScript zip raises (before: torch.jit.load ran it, CVE-2025-32434)
+    refuses_torchscript: bool
     refuses_tar: bool  # the torch 0.1 tar format is refused
     default_weights_only: bool  # torch.load's default
     reads_safetensors: bool = False  # a path ending in .safetensors goes to safetensors.torch.load_file
 
 
 # ---- the allowlist of torch 2.4 (_get_allowed_globals), then what each version added
-_DTYPES = ["float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "complex32", "complex64", "complex128", "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "uint16", "uint32", "uint64", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2"]
+_DTYPES = [
+    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "complex32",
+    "complex64", "complex128", "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "uint16", "uint32", "uint64",
+    "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz",
+    "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2"]
 _SCALAR_NAMES = ["Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool"]
 _TENSOR_CLASSES = [f"torch.{n}Tensor" for n in _SCALAR_NAMES] + [f"torch.cuda.{n}Tensor" for n in _SCALAR_NAMES] + [
     f"torch.{m}.{n}Tensor" for m in ("sparse", "cuda.sparse") for n in _SCALAR_NAMES if n != "Bool"]
 _STORAGES = [f"torch.{n}Storage" for n in _SCALAR_NAMES + ["ComplexDouble", "ComplexFloat", "QUInt8", "QInt8",
                                                           "QInt32", "QUInt4x2", "QUInt2x4"]]
 _STORAGES += [f"torch.cuda.{n}Storage" for n in _SCALAR_NAMES + ["ComplexDouble", "ComplexFloat"]]
-_REBUILD_2_4 = ["_rebuild_parameter", "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_sparse_tensor", "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_wrapper_subclass", "_rebuild_device_tensor_from_numpy"]
+_REBUILD_2_4 = [
+    "_rebuild_parameter", "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_tensor",
+    "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_sparse_tensor", "_rebuild_meta_tensor_no_storage",
+    "_rebuild_nested_tensor", "_rebuild_wrapper_subclass", "_rebuild_device_tensor_from_numpy"]
 _BASE = frozenset(
     ["collections.OrderedDict", "collections.Counter", "torch.nn.parameter.Parameter",
      "torch.serialization._get_layout", "torch.Size", "torch.Tensor", "torch.device", "_codecs.encode",
      "builtins.bytearray", "torch.storage.TypedStorage", "torch.storage.UntypedStorage",
      "torch._tensor._rebuild_from_type_v2"]
     + [f"torch.{d}" for d in _DTYPES] + _TENSOR_CLASSES + _STORAGES
-    + [f"torch.{q}" for q in ["per_tensor_affine", "per_tensor_symmetric", "per_channel_affine", "per_channel_symmetric", "per_channel_affine_float_qparams"]]
+    + [f"torch.{q}" for q in [
+        "per_tensor_affine", "per_tensor_symmetric", "per_channel_affine", "per_channel_symmetric",
+        "per_channel_affine_float_qparams"]]
     + [f"torch._utils.{f}" for f in _REBUILD_2_4]
 )
 # (version, changes): each Rules field that changed, and names added to the allowlist.
@@ -147,13 +157,19 @@ NAME_MAPPING = {
     ("itertools", "izip"): ("builtins", "zip"), ("itertools", "imap"): ("builtins", "map"),
     ("itertools", "ifilter"): ("builtins", "filter"), ("itertools", "ifilterfalse"): ("itertools", "filterfalse"),
     ("itertools", "izip_longest"): ("itertools", "zip_longest"),
-    ("UserDict", "IterableUserDict"): ("collections", "UserDict"), ("UserList", "UserList"): ("collections", "UserList"),
+    (
+        "UserDict", "IterableUserDict"): ("collections", "UserDict"), ("UserList", "UserList"): ("collections",
+        "UserList"),
     ("UserString", "UserString"): ("collections", "UserString"), ("__builtin__", "basestring"): ("builtins", "str"),
     ("exceptions", "StandardError"): ("builtins", "Exception"), ("UserDict", "UserDict"): ("collections", "UserDict"),
 }
 BLOCKED_MODULES = frozenset(["sys", "os", "posix", "nt"])  # refused even when allowlisted
 SUPPORTED_OPCODES = frozenset(
-    ["GLOBAL", "NEWOBJ", "REDUCE", "BUILD", "APPEND", "APPENDS", "SETITEM", "SETITEMS", "MARK", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "NONE", "NEWFALSE", "NEWTRUE", "EMPTY_TUPLE", "EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "BININT", "BININT1", "BININT2", "BINFLOAT", "BINUNICODE", "SHORT_BINSTRING", "BINPERSID", "BINGET", "LONG_BINGET", "BINPUT", "LONG_BINPUT", "LONG1", "PROTO", "STOP"]
+    [
+        "GLOBAL", "NEWOBJ", "REDUCE", "BUILD", "APPEND", "APPENDS", "SETITEM", "SETITEMS", "MARK", "TUPLE", "TUPLE1",
+        "TUPLE2", "TUPLE3", "NONE", "NEWFALSE", "NEWTRUE", "EMPTY_TUPLE", "EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET",
+        "BININT", "BININT1", "BININT2", "BINFLOAT", "BINUNICODE", "SHORT_BINSTRING", "BINPERSID", "BINGET",
+        "LONG_BINGET", "BINPUT", "LONG_BINPUT", "LONG1", "PROTO", "STOP"]
 )  # the same set in 2.4-2.13: no protocol 4+ opcodes (STACK_GLOBAL, FRAME, MEMOIZE, ...), POP, DUP, LONG4, BINBYTES
 _BUILD_ALWAYS = frozenset(["torch.Tensor", "torch.nn.parameter.Parameter", "collections.OrderedDict"])
 _SETITEM_TYPES = frozenset(["collections.OrderedDict", "collections.Counter"])
@@ -164,7 +180,9 @@ _NP_DTYPES = {"b1": "Bool", "i1": "Int8", "u1": "UInt8", "i2": "Int16", "u2": "U
               "c24": "CLongDouble", "c32": "CLongDouble", "O4": "Object", "O8": "Object", "M8": "DateTime64",
               "m8": "TimeDelta64"}
 _NP_FLEXIBLE = {"S": "Bytes", "U": "Str", "V": "Void"}
-_BUILTIN_CLASSES = frozenset(["set", "frozenset", "bytearray", "bytes", "complex", "slice", "range", "dict", "list", "tuple", "int", "float", "str", "bool", "object"])
+_BUILTIN_CLASSES = frozenset([
+    "set", "frozenset", "bytearray", "bytes", "complex", "slice", "range", "dict", "list", "tuple", "int", "float",
+    "str", "bool", "object"])
 _TENSOR_MAKERS = frozenset(f"torch._utils.{f}" for f in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3"))
 
 

@@ -32,8 +32,16 @@ from typing import Any
 
 from .. import dtypes
 from .weights_only import (
-    BLOCKED_MODULES, SUPPORTED_OPCODES, TABLE, Pair, PickleFacts, WeightsOnlyVerdict, facts_from_pickle, predict,
-    rules_for, torch_name,
+    BLOCKED_MODULES,
+    SUPPORTED_OPCODES,
+    TABLE,
+    Pair,
+    PickleFacts,
+    WeightsOnlyVerdict,
+    facts_from_pickle,
+    predict,
+    rules_for,
+    torch_name,
 )
 
 MAX_ZIP_VERSION = 10  # caffe2::serialize::kMaxSupportedFileFormatVersion (torch 2.4 to 2.13)

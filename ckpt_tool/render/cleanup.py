@@ -1,7 +1,7 @@
 """Text for stale temporaries: migrate's one line on stderr, and ``ckpt doctor --clean``'s report."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..io.staletemp import CleanReport, Temporary
 from .common import human_bytes

@@ -1,12 +1,12 @@
 """Small formatting helpers shared by the text renderers."""
 from __future__ import annotations
 
-import os
-
 import json
+import os
 import sys
+from collections.abc import Iterable
 from itertools import repeat
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import WriteError
 from ..units import human_bytes  # noqa: F401 - re-exported for the renderers

@@ -107,7 +107,8 @@ def render(report: DiffReport) -> str:
         failed = len(r.value_mismatch)
         out.append(f"values (atol={r.atol:g}, rtol={r.rtol:g}): {len(r.values)} compared, {failed} outside tolerance")
         if not r.values:
-            out.append("  (no key of equal shape on both sides" + ("; apply the fix below first)" if r.suggestion else ")"))
+            tail = "; apply the fix below first)" if r.suggestion else ")"
+            out.append("  (no key of equal shape on both sides" + tail)
         shown = list(r.value_mismatch) if failed else []
         nonzero = [v for v in r.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
         table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
@@ -117,7 +118,8 @@ def render(report: DiffReport) -> str:
                 out.append("  ... (--json lists every tensor)")
     meta_rows = _metadata_lines(r.metadata_diff)
     if meta_rows:
-        title = "metadata differences" + ("" if r.fail_on_metadata else " (not counted; --fail-on-metadata counts them)")
+        counted = "" if r.fail_on_metadata else " (not counted; --fail-on-metadata counts them)"
+        title = "metadata differences" + counted
         out += _section(title, meta_rows, len(meta_rows))
     if r.missing or r.unexpected or r.shape_mismatch:
         out.append("")

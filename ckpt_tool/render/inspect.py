@@ -76,7 +76,8 @@ def summary_lines(report: InspectReport) -> list[str]:
         lines.append(f"state_dict: {where}")
     others = [x for x in c.candidates if not x.chosen]
     if others:
-        lines.append("            other tensor groups: " + ", ".join(f"{x.key or '<top>'} ({x.tensors})" for x in others[:6]))
+        groups = ", ".join(f"{x.key or '<top>'} ({x.tensors})" for x in others[:6])
+        lines.append("            other tensor groups: " + groups)
     lines.append(
         f"tensors:    {len(c.tensors)}   parameters: {human_count(c.total_numel)} ({c.total_numel:,})"
         f"   size: {human_bytes(c.total_nbytes)}"
@@ -105,9 +106,9 @@ def render_table(report: InspectReport) -> str:
         if stats is not None:
             s = stats.get(t.key)
             if s is None or s.min is None:
-                row += ["", "", "", "", s.nan if s else "", s.inf if s else ""]
+                row += ["", "", "", "", str(s.nan) if s else "", str(s.inf) if s else ""]
             else:
-                row += [f"{s.min:.4g}", f"{s.max:.4g}", f"{s.mean:.4g}", f"{s.std:.4g}", s.nan, s.inf]
+                row += [f"{s.min:.4g}", f"{s.max:.4g}", f"{s.mean:.4g}", f"{s.std:.4g}", str(s.nan), str(s.inf)]
         row.append("; ".join(report.notes.get(t.key, ())))
         rows.append(row)
     headers = ["key", "dtype", "shape", "numel", "bytes"]

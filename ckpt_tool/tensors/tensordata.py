@@ -229,7 +229,7 @@ def check_reads(reads: Sequence[tuple[Read, ...]], check: Callable[..., Any], *,
 
     def read(r: Read, buf: Any) -> memoryview:
         t, offset, length = r
-        view = memoryview(buf)[:length] if length <= len(buf) else memoryview(np.empty(length, dtype=np.uint8))
+        view = memoryview(buf)[:length] if length <= len(buf) else memoryview(np.empty(length, dtype=np.uint8))  # type: ignore[arg-type]
         if t.storage is None:
             raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
         t.storage.source.read_into(t.storage.key, t.storage_offset * t.itemsize + offset, view)

@@ -18,8 +18,9 @@ import errno
 import os
 import threading
 import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from math import prod
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from .. import dtypes
 from ..errors import InputError

@@ -7,7 +7,8 @@ DCP has no streaming entry point: the state_dict is materialised in memory
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .base import OutTensor
 

@@ -4,8 +4,8 @@ metadata a safetensors output can hold, and which tensors are ties.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..errors import RuleConflict
 from ..formats.locate import is_tensor

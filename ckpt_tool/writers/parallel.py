@@ -17,7 +17,8 @@ must flush its own writes).
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from ..errors import InputError
 from .base import Output, OutTensor, Region, copy_region, tensor_data

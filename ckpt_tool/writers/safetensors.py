@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import struct
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .. import dtypes
 from ..errors import InputError, RuleConflict

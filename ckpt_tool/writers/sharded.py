@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from ..errors import UsageError
 from .base import OutTensor, write_all

@@ -24,8 +24,9 @@ import json
 import re
 import sys
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .. import dtypes
 from .base import OutTensor

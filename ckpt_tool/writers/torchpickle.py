@@ -148,7 +148,7 @@ class TorchPickler(_PurePickler):
         idx = len(self.memo)
         self.memo[id(marker)] = idx, marker
         self._globals[(module, name)] = self.get(idx)
-        return _P.GLOBAL + f"{module}\n{name}\n".encode("utf-8") + self.put(idx)
+        return _P.GLOBAL + f"{module}\n{name}\n".encode() + self.put(idx)
 
     def _constant(self, s: str) -> bytes:
         """A string written once and fetched from the memo afterwards."""

@@ -16,8 +16,9 @@ import secrets
 import struct
 import sys
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..errors import InputError
 from .base import Output, Region, copy_region, out_bytes, storage_data
@@ -68,7 +69,7 @@ class ZipWriter:
     def add_stream(self, name: str, size: int, pieces: Iterable[bytes | bytearray] | Region,
                    on_bytes: Callable[[int], None] | None = None) -> None:
         """A member of known ``size``; a one-piece member gets its CRC up front, others have it patched in."""
-        raw_name = f"{self.prefix}/{name}".encode("utf-8")
+        raw_name = f"{self.prefix}/{name}".encode()
         offset = self.out.pos
         if isinstance(pieces, Region):
             if pieces.length != size:

@@ -13,6 +13,7 @@ fast path is untouched.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from ..errors import CkptError, InputError, LimitExceeded
 from ..io.blob import Blob
@@ -20,8 +21,10 @@ from ..io.paths import is_url, open_bytes
 from ..limits import Limits
 from ..model import GlobalRef
 from ..pickles import severity
-from ..pickles.scanner import Scanner
 from .base import Loaded
+
+if TYPE_CHECKING:
+    from ..pickles.scanner import Scanner
 
 
 def walk_file(path: str, limits: Limits) -> Scanner | None:

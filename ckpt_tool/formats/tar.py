@@ -22,8 +22,8 @@ from ..io.bytesource import ByteSource
 from ..io.paths import open_bytes
 from ..io.source import storage_source
 from ..model import DataSource, GlobalRef
+from ..pickles.advisories import CVE_2025_32434_TAR
 from ..pickles.placeholders import LazyStorage, LazyTensor, StorageType
-from ..pickles.scanner import CVE_2025_32434_TAR
 from ..pickles.unpickler import restricted_load_stream
 from .base import Loaded, ReadOptions
 from .detect import TORCH_TAR

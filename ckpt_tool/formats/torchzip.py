@@ -14,8 +14,8 @@ from ..errors import InputError, LimitExceeded
 from ..io.ziparchive import UNSUPPORTED_FLAGS, ZipArchive, zip_source
 from ..model import DataSource
 from ..pickles import wo_input
+from ..pickles.advisories import CVE_2025_32434_SCRIPT
 from ..pickles.placeholders import LazyStorage, Placeholder, StorageType
-from ..pickles.scanner import CVE_2025_32434_SCRIPT
 from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
 from .detect import TORCH_ZIP, TORCHSCRIPT

@@ -25,16 +25,10 @@ from ..io.zipsweep import CorruptZip, member_blob, read_directory, sweep_local_h
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from . import severity
+from .advisories import CVE_2025_32434_SCRIPT, CVE_2025_32434_TAR
 from .walker import BytesRef, Finding, Walk, walk
 
 _ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
-
-# Public advisories a file's shape matches, whatever its pickles hold (informational: the verdict comes
-# from the globals and calls; these say which old torch versions would be exposed).
-CVE_2025_32434_TAR = ("CVE-2025-32434: torch before 2.6 unpickles the torch 0.1 tar format without restriction "
-                      "even under torch.load(weights_only=True); torch 2.6 and later refuse it there")
-CVE_2025_32434_SCRIPT = ("CVE-2025-32434: torch before 2.6 hands TorchScript archives to torch.jit.load even under "
-                         "torch.load(weights_only=True); torch 2.6 and later refuse them there")
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file

@@ -189,7 +189,27 @@ class _Background:
             raise self._error
 
 
-class AtomicFile:
+class _Temporary:
+    """What AtomicFile and AtomicDir share: leaving the block unpublished removes the temporary."""
+
+    published: bool
+    final: str
+    _lock: staletemp.Lock
+
+    def discard(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            if not self.published:
+                self.discard()
+        finally:
+            self._lock.release()
+        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+            raise _write_error(exc, self.final) from exc
+
+
+class AtomicFile(_Temporary):
     """A temporary file beside ``final`` that becomes ``final`` only when published.
 
     ``finish()`` fsyncs and closes it (then it can be verified by path);
@@ -271,14 +291,6 @@ class AtomicFile:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        try:
-            if not self.published:
-                self.discard()
-        finally:
-            self._lock.release()
-        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
-            raise _write_error(exc, self.final) from exc
 
 
 _RENAME_NOREPLACE = 1
@@ -331,7 +343,7 @@ def _exchange(a: str, b: str) -> bool:
     return _renameat2(a, b, _RENAME_EXCHANGE)
 
 
-class AtomicDir:
+class AtomicDir(_Temporary):
     """A temporary folder beside ``final`` that replaces it whole when published.
 
     An existing ``final`` (with --force) is swapped out only after the new
@@ -434,11 +446,3 @@ class AtomicDir:
             pass  # the folder is being removed; why its fsync failed no longer matters
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        try:
-            if not self.published:
-                self.discard()
-        finally:
-            self._lock.release()
-        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
-            raise _write_error(exc, self.final) from exc

@@ -20,9 +20,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from ..errors import InputError
-from .base import Output, OutTensor, Region, copy_region, tensor_data
-from .safetensors import header_bytes
+from .base import Output, OutTensor
+from .safetensors import header_bytes, write_body
 from .sharded import Shard, plan_shards, write_shard
 
 
@@ -106,18 +105,4 @@ def write_unit(folder_or_file: str, unit: Unit, on_bytes: Callable[[int], None] 
 
 def write_tensors(fd: int, tensors: Sequence[OutTensor], on_bytes: Callable[[int], None] | None = None) -> int:
     """The tensors' bytes back to back from ``fd``'s position (as write_safetensors writes its body)."""
-    out = Output(fd)
-    for t, pieces in tensor_data(tensors, regions=True):
-        if isinstance(pieces, Region):
-            copy_region(out, pieces, on_bytes=on_bytes)
-            continue
-        written = 0
-        for piece in pieces:
-            out.write(piece)
-            written += len(piece)
-        if written != t.nbytes:
-            raise InputError(f"tensor {t.source.key!r}: expected {t.nbytes} bytes but the source gave {written}")
-        if on_bytes is not None:
-            on_bytes(t.nbytes)
-    out.flush()
-    return out.pos
+    return write_body(Output(fd), tensors, on_bytes)

@@ -72,6 +72,11 @@ def write_safetensors(fd: int, tensors: Sequence[OutTensor], metadata: Mapping[s
     check_dtypes(tensors)
     out = Output(fd)
     out.write(header_bytes(tensors, metadata))
+    return write_body(out, tensors, on_bytes)
+
+
+def write_body(out: Output, tensors: Sequence[OutTensor], on_bytes: Callable[[int], None] | None = None) -> int:
+    """The tensors' bytes back to back at ``out``'s position (large file regions copied in the kernel)."""
     for t, pieces in tensor_data(tensors, regions=True):
         if isinstance(pieces, Region):
             copy_region(out, pieces, on_bytes=on_bytes)

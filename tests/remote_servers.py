@@ -342,3 +342,15 @@ class _ListHandler(logging.Handler):
         text = record.getMessage()
         if '"' in text and "HTTP/" in text:
             self.lines.append(text)
+
+
+def comparable_doc(out: str) -> dict:
+    """An inspect document without what names the file: its path, the counts, the commands that name it."""
+    doc = json.loads(out)
+    doc.pop("path", None)
+    doc.pop("remote", None)
+    wo = doc.get("weights_only")
+    if isinstance(wo, dict):  # the commands they suggest name the file (and, for a URL, a local output)
+        wo.pop("fix", None)
+        wo.pop("sanitize", None)
+    return doc

@@ -17,7 +17,7 @@ pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("aiohttp")
 
-from remote_servers import RangeServer  # noqa: E402
+from remote_servers import RangeServer, comparable_doc  # noqa: E402
 
 # Each format of the committed fixtures, with the request limits the issue sets (metadata only).
 FORMATS = {
@@ -35,16 +35,6 @@ FORMATS = {
 }
 
 
-def _doc(out: str) -> dict:
-    """An inspect document without what names the file: its path, the counts, the commands that name it."""
-    doc = json.loads(out)
-    doc.pop("path", None)
-    doc.pop("remote", None)
-    wo = doc.get("weights_only")
-    if isinstance(wo, dict):  # the commands they suggest name the file (and, for a URL, a local output)
-        wo.pop("fix", None)
-        wo.pop("sanitize", None)
-    return doc
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +90,7 @@ def test_inspect_url_gives_the_local_json_within_the_request_limit(run_cli, serv
     server.clear()
     remote = run_cli("inspect", "--json", f"{server.url}/{name}")
     assert remote.code == 0, remote
-    got, want = _doc(remote.out), _doc(local.out)
+    got, want = comparable_doc(remote.out), comparable_doc(local.out)
     if name == "dcp/":  # plain HTTP lists no sizes: the shard files are not counted (docs/remote.md)
         got.pop("file_bytes")
         want.pop("file_bytes")
@@ -249,7 +239,7 @@ def test_no_range_server_with_download(run_cli, served: Path, no_range: RangeSer
     r = run_cli("inspect", "--json", "--download", f"{no_range.url}/big.safetensors")
     assert r.code == 0, r
     local = run_cli("inspect", "--json", str(served / "big.safetensors"))
-    assert _doc(r.out) == _doc(local.out)
+    assert comparable_doc(r.out) == comparable_doc(local.out)
 
 
 # -- data paths ------------------------------------------------------------------------------
@@ -260,7 +250,7 @@ def test_stats_of_every_format_over_http(run_cli, served: Path, server: RangeSer
     local = run_cli("inspect", "--json", "--stats", str(served / name))
     remote = run_cli("inspect", "--json", "--stats", f"{server.url}/{name}")
     assert remote.code == 0, remote
-    got, want = _doc(remote.out), _doc(local.out)
+    got, want = comparable_doc(remote.out), comparable_doc(local.out)
     if name == "dcp/":
         got.pop("file_bytes")
         want.pop("file_bytes")
@@ -271,7 +261,7 @@ def test_stats_over_http_equal_local(run_cli, served: Path, server: RangeServer)
     local = run_cli("inspect", "--json", "--stats", str(served / "big.pth"))
     remote = run_cli("inspect", "--json", "--stats", f"{server.url}/big.pth")
     assert remote.code == 0, remote
-    assert _doc(remote.out) == _doc(local.out)
+    assert comparable_doc(remote.out) == comparable_doc(local.out)
     data = [x for x in _gets(server) if x.nbytes >= 1 << 20]
     assert len(data) >= 2  # the 12 MB tensor came in parallel parts
     assert max(x.nbytes for x in data) <= 8 << 20
@@ -340,7 +330,7 @@ def test_legacy_storage_counts_are_fetched_together(run_cli, served: Path, serve
     server.clear()
     r = run_cli("inspect", "--json", f"{server.url}/legacy-big.pth")
     assert r.code == 0, r
-    assert _doc(r.out) == _doc(run_cli("inspect", "--json", str(path)).out)
+    assert comparable_doc(r.out) == comparable_doc(run_cli("inspect", "--json", str(path)).out)
     log = _gets(server)
     assert server.sent() < 1 << 20 and len(log) <= 7, [(x.range, x.nbytes) for x in log]
 
@@ -351,7 +341,7 @@ def test_any_fsspec_protocol(run_cli, served: Path) -> None:
         local = run_cli("inspect", "--json", str(served / name))
         remote = run_cli("inspect", "--json", f"file://{served / name}")
         assert remote.code == 0, remote
-        got, want = _doc(remote.out), _doc(local.out)
+        got, want = comparable_doc(remote.out), comparable_doc(local.out)
         if name.endswith("/"):
             got.pop("file_bytes")
             want.pop("file_bytes")
@@ -405,6 +395,6 @@ def test_sharded_folder_on_a_server_without_listings(run_cli, served: Path) -> N
     with RangeServer(served, listings=False) as bare:
         r = run_cli("inspect", "--json", f"{bare.url}/sharded/")
         assert r.code == 0, r
-        assert _doc(r.out) == _doc(run_cli("inspect", "--json", str(served / "sharded")).out)
+        assert comparable_doc(r.out) == comparable_doc(run_cli("inspect", "--json", str(served / "sharded")).out)
         r = run_cli("inspect", f"{bare.url}/nothing/")
         assert_one_line_error(r, "nothing")

@@ -16,23 +16,13 @@ from conftest import FIXTURES, assert_one_line_error
 pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 
-from remote_servers import RangeServer  # noqa: E402
+from remote_servers import RangeServer, comparable_doc  # noqa: E402
 
 FILES = ("tiny_mlp.safetensors", "tiny_mlp.pth", "legacy.pth", "training.pth")
 FOLDERS = ("sharded", "sharded_bin", "dcp")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _doc(out: str) -> dict:
-    """An inspect document without what names the file: its path, the counts, the commands that name it."""
-    doc = json.loads(out)
-    doc.pop("path", None)
-    doc.pop("remote", None)
-    wo = doc.get("weights_only")
-    if isinstance(wo, dict):  # the commands they suggest name the file (and, for a URL, a local output)
-        wo.pop("fix", None)
-        wo.pop("sanitize", None)
-    return doc
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +71,7 @@ def test_s3_inspect_gives_the_local_json(run_cli, s3, name: str, limit: int) -> 
     s3.clear()
     remote = run_cli("inspect", "--json", f"s3://ckpts/{name}")
     assert remote.code == 0, remote
-    got, want = _doc(remote.out), _doc(local.out)
+    got, want = comparable_doc(remote.out), comparable_doc(local.out)
     if name in ("dcp/", "sharded/", "sharded_bin/"):
         got.pop("file_bytes")  # a folder's size comes from a listing only when one was read
         want.pop("file_bytes")
@@ -94,7 +84,7 @@ def test_s3_inspect_gives_the_local_json(run_cli, s3, name: str, limit: int) -> 
 def test_s3_folder_without_a_slash_is_listed(run_cli, s3) -> None:
     r = run_cli("inspect", "--json", "s3://ckpts/dcp")
     assert r.code == 0, r
-    assert _doc(r.out) == _doc(run_cli("inspect", "--json", str(FIXTURES / "dcp")).out)
+    assert comparable_doc(r.out) == comparable_doc(run_cli("inspect", "--json", str(FIXTURES / "dcp")).out)
 
 
 def test_s3_without_s3fs_names_the_extra(run_cli, monkeypatch) -> None:
@@ -156,7 +146,7 @@ def test_hf_inspect_gives_the_local_json(run_cli, hub: RangeServer, name: str, l
     hub.clear()
     remote = run_cli("inspect", "--json", f"hf://org/repo/{name}")
     assert remote.code == 0, remote
-    got, want = _doc(remote.out), _doc(local.out)
+    got, want = comparable_doc(remote.out), comparable_doc(local.out)
     if name.endswith("/"):  # a folder's size comes from a listing only when one was read
         got.pop("file_bytes")
         want.pop("file_bytes")

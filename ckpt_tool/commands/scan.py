@@ -12,7 +12,7 @@ files, and bytes that a pickle hands to ``pickle.loads`` or
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,46 +215,40 @@ def scan_folder(path: str, limits: Limits) -> tuple[list[Any], list[str]]:
     skipped: list[str] = []
     for root, dirs, names in os.walk(path, onerror=None):
         dirs.sort()
-        regions: dict[str, list[ItemRegion]] | None = None
-        if ".metadata" in names:
-            regions = dcp_regions(os.path.join(root, ".metadata"), limits)
-        for name in sorted(names):
-            full = os.path.join(root, name)
-            if name.endswith(".distcp") and ".metadata" in names:
-                if regions is not None:
-                    result = scan_file(full, limits=limits, regions=regions.get(name, []))
-                else:  # the metadata could not be read: look for embedded archives everywhere
-                    result = scan_file(full, limits=limits, hint=DCP_DATA)
-            else:
-                result = scan_file(full, limits=limits, explicit=False)
-            if result is None:
-                skipped.append(full)
-            else:
-                files.append(result)
+        _scan_names(root, sorted(names), os.path.join, limits, files, skipped)
     return files, skipped
 
 
 def scan_url_folder(url: str, limits: Limits) -> tuple[list[Any], list[str]]:
     """The files directly in a folder behind a URL (one listing; no recursion into subfolders)."""
-    names = listdir(url)
-    regions = dcp_regions(join(url, ".metadata")) if ".metadata" in names else None
     files: list[Any] = []
     skipped: list[str] = []
+    names = listdir(url)
+    subfolders = [n for n in names if isdir(join(url, n))]
+    skipped.extend(join(url, n) + "/" for n in subfolders)
+    _scan_names(url, [n for n in names if n not in subfolders], join, limits, files, skipped)
+    return files, skipped
+
+
+def _scan_names(root: str, names: list[str], join_path: Callable[[str, str], str], limits: Limits,
+                files: list[Any], skipped: list[str]) -> None:
+    """Scan the files ``names`` of one folder: a DCP folder's data files by the items its .metadata lists."""
+    regions: dict[str, list[ItemRegion]] | None = None
+    if ".metadata" in names:
+        regions = dcp_regions(join_path(root, ".metadata"), limits)
     for name in names:
-        full = join(url, name)
+        full = join_path(root, name)
         if name.endswith(".distcp") and ".metadata" in names:
-            result = (scan_file(full, limits=limits, regions=regions.get(name, [])) if regions is not None
-                      else scan_file(full, limits=limits, hint=DCP_DATA))
-        elif isdir(full):
-            skipped.append(full + "/")
-            continue
+            if regions is not None:
+                result = scan_file(full, limits=limits, regions=regions.get(name, []))
+            else:  # the metadata could not be read: look for embedded archives everywhere
+                result = scan_file(full, limits=limits, hint=DCP_DATA)
         else:
             result = scan_file(full, limits=limits, explicit=False)
         if result is None:
             skipped.append(full)
         else:
             files.append(result)
-    return files, skipped
 
 
 def _file_scan(scanner: Scanner, path: str) -> FileScan:

@@ -18,6 +18,7 @@ import tarfile
 from typing import Any
 
 from ..errors import InputError
+from ..io.blob import window
 from ..io.bytesource import ByteSource
 from ..io.paths import open_bytes
 from ..io.source import storage_source
@@ -34,7 +35,7 @@ _COUNT = struct.Struct("<q")
 def read_legacy_tar(path: str, options: ReadOptions) -> Loaded:
     fd = open_bytes(path)
     try:
-        with io.BufferedReader(_FileRegion(fd, 0, fd.size)) as f:
+        with io.BufferedReader(window(fd, 0, fd.size)) as f:
             try:
                 with tarfile.open(fileobj=f, mode="r:") as tar:
                     members = {m.name: (m.offset_data, m.size) for m in tar.getmembers() if m.isfile()}
@@ -80,7 +81,7 @@ class _TarReader:
                 raise InputError(f"truncated tar member {name!r}", self.path)
             return io.BytesIO(data), start
         # storages hold the tensor bytes: read only the pickles, seek past the data
-        return _FileRegion(self.fd, start, size), start  # type: ignore[return-value]
+        return window(self.fd, start, size), start  # type: ignore[return-value]
 
     def _load(self, stream: Any, what: str, persistent: Any = None) -> Any:
         result = restricted_load_stream(stream, where=what, path=self.path, persistent_load=persistent,
@@ -163,34 +164,3 @@ class _TarReader:
 
         stream, _ = self._stream("pickle")
         return self._load(stream, "pickle", persistent_load)
-
-
-class _FileRegion(io.RawIOBase):
-    """Bytes [start, start + size) of a file, read by range (the storages member, never slurped)."""
-
-    def __init__(self, fd: ByteSource, start: int, size: int) -> None:
-        super().__init__()
-        self._fd, self._start, self._size, self._pos = fd, start, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, min(self._size, base + offset))
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        want = min(len(buffer), self._size - self._pos)
-        if want <= 0:
-            return 0
-        data = self._fd.read_some(self._start + self._pos, want)
-        buffer[: len(data)] = data
-        self._pos += len(data)
-        return len(data)

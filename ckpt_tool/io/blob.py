@@ -52,6 +52,11 @@ class _Region(io.RawIOBase):
         return len(data)
 
 
+def window(src: ByteSource, start: int, length: int) -> io.RawIOBase:
+    """A read-only, seekable stream over ``length`` bytes of ``src`` from ``start``, read by range on demand."""
+    return _Region(None, start, length, src)
+
+
 class Blob:
     """``length`` bytes starting at ``start`` of a file descriptor or a bytes object."""
 

@@ -13,6 +13,7 @@ fast path is untouched.
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING
 
 from ..errors import CkptError, InputError, LimitExceeded
@@ -21,6 +22,7 @@ from ..io.paths import is_url, open_bytes
 from ..limits import Limits
 from ..model import GlobalRef
 from ..pickles import severity
+from ..pickles.wo_input import SMALL_PICKLE
 from .base import Loaded
 
 if TYPE_CHECKING:
@@ -48,7 +50,28 @@ def walk_file(path: str, limits: Limits) -> Scanner | None:
 
 def needs_walk(loaded: Loaded) -> bool:
     return (loaded.metadata.get("unexpected_members") is not None or loaded.format == "torchscript"
-            or any(r.severity != severity.SAFE for r in loaded.references))
+            or any(r.severity != severity.SAFE for r in loaded.references) or _items_set_on_non_dict(loaded))
+
+
+_ADVISORY = re.compile(r"CVE-\d{4}-\d{4,}")
+_ITEM_TAKERS = frozenset([("collections", "OrderedDict"), ("collections", "Counter")])
+
+
+def _items_set_on_non_dict(loaded: Loaded) -> bool:
+    """A small pickle whose SETITEM(S) may hit a list, tuple or tensor (CVE-2026-24747): the walk decides.
+
+    Only pickles the weights_only prediction keeps and walks exactly anyway
+    (``wo_input.SMALL_PICKLE``, a few ms); a torch.save state_dict sets items
+    on dicts alone and is never walked for it.
+    """
+    wo = loaded.weights_only
+    for p in getattr(wo, "pickles", ()):
+        if p.data is None or len(p.data) > SMALL_PICKLE:
+            continue
+        for target in p.facts().setitems:
+            if target.kind != "dict" and not (target.kind == "call" and target.name in _ITEM_TAKERS):
+                return True
+    return False
 
 
 def join_walk(loaded: Loaded, path: str, limits: Limits) -> None:
@@ -90,5 +113,8 @@ def name_calls(path: str, exc: InputError, limits: Limits) -> InputError:
     if not calls:
         return exc
     message = exc.message.removeprefix(f"{path}: ")
+    named = " ".join(calls[:5])
+    advisories = sorted({m for f in scanner.findings for m in _ADVISORY.findall(f.message) if m not in named})
+    shaped = f"; the file has the shape of {', '.join(advisories)}" if advisories else ""
     return InputError(f"{message}; before that point a loader would call {', '.join(calls[:5])} "
-                      "(dangerous, NOT executed by ckpt)", path)
+                      f"(dangerous, NOT executed by ckpt){shaped}", path)

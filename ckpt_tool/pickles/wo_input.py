@@ -91,14 +91,17 @@ class PickleInput:
 
 def pickle_input(data: bytes | None, opcodes: Iterable[int], globals_: Iterable[Pair],
                  persistent_ids: Sequence[str] = ()) -> PickleInput:
-    """Cheap facts of one pickle, keeping ``data`` only when some torch version's answer may need the walk."""
+    """Cheap facts of one pickle, keeping ``data`` when some torch version's answer may need the walk.
+
+    A small pickle's bytes are always kept, even when the cheap facts decide:
+    formats/findings.py walks them for SETITEM(S) on a non-dict (CVE-2026-24747).
+    """
     names = _opcode_names()
     ops = frozenset(names.get(op, f"<unknown opcode {op:#04x}>") for op in opcodes)
     protocol = data[1] if data is not None and len(data) > 1 and data[0] == 0x80 else 0
     p = PickleInput(protocol, ops, tuple(dict.fromkeys(globals_)), tuple(persistent_ids))
-    keep = data is not None and not _refused(p) and (
-        len(data) <= SMALL_PICKLE or bool(ops & {"NEWOBJ", "EMPTY_LIST"})
-        or any(f"{m}.{n}" not in STANDARD for m, n in p.globals))
+    keep = data is not None and (len(data) <= SMALL_PICKLE or not _refused(p) and (
+        bool(ops & {"NEWOBJ", "EMPTY_LIST"}) or any(f"{m}.{n}" not in STANDARD for m, n in p.globals)))
     return replace(p, data=data) if keep else p
 
 

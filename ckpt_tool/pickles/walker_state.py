@@ -32,6 +32,10 @@ CVE_2026_24747 = ("CVE-2026-24747: SETITEM/SETITEMS applied to a {kind}, not a d
                   "before torch 2.10 corrupts memory on it (code execution)")
 
 
+_STRUCTS = {fmt: (struct.Struct(fmt).unpack, struct.calcsize(fmt)) for fmt in ("<B", "<H", "<i", "<I", "<Q")}
+_U32 = struct.Struct("<I").unpack
+
+
 class WalkStop(Exception):
     """The real unpickler would raise here; the walk ends with this message."""
 
@@ -58,6 +62,7 @@ class WalkState:
         self.misused: set[tuple[str, str]] = set()  # idiom globals used some other way
         self.watching = False  # an idiom global has been named: track where it flows
         self.called: set[tuple[str, str]] = set()
+        self.plain: dict[tuple[str, str], Made] = {}  # callees the walk has nothing more to say about
         self.opcodes = 0
         self.done = False
 
@@ -127,7 +132,11 @@ class WalkState:
         return BigStr(n) if text else BytesRef(start, n)
 
     def unpack(self, fmt: str) -> int:
-        return struct.unpack(fmt, self.read_exact(struct.calcsize(fmt)))[0]
+        unpack, n = _STRUCTS[fmt]
+        data = self.read(n)
+        if len(data) != n:
+            raise WalkStop("pickle data was truncated")
+        return unpack(data)[0]  # type: ignore[no-any-return]
 
     def mutate(self, target: object, how: str) -> None:
         if isinstance(target, Glob):
@@ -158,7 +167,10 @@ class WalkState:
         self.read_exact(8)
 
     def load_binint1(self) -> None:
-        self.stack.append(self.read_exact(1)[0])
+        data = self.read(1)
+        if not data:
+            raise WalkStop("pickle data was truncated")
+        self.stack.append(data[0])
 
     def load_binint2(self) -> None:
         self.stack.append(self.unpack("<H"))
@@ -214,8 +226,18 @@ class WalkState:
     def load_unicode(self) -> None:
         self.stack.append(self.readline().decode("raw-unicode-escape"))
 
-    def load_binunicode(self) -> None:
-        self.stack.append(self.read_blob(self.unpack("<I"), True))
+    def load_binunicode(self) -> None:  # every key and device name of a torch.save pickle: kept short
+        data = self.read(4)
+        if len(data) != 4:
+            raise WalkStop("pickle data was truncated")
+        n = _U32(data)[0]
+        if n <= SMALL:
+            raw = self.read(n)
+            if len(raw) != n:
+                raise WalkStop("pickle data was truncated")
+            self.stack.append(raw.decode("utf-8", "surrogatepass"))
+        else:
+            self.stack.append(self.read_blob(n, True))
 
     def load_binunicode8(self) -> None:
         self.stack.append(self.read_blob(self.unpack("<Q"), True))
@@ -252,15 +274,29 @@ class WalkState:
         self.stack.append(())
 
     def load_tuple(self) -> None:
-        items = self.pop_mark()
+        if not self.metastack:
+            raise WalkStop("MARK expected but not found")
+        items = self.stack
+        self.stack = self.metastack.pop()
         self.stack.append(tuple(items))
 
-    def load_tuple_n(self, n: int) -> None:
-        if len(self.stack) < n:
+    def load_tuple1(self) -> None:
+        stack = self.stack
+        if not stack:
             raise WalkStop("stack underflow")
-        packed = tuple(self.stack[-n:])
-        del self.stack[-n:]
-        self.stack.append(packed)
+        stack[-1] = (stack[-1],)
+
+    def load_tuple2(self) -> None:
+        stack = self.stack
+        if len(stack) < 2:
+            raise WalkStop("stack underflow")
+        stack[-2:] = [(stack[-2], stack[-1])]
+
+    def load_tuple3(self) -> None:
+        stack = self.stack
+        if len(stack) < 3:
+            raise WalkStop("stack underflow")
+        stack[-3:] = [(stack[-3], stack[-2], stack[-1])]
 
     def load_list(self) -> None:
         self.escape(self.pop_mark())
@@ -325,7 +361,13 @@ class WalkState:
         self.get(int(self.readline()))
 
     def load_binget(self) -> None:
-        self.get(self.read_exact(1)[0])
+        data = self.read(1)
+        if not data:
+            raise WalkStop("pickle data was truncated")
+        try:
+            self.stack.append(self.memo[data[0]])
+        except KeyError:
+            raise WalkStop(f"memo value {data[0]} not found") from None
 
     def load_long_binget(self) -> None:
         self.get(self.unpack("<I"))
@@ -334,10 +376,16 @@ class WalkState:
         self.put(int(self.readline()))
 
     def load_binput(self) -> None:
-        self.put(self.read_exact(1)[0])
+        data = self.read(1)
+        if not data or not self.stack:
+            raise WalkStop("pickle data was truncated" if not data else "stack underflow")
+        self.memo[data[0]] = self.stack[-1]
 
-    def load_long_binput(self) -> None:
-        self.put(self.unpack("<I"))
+    def load_long_binput(self) -> None:  # torch.save memoizes every value: the most frequent opcode
+        data = self.read(4)
+        if len(data) != 4 or not self.stack:
+            raise WalkStop("pickle data was truncated" if len(data) != 4 else "stack underflow")
+        self.memo[_U32(data)[0]] = self.stack[-1]
 
     def load_memoize(self) -> None:
         self.memo[len(self.memo)] = self.top()

@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import writers
 from ..errors import CkptError, UsageError, WriteError
-from ..io import atomic
+from ..io import atomic, renames
 from ..keys.rules import RuleSet, make_plan
 from ..limits import Limits
 from ..model import TensorMeta
@@ -318,7 +318,7 @@ def _finish(job: Any, tmp: Any, units: list[Unit], outcome: dict[str, Any]) -> d
             os.fsync(fd)
         finally:
             os.close(fd)
-        atomic.fsync_dir(tmp.path)
+        renames.fsync_dir(tmp.path)
         big = [t.key for u in units for t in u.tensors if t.nbytes > (job.shard_bytes or 1)]
         if big:
             job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "

@@ -23,7 +23,7 @@ from .. import dtypes, writers
 from ..errors import RuleConflict, UsageError
 from ..formats import load
 from ..formats.locate import resolve_key
-from ..io import atomic, freespace, staletemp
+from ..io import atomic, destination, freespace, interrupts, staletemp
 from ..keys.rules import RuleSet, load_rules_file, make_plan, parse_rename
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
@@ -279,12 +279,12 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         return MigrateReport(**report_args, device_status=status,
                              warnings=(f"rank {dist.rank}: a {fmt} output is one file, written by rank 0",))
     folder = fmt in writers.FOLDER_FORMATS
-    atomic.check_destination(out, _source_paths(src, ck), force=force, folder=folder)
+    destination.check_destination(out, _source_paths(src, ck), force=force, folder=folder)
     if folder and force:
         from ..writers.dcp import DCP_SUFFIXES
         from ..writers.sharded import SHARD_SUFFIXES
 
-        atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
+        destination.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
     # 5. room for it: stale temporaries of killed runs go first, then the free space must hold every file
     report_args["cleaned"] = _clean_stale(out, on_cleaned, warnings) if dist is None or dist.leader else ()
     from ..writers.sizes import planned_sizes, quick_bound
@@ -296,7 +296,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
                choose_workers(workers, ck.format, fmt, sum(t.nbytes for t in tensors)),
                dist if fmt in PARALLEL_FORMATS else None, (src, key, unsafe))
     # 6. write, verify, publish
-    with atomic.interrupts_as_exceptions():
+    with interrupts.interrupts_as_exceptions():
         return _write(job)
 
 

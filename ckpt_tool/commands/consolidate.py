@@ -227,7 +227,7 @@ class _Workers:
 
 
 def write_parallel(job: Any, spec: Spec, dist: Dist | None) -> dict[str, Any]:
-    """Write, verify and publish ``job``'s output (migrate's _Job) from several processes.
+    """Write, verify and publish ``job``'s output (migrate_write.Job) from several processes.
 
     Returns the MigrateReport fields the write decides (written, verified, ...).
     """

@@ -309,7 +309,7 @@ def _finish(job: Any, tmp: Any, units: list[Unit], outcome: dict[str, Any]) -> d
     failures = list(outcome["failures"])
     shards = [u.name for u in units if u.shard is not None]
     if job.fmt == writers.SHARDED:
-        from ..writers.base import write_all
+        from ..writers.output import write_all
         from ..writers.sharded import INDEX_NAME, index_bytes
 
         fd = tmp.create(INDEX_NAME)

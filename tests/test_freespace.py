@@ -112,13 +112,13 @@ def tripwires(monkeypatch):
     """Fail loudly if anything reads a tensor byte, starts a writer or creates the output."""
     from ckpt_tool.io import atomic
     from ckpt_tool.tensors import tensordata
-    from ckpt_tool.writers import base, dcp, safetensors, sharded, torchzip
+    from ckpt_tool.writers import dcp, output, safetensors, sharded, sourcebytes, torchzip
 
     def tripped(*a, **k):
         raise AssertionError("tensor bytes were read or the output was created")
 
-    for module, name in [(tensordata, "tensor_bytes"), (base, "stream_region"), (base, "out_chunks"),
-                         (base, "tensor_data"), (base, "storage_data"), (base, "copy_region"),
+    for module, name in [(tensordata, "tensor_bytes"), (sourcebytes, "stream_region"), (sourcebytes, "out_chunks"),
+                         (sourcebytes, "tensor_data"), (sourcebytes, "storage_data"), (output, "copy_region"),
                          (torchzip, "write_torch_zip"), (safetensors, "write_safetensors"),
                          (sharded, "write_sharded"), (dcp, "write_dcp"),
                          (atomic.AtomicFile, "__enter__"), (atomic.AtomicDir, "__enter__")]:

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("cli", {"cli"}),
     ("api", {"__init__", "__main__"}),
 ]
-MAX_LINES = 450
+MAX_LINES = 400
 
 
 def _module_name(path: Path) -> str:

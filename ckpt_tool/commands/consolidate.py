@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import writers
 from ..errors import CkptError, UsageError, WriteError
-from ..io import atomic
+from ..io import atomic, renames
 from ..keys.rules import RuleSet, make_plan
 from ..limits import Limits
 from ..model import TensorMeta
@@ -227,7 +227,7 @@ class _Workers:
 
 
 def write_parallel(job: Any, spec: Spec, dist: Dist | None) -> dict[str, Any]:
-    """Write, verify and publish ``job``'s output (migrate's _Job) from several processes.
+    """Write, verify and publish ``job``'s output (migrate_write.Job) from several processes.
 
     Returns the MigrateReport fields the write decides (written, verified, ...).
     """
@@ -309,7 +309,7 @@ def _finish(job: Any, tmp: Any, units: list[Unit], outcome: dict[str, Any]) -> d
     failures = list(outcome["failures"])
     shards = [u.name for u in units if u.shard is not None]
     if job.fmt == writers.SHARDED:
-        from ..writers.base import write_all
+        from ..writers.output import write_all
         from ..writers.sharded import INDEX_NAME, index_bytes
 
         fd = tmp.create(INDEX_NAME)
@@ -318,7 +318,7 @@ def _finish(job: Any, tmp: Any, units: list[Unit], outcome: dict[str, Any]) -> d
             os.fsync(fd)
         finally:
             os.close(fd)
-        atomic.fsync_dir(tmp.path)
+        renames.fsync_dir(tmp.path)
         big = [t.key for u in units for t in u.tensors if t.nbytes > (job.shard_bytes or 1)]
         if big:
             job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "

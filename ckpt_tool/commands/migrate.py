@@ -9,6 +9,7 @@ device when one is given, and only then renamed into place. A failed
 verification leaves no output (and an old output, with --force, untouched).
 Before writing, the stale temporaries of killed runs in OUT's folder are
 removed, and an output that would not fit in the free space is refused.
+The write, verify and publish steps are commands/migrate_write.py.
 """
 from __future__ import annotations
 
@@ -16,43 +17,22 @@ import fnmatch
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from .. import dtypes, writers
 from ..errors import RuleConflict, UsageError
 from ..formats import load
 from ..formats.locate import resolve_key
-from ..io import atomic, freespace, staletemp
+from ..io import destination, freespace, interrupts, staletemp
 from ..keys.rules import RuleSet, load_rules_file, make_plan, parse_rename
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
 from ..writers.base import OutTensor, require_data
 from ..writers.layout import dedupe, safetensors_metadata, torch_root
 from .migrate_report import MigrateReport, TargetCheck
+from .migrate_write import Job, NoProgress, Progress, write_and_publish
 
 _SHARED_NOTE = re.compile(r"\d+ tensors share storage")
-
-
-class Progress(Protocol):
-    """Where migrate reports bytes done (the CLI draws a bar on a terminal)."""
-
-    def start(self, label: str, total: int) -> None: ...
-
-    def advance(self, n: int) -> None: ...
-
-    def done(self) -> None: ...
-
-
-class _NoProgress:
-    def start(self, label: str, total: int) -> None:
-        pass
-
-    def advance(self, n: int) -> None:
-        pass
-
-    def done(self) -> None:
-        pass
 
 
 def build_rules(*, rules_file: str | None = None, strip_prefix: Sequence[str] = (), add_prefix: str | None = None,
@@ -142,7 +122,7 @@ def migrate(
 
     src = os.fspath(src)
     out = os.fspath(out) if out is not None else None
-    progress = progress or _NoProgress()
+    progress = progress or NoProgress()
     if out is None and not dry_run:
         raise UsageError("give the output path with -o OUT (or --dry-run to only print the plan)")
     if auto and not target:
@@ -279,25 +259,25 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
         return MigrateReport(**report_args, device_status=status,
                              warnings=(f"rank {dist.rank}: a {fmt} output is one file, written by rank 0",))
     folder = fmt in writers.FOLDER_FORMATS
-    atomic.check_destination(out, _source_paths(src, ck), force=force, folder=folder)
+    destination.check_destination(out, _source_paths(src, ck), force=force, folder=folder)
     if folder and force:
         from ..writers.dcp import DCP_SUFFIXES
         from ..writers.sharded import SHARD_SUFFIXES
 
-        atomic.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
+        destination.check_replaceable_folder(out, SHARD_SUFFIXES if fmt == writers.SHARDED else DCP_SUFFIXES)
     # 5. room for it: stale temporaries of killed runs go first, then the free space must hold every file
     report_args["cleaned"] = _clean_stale(out, on_cleaned, warnings) if dist is None or dist.leader else ()
     from ..writers.sizes import planned_sizes, quick_bound
 
     freespace.require(out, lambda: planned_sizes(fmt, out, tensors, payload, shard_bytes),  # --force does not skip it
                       quick_bound(fmt, out, tensors, payload, shard_bytes))
-    job = _Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
+    job = Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
                allow_missing, verify, limits, progress, after_write, report_args, warnings, force,
                choose_workers(workers, ck.format, fmt, sum(t.nbytes for t in tensors)),
                dist if fmt in PARALLEL_FORMATS else None, (src, key, unsafe))
     # 6. write, verify, publish
-    with atomic.interrupts_as_exceptions():
-        return _write(job)
+    with interrupts.interrupts_as_exceptions():
+        return write_and_publish(job)
 
 
 def _clean_stale(out: str, on_cleaned: Callable[[staletemp.CleanReport], None] | None,
@@ -317,115 +297,3 @@ def _devices(active: bool, devices: Sequence[str] | None) -> tuple[list[str], di
     from .verify_devices import resolve_devices
 
     return resolve_devices(devices)
-
-
-@dataclass
-class _Job:
-    """Everything the write and verify steps need, decided before the first byte is written."""
-
-    out: str
-    fmt: str
-    tensors: tuple[OutTensor, ...]
-    payload: dict[str, Any]
-    shard_bytes: int | None
-    devices: list[str]
-    status: dict[str, str]
-    target: str | None
-    target_kwargs: dict[str, Any] | None
-    allow_missing: tuple[str, ...]
-    verify: bool
-    limits: Limits
-    progress: Progress
-    after_write: Callable[[str], None] | None
-    report_args: dict[str, Any]
-    warnings: list[str]
-    force: bool = False
-    workers: int = 1
-    dist: Any = None  # consolidate_dist.Dist under torchrun
-    source: tuple[str, str | None, bool] = ("", None, False)  # (src, --key, --unsafe): how workers re-read it
-
-
-def _write(job: _Job) -> MigrateReport:
-    if job.workers > 1 or job.dist is not None:
-        from .consolidate import Spec, write_parallel
-
-        src, key, unsafe = job.source
-        spec = Spec(src, key, unsafe, job.limits, job.report_args["rules"], job.fmt, job.shard_bytes,
-                    dict(job.payload["meta"]), count=job.workers)
-        return MigrateReport(**job.report_args, **write_parallel(job, spec, job.dist))
-    folder = job.fmt in writers.FOLDER_FORMATS
-    shards: list[str] = []
-    p = job.progress
-    tmp: atomic.AtomicDir | atomic.AtomicFile = atomic.AtomicDir(job.out) if folder else atomic.AtomicFile(job.out)
-    with tmp:
-        if isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None and job.fmt == writers.TORCH_ZIP:
-            from ..writers.torchzip import write_torch_zip
-
-            data_pkl, table = job.payload["pickle"]
-            p.start("writing", sum(s.nbytes for s in table.storages))
-            write_torch_zip(tmp.fd, job.out, data_pkl, table, p.advance)
-        elif isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None and job.fmt == writers.SAFETENSORS:
-            from ..writers.safetensors import write_safetensors
-
-            p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
-            write_safetensors(tmp.fd, job.payload["stored"], {**job.payload["meta"], **job.payload["aliases"]},
-                              p.advance)
-        elif isinstance(tmp, atomic.AtomicDir) and job.fmt == writers.SHARDED:
-            from ..writers.sharded import write_sharded
-
-            limit = job.shard_bytes or 1
-            p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
-            shards = write_sharded(tmp.path, tmp.create, job.payload["stored"], job.payload["aliases"],
-                                   job.payload["meta"], limit, p.advance)
-            big = [t.key for t in job.payload["stored"] if t.nbytes > limit]
-            if big:
-                job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "
-                                    f"of their own: {', '.join(big[:3])}")
-        elif isinstance(tmp, atomic.AtomicDir) and job.fmt == writers.DCP:
-            from ..writers.dcp import write_dcp
-
-            p.start("writing", sum(t.nbytes for t in job.tensors))
-            write_dcp(tmp.path, job.tensors, p.advance)
-        p.done()
-        tmp.finish(background=job.verify)  # the fsync overlaps the verification's reads
-        size = _size(tmp.path)
-        if job.after_write is not None:
-            job.after_write(tmp.path)
-        verified, failures = _verify(job, tmp.path)
-        if job.report_args.get("sanitized") is not None and job.verify and not failures:
-            from .verify_wo import load_weights_only
-
-            outcome, problem = load_weights_only(tmp.path)
-            job.report_args["weights_only_load"] = outcome
-            if problem is not None:
-                failures.append(problem)
-            elif outcome != "passed":
-                job.warnings.append(f"torch.load(weights_only=True) of the output {outcome}")
-        status = {**{d: ("passed" if ok else "failed") for d, ok in verified.items()}, **job.status}
-        if not job.verify:
-            status = {"all": "not verified (--no-verify)"}
-            job.warnings.append("not verified (--no-verify)")
-        if failures:
-            return MigrateReport(**job.report_args, verified=verified, device_status=status,
-                                 failures=tuple(failures), shards=tuple(shards), warnings=tuple(job.warnings))
-        tmp.publish(replace=job.force)
-    return MigrateReport(**job.report_args, written=True, verified=verified, device_status=status,
-                         shards=tuple(shards), bytes_written=size, warnings=tuple(job.warnings))
-
-
-def _size(path: str) -> int:
-    if not os.path.isdir(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
-
-
-def _verify(job: _Job, path: str) -> tuple[dict[str, bool], list[str]]:
-    """(device -> passed, first problems) for the temporary output at ``path``."""
-    if not job.verify:
-        return {}, []
-    from .verify import verify_output
-
-    return verify_output(path, job.fmt, job.tensors, pickled_root=job.payload.get("root"),
-                         sd_key=job.payload.get("sd_key", ""), devices=job.devices, target=job.target,
-                         target_kwargs=job.target_kwargs, allow_missing=job.allow_missing, limits=job.limits,
-                         progress=job.progress)

@@ -13,7 +13,8 @@ from typing import Any
 from ..io.source import pread_exact
 from ..model import TensorMeta
 from ..pickles.placeholders import DTypeRef, LazyTensor, NumpyArray, Placeholder
-from ..writers.base import CHUNK, OutTensor, Region, coalesced, file_location, small_location, tensor_data
+from ..writers.base import CHUNK, OutTensor
+from ..writers.sourcebytes import Region, coalesced, file_location, small_location, tensor_data
 from ..writers.torchpickle import as_meta
 
 MAX_REPORTED = 5

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model import TensorMeta
-from ..writers.base import OutTensor, out_bytes
+from ..writers.base import OutTensor
+from ..writers.sourcebytes import out_bytes
 from .verify_compare import MAX_REPORTED, Advance
 
 

@@ -8,27 +8,25 @@ Folder outputs (sharded sets, DCP) are built in a temporary folder and
 swapped in whole. Temporaries name their writer and stay locked while it
 lives, so those a SIGKILL leaves behind can be told apart and removed
 (staletemp.py).
+
+Checking where an output may go is destination.py; the renames themselves
+and the folder fsync are renames.py; SIGTERM handling is interrupts.py.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import shutil
-import signal
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 
-from ..errors import OutputExists, UsageError, WriteError
+from ..errors import OutputExists, WriteError
 from . import staletemp
+from .renames import exchange, fsync_dir, place_new
 
 TEMP_MARK = staletemp.TEMP_MARK
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM/SIGHUP arrived while writing; handled like Ctrl-C so temporaries are removed."""
 
 
 def current_umask() -> int:
@@ -54,107 +52,10 @@ def dir_mode() -> int:
     return 0o755 & ~current_umask()
 
 
-def fsync_dir(path: str) -> None:
-    """Make a rename or creation in ``path`` durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return  # some platforms cannot open folders; the rename itself already happened
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
 def temp_name(final: str, suffix: str = "") -> str:
     """A hidden sibling of ``final`` that keeps its extension (readers warn on odd ones) and
     names this process as its writer."""
     return staletemp.owned_name(final, suffix)
-
-
-def _real(path: str) -> str:
-    return os.path.realpath(os.path.abspath(path))
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def check_destination(out: str, sources: Iterable[str], *, force: bool, folder: bool) -> None:
-    """Refuse outputs that would overwrite SRC or an existing output; called before any write."""
-    out_real = _real(out)
-    parent = os.path.dirname(os.path.abspath(out))
-    srcs = [s for s in sources if s]
-    for src in srcs:
-        src_real = _real(src)
-        if out_real == src_real or _same_file(out, src):
-            raise UsageError(f"the output {out} is the source {src} (or a link to it): ckpt never "
-                             "modifies its input; write to a new path")
-        if folder and (src_real + os.sep).startswith(out_real.rstrip(os.sep) + os.sep):
-            raise UsageError(f"the output folder {out} holds the source {src}: replacing it would delete "
-                             "the input; write to a new folder")
-    if not os.path.isdir(parent):
-        raise UsageError(f"cannot write {out}: the folder {parent} does not exist")
-    if not os.path.lexists(out):
-        return
-    if not force:
-        what = "folder" if os.path.isdir(out) else "file"
-        raise OutputExists(f"the output {what} {out} exists; pass --force to replace it "
-                           "(it is replaced only after the new output is complete and verified)")
-    if folder and not os.path.isdir(out):
-        raise UsageError(f"the output {out} is a file but this format writes a folder")
-    if not folder and os.path.isdir(out) and not os.path.islink(out):
-        raise UsageError(f"the output {out} is a folder; give a file name (e.g. {out.rstrip('/')}/model.pth)")
-
-
-def check_replaceable_folder(out: str, allowed_suffixes: tuple[str, ...]) -> None:
-    """--force replaces a folder only if it holds nothing but files of the kind ckpt writes there.
-
-    A model folder that also holds config.json or tokenizer files is never wiped.
-    """
-    if not os.path.isdir(out):
-        return
-    foreign = []
-    for root, _dirs, files in os.walk(out):
-        rel = os.path.relpath(root, out)
-        if rel != ".":
-            foreign.append(rel + os.sep)
-            continue
-        foreign.extend(name for name in files if not name.endswith(allowed_suffixes))
-    if foreign:
-        shown = ", ".join(sorted(foreign)[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise UsageError(f"refusing to replace the folder {out}: it holds files ckpt does not write there "
-                         f"({shown}); choose a new folder")
-
-
-@contextlib.contextmanager
-def interrupts_as_exceptions() -> Iterator[None]:
-    """Turn SIGTERM/SIGHUP into an exception while writing, so cleanup runs (SIGKILL cannot be caught)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    def handler(signum: int, frame: object) -> None:
-        raise Terminated(f"signal {signum}")
-
-    previous = {}
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is None:
-            continue
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except (ValueError, OSError):
-            pass  # not allowed here (embedded interpreter): the default action stays
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _write_error(exc: OSError, path: str) -> WriteError:
@@ -272,7 +173,7 @@ class AtomicFile(_Temporary):
             if replace:
                 os.replace(self.path, self.final)
             else:
-                _place_new(self.path, self.final, is_dir=False)
+                place_new(self.path, self.final, is_dir=False)
         except FileExistsError:
             raise _exists(self.final) from None
         except OSError as exc:
@@ -292,55 +193,9 @@ class AtomicFile(_Temporary):
             os.unlink(self.path)
 
 
-
-_RENAME_NOREPLACE = 1
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
 def _exists(final: str) -> OutputExists:
     return OutputExists(f"the output {final} appeared while this migration ran (another job?); it was left as it "
                         "was and nothing was written; pass --force to replace it")
-
-
-def _renameat2(a: str, b: str, flags: int) -> bool:
-    """renameat2(2) where the C library has it; False where the call or the flag is unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):
-        return False
-    raise OSError(err, os.strerror(err), b)
-
-
-def _place_new(path: str, final: str, *, is_dir: bool) -> None:
-    """Move ``path`` to ``final`` only if ``final`` does not exist (FileExistsError otherwise)."""
-    if _renameat2(path, final, _RENAME_NOREPLACE):
-        return
-    if not is_dir:
-        try:
-            os.link(path, final)  # fails if final exists: no window for a race
-        except FileExistsError:
-            raise
-        except OSError:
-            pass  # no hard links here (some network file systems): check, then rename
-        else:
-            os.unlink(path)
-            return
-    if os.path.lexists(final):
-        raise FileExistsError(errno.EEXIST, "exists", final)
-    os.rename(path, final)
-
-
-def _exchange(a: str, b: str) -> bool:
-    """Atomically swap two paths (Linux renameat2); False where unsupported."""
-    return _renameat2(a, b, _RENAME_EXCHANGE)
 
 
 class AtomicDir(_Temporary):
@@ -408,12 +263,12 @@ class AtomicDir(_Temporary):
         parent = os.path.dirname(self.final)
         try:
             if not replace:
-                _place_new(self.path, self.final, is_dir=True)
+                place_new(self.path, self.final, is_dir=True)
                 self.published = True
                 fsync_dir(parent)
                 return
             if os.path.lexists(self.final):
-                if _exchange(self.path, self.final):
+                if exchange(self.path, self.final):
                     self.published = True
                     fsync_dir(parent)
                     shutil.rmtree(self.path, ignore_errors=True)  # now holds the old set

@@ -20,7 +20,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from .base import Output, OutTensor
+from .base import OutTensor
+from .output import Output
 from .safetensors import header_bytes, write_body
 from .sharded import Shard, plan_shards, write_shard
 

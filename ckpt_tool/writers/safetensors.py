@@ -21,7 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .. import dtypes
 from ..errors import InputError, RuleConflict
-from .base import Output, OutTensor, Region, copy_region, tensor_data
+from .base import OutTensor
+from .output import Output, copy_region
+from .sourcebytes import Region, tensor_data
 
 METADATA_KEY = "__metadata__"
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from ..errors import UsageError
-from .base import OutTensor, write_all
+from .base import OutTensor
+from .output import write_all
 from .safetensors import check_dtypes, write_safetensors
 
 INDEX_NAME = "model.safetensors.index.json"

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from .base import Output, Region, copy_region, out_bytes, storage_data
+from .output import Output, copy_region
+from .sourcebytes import Region, out_bytes, storage_data
 from .torchpickle import StorageTable, TorchPickler
 
 ALIGNMENT = 64

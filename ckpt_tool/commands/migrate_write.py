@@ -1,0 +1,154 @@
+"""Writing a planned migration: write the temporary output, verify it, and publish it or leave nothing.
+
+Every decision was made before (commands/migrate.py) and travels in a
+``Job``; here the bytes are written beside OUT, read back and compared,
+and renamed into place only when every check passed.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .. import writers
+from ..io import atomic
+from ..limits import Limits
+from ..writers.base import OutTensor
+from .migrate_report import MigrateReport
+
+
+class Progress(Protocol):
+    """Where migrate reports bytes done (the CLI draws a bar on a terminal)."""
+
+    def start(self, label: str, total: int) -> None: ...
+
+    def advance(self, n: int) -> None: ...
+
+    def done(self) -> None: ...
+
+
+class NoProgress:
+    """The API's default: a caller that passes no ``progress`` sees none."""
+
+    def start(self, label: str, total: int) -> None:
+        pass
+
+    def advance(self, n: int) -> None:
+        pass
+
+    def done(self) -> None:
+        pass
+
+
+@dataclass
+class Job:
+    """Everything the write and verify steps need, decided before the first byte is written."""
+
+    out: str
+    fmt: str
+    tensors: tuple[OutTensor, ...]
+    payload: dict[str, Any]
+    shard_bytes: int | None
+    devices: list[str]
+    status: dict[str, str]
+    target: str | None
+    target_kwargs: dict[str, Any] | None
+    allow_missing: tuple[str, ...]
+    verify: bool
+    limits: Limits
+    progress: Progress
+    after_write: Callable[[str], None] | None
+    report_args: dict[str, Any]
+    warnings: list[str]
+    force: bool = False
+    workers: int = 1
+    dist: Any = None  # consolidate_dist.Dist under torchrun
+    source: tuple[str, str | None, bool] = ("", None, False)  # (src, --key, --unsafe): how workers re-read it
+
+
+def write_and_publish(job: Job) -> MigrateReport:
+    """The report of ``job``'s output, published only if written and verified (several processes as asked)."""
+    if job.workers > 1 or job.dist is not None:
+        from .consolidate import Spec, write_parallel
+
+        src, key, unsafe = job.source
+        spec = Spec(src, key, unsafe, job.limits, job.report_args["rules"], job.fmt, job.shard_bytes,
+                    dict(job.payload["meta"]), count=job.workers)
+        return MigrateReport(**job.report_args, **write_parallel(job, spec, job.dist))
+    folder = job.fmt in writers.FOLDER_FORMATS
+    shards: list[str] = []
+    p = job.progress
+    tmp: atomic.AtomicDir | atomic.AtomicFile = atomic.AtomicDir(job.out) if folder else atomic.AtomicFile(job.out)
+    with tmp:
+        if isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None and job.fmt == writers.TORCH_ZIP:
+            from ..writers.torchzip import write_torch_zip
+
+            data_pkl, table = job.payload["pickle"]
+            p.start("writing", sum(s.nbytes for s in table.storages))
+            write_torch_zip(tmp.fd, job.out, data_pkl, table, p.advance)
+        elif isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None and job.fmt == writers.SAFETENSORS:
+            from ..writers.safetensors import write_safetensors
+
+            p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
+            write_safetensors(tmp.fd, job.payload["stored"], {**job.payload["meta"], **job.payload["aliases"]},
+                              p.advance)
+        elif isinstance(tmp, atomic.AtomicDir) and job.fmt == writers.SHARDED:
+            from ..writers.sharded import write_sharded
+
+            limit = job.shard_bytes or 1
+            p.start("writing", sum(t.nbytes for t in job.payload["stored"]))
+            shards = write_sharded(tmp.path, tmp.create, job.payload["stored"], job.payload["aliases"],
+                                   job.payload["meta"], limit, p.advance)
+            big = [t.key for t in job.payload["stored"] if t.nbytes > limit]
+            if big:
+                job.warnings.append(f"{len(big)} tensor(s) are larger than --max-shard-size and have a shard "
+                                    f"of their own: {', '.join(big[:3])}")
+        elif isinstance(tmp, atomic.AtomicDir) and job.fmt == writers.DCP:
+            from ..writers.dcp import write_dcp
+
+            p.start("writing", sum(t.nbytes for t in job.tensors))
+            write_dcp(tmp.path, job.tensors, p.advance)
+        p.done()
+        tmp.finish(background=job.verify)  # the fsync overlaps the verification's reads
+        size = _size(tmp.path)
+        if job.after_write is not None:
+            job.after_write(tmp.path)
+        verified, failures = _verify(job, tmp.path)
+        if job.report_args.get("sanitized") is not None and job.verify and not failures:
+            from .verify_wo import load_weights_only
+
+            outcome, problem = load_weights_only(tmp.path)
+            job.report_args["weights_only_load"] = outcome
+            if problem is not None:
+                failures.append(problem)
+            elif outcome != "passed":
+                job.warnings.append(f"torch.load(weights_only=True) of the output {outcome}")
+        status = {**{d: ("passed" if ok else "failed") for d, ok in verified.items()}, **job.status}
+        if not job.verify:
+            status = {"all": "not verified (--no-verify)"}
+            job.warnings.append("not verified (--no-verify)")
+        if failures:
+            return MigrateReport(**job.report_args, verified=verified, device_status=status,
+                                 failures=tuple(failures), shards=tuple(shards), warnings=tuple(job.warnings))
+        tmp.publish(replace=job.force)
+    return MigrateReport(**job.report_args, written=True, verified=verified, device_status=status,
+                         shards=tuple(shards), bytes_written=size, warnings=tuple(job.warnings))
+
+
+def _size(path: str) -> int:
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+
+
+def _verify(job: Job, path: str) -> tuple[dict[str, bool], list[str]]:
+    """(device -> passed, first problems) for the temporary output at ``path``."""
+    if not job.verify:
+        return {}, []
+    from .verify import verify_output
+
+    return verify_output(path, job.fmt, job.tensors, pickled_root=job.payload.get("root"),
+                         sd_key=job.payload.get("sd_key", ""), devices=job.devices, target=job.target,
+                         target_kwargs=job.target_kwargs, allow_missing=job.allow_missing, limits=job.limits,
+                         progress=job.progress)

@@ -1,0 +1,164 @@
+"""Appending to an output file: small writes gathered, large regions copied inside the kernel.
+
+A writer hands ``Output`` its bytes in order; ``copy_region`` moves a
+``Region`` of a source file with copy_file_range where the system allows
+(computing its CRC32 on a second thread when the zip format needs one).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from ..io.source import FileSource
+from ..model import StorageRef
+from .base import CHUNK
+from .sourcebytes import Region, file_pieces, stream_region
+
+
+def _iov_max() -> int:
+    try:
+        return max(1, min(os.sysconf("SC_IOV_MAX"), 1024))
+    except (AttributeError, ValueError, OSError):
+        return 16  # unknown platform limit: small batches are always accepted
+
+
+_IOV_MAX = _iov_max()
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
+    """os.write until every byte is written (regular files rarely write short, but may)."""
+    view = memoryview(data)
+    total = len(view)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    return total
+
+
+class Output:
+    """Sequential writes to a file descriptor, small ones gathered into one ``writev``.
+
+    Buffers that their producer reuses (bytearray, memoryview) are written at
+    once, never held.
+    """
+
+    def __init__(self, fd: int, flush_at: int = CHUNK) -> None:
+        self.fd = fd
+        self.pos = 0  # bytes accepted so far (written or buffered)
+        self._parts: list[bytes] = []
+        self._buffered = 0
+        self._flush_at = flush_at
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        n = len(data)
+        if n >= self._flush_at or type(data) is not bytes:
+            self.flush()
+            write_all(self.fd, data)
+        else:
+            self._parts.append(data)
+            self._buffered += n
+            if self._buffered >= self._flush_at:
+                self.flush()
+        self.pos += n
+
+    def flush(self) -> None:
+        parts = self._parts
+        if not parts:
+            return
+        if len(parts) == 1:
+            write_all(self.fd, parts[0])
+        else:
+            for i in range(0, len(parts), _IOV_MAX):
+                batch = parts[i:i + _IOV_MAX]
+                total = sum(map(len, batch))
+                n = os.writev(self.fd, batch)
+                if n != total:  # a short writev: finish the rest plainly
+                    write_all(self.fd, b"".join(batch)[n:])
+        parts.clear()
+        self._buffered = 0
+
+
+def _kernel_copy(src_fd: int, dst_fd: int, offset: int, length: int, on_bytes: Callable[[int], None] | None) -> int:
+    """Bytes copied with copy_file_range (no trip through user space); 0 where unsupported."""
+    copy = getattr(os, "copy_file_range", None)
+    if copy is None:
+        return 0
+    done = 0
+    while done < length:
+        try:
+            n = copy(src_fd, dst_fd, min(length - done, 64 << 20), offset + done)
+        except OSError as exc:
+            if exc.errno in _NO_KERNEL_COPY:
+                return done  # the rest goes through user space
+            raise
+        if n == 0:
+            return done
+        done += n
+        if on_bytes is not None:
+            on_bytes(n)
+    return done
+
+
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EBADF}
+
+
+def copy_region(out: Output, region: Region, *, crc: bool = False,
+                on_bytes: Callable[[int], None] | None = None, crc_start: int = 0) -> int:
+    """Append ``region`` to ``out``: in the kernel where possible; returns its CRC32 when asked (else 0).
+
+    The CRC is computed by a second thread reading the same bytes while the
+    kernel copies them (zlib and copy_file_range both release the GIL);
+    ``crc_start`` continues a CRC begun on earlier bytes.
+    """
+    out.flush()
+    ref = region.ref
+    if type(ref.source) is not FileSource:  # a tensor made of file regions: each copied in turn
+        value = crc_start
+        for piece in file_pieces(ref, region.offset, region.length) or ():
+            value = copy_region(out, Region(StorageRef(piece.source, piece.key, piece.offset + piece.length),
+                                            piece.offset, piece.length), crc=crc, on_bytes=on_bytes, crc_start=value)
+        return value if crc else 0
+    source = ref.source
+    start, size = source.region(ref.key)  # type: ignore[attr-defined]
+    if region.offset + region.length > size:
+        source.read(ref.key, region.offset, region.length)  # raises the reader's own error
+    src_fd = source.fd()  # type: ignore[attr-defined] # opened here, before a second thread could race to open it
+    result: dict[str, Any] = {"crc": crc_start}
+    stop = threading.Event()
+    worker = None
+    if crc:
+        def checksum() -> None:
+            value = crc_start
+            try:
+                for piece in region.chunks():
+                    if stop.is_set():
+                        return
+                    value = zlib.crc32(piece, value)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
+                result["error"] = exc
+                return
+            result["crc"] = value
+
+        worker = threading.Thread(target=checksum, name="ckpt-crc", daemon=True)
+        worker.start()
+    try:
+        done = _kernel_copy(src_fd, out.fd, start + region.offset, region.length, on_bytes)
+        if done < region.length:
+            for piece in stream_region(ref, region.offset + done, region.length - done):
+                write_all(out.fd, piece)
+                if on_bytes is not None:
+                    on_bytes(len(piece))
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        if worker is not None:
+            worker.join()
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    out.pos += region.length
+    return result["crc"]  # type: ignore[return-value]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import struct
-import tarfile
 
 from ..errors import InputError
 from .blob import Blob
@@ -36,6 +35,8 @@ def tar_members(blob: Blob) -> list[tuple[str, Blob]] | None:
     head = blob.read(0, 512)
     if head[257:262] != b"ustar" and not _tar_checksum_ok(head):
         return None
+    import tarfile  # 3 ms of imports (shutil, bz2, lzma): only for a file that looks like a tar
+
     try:
         with tarfile.open(fileobj=blob.stream(), mode="r:") as tar:
             return [(m.name, blob.sub(m.offset_data, m.size)) for m in tar.getmembers() if m.isfile()]

@@ -9,7 +9,6 @@ the readers record while unpickling cannot decide.
 """
 from __future__ import annotations
 
-import pickletools
 from dataclasses import dataclass
 
 Pair = tuple[str, str]
@@ -52,6 +51,8 @@ _GETATTR = frozenset([("builtins", "getattr"), ("__builtin__", "getattr")])
 
 def facts_from_pickle(data: bytes) -> PickleFacts:
     """Compute ``PickleFacts`` for one pickle by a symbolic pass over its opcodes (never unpickling)."""
+    from pickletools import genops  # a 2 ms import, for the pickles that need this walk
+
     stack: list[object] = []
     marks: list[list[object]] = []
     memo: dict[int, object] = {}
@@ -87,7 +88,7 @@ def facts_from_pickle(data: bytes) -> PickleFacts:
         return made
 
     try:
-        for op, arg, _pos in pickletools.genops(data):
+        for op, arg, _pos in genops(data):
             name = op.name
             opcodes.add(name)
             if name == "PROTO":

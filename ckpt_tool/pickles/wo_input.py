@@ -24,7 +24,6 @@ is decided by its cheap facts; the walk would take about 9 s.
 from __future__ import annotations
 
 import functools
-import pickletools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -63,6 +62,8 @@ ZIP, TORCHSCRIPT, LEGACY, TAR, PICKLE, SAFETENSORS, SHARDED, OTHER = (
 
 @functools.cache
 def _opcode_names() -> dict[int, str]:
+    import pickletools  # 2 ms: only when a pickle held an opcode worth naming
+
     return {op.code.encode("latin-1")[0]: op.name for op in pickletools.opcodes}
 
 
@@ -96,8 +97,9 @@ def pickle_input(data: bytes | None, opcodes: Iterable[int], globals_: Iterable[
     A small pickle's bytes are always kept, even when the cheap facts decide:
     formats/findings.py walks them for SETITEM(S) on a non-dict (CVE-2026-24747).
     """
-    names = _opcode_names()
-    ops = frozenset(names.get(op, f"<unknown opcode {op:#04x}>") for op in opcodes)
+    seen = tuple(opcodes)
+    names = _opcode_names() if seen else {}
+    ops = frozenset(names.get(op, f"<unknown opcode {op:#04x}>") for op in seen)
     protocol = data[1] if data is not None and len(data) > 1 and data[0] == 0x80 else 0
     p = PickleInput(protocol, ops, tuple(dict.fromkeys(globals_)), tuple(persistent_ids))
     keep = data is not None and (len(data) <= SMALL_PICKLE or not _refused(p) and (

@@ -31,7 +31,7 @@ FORMATS = {
     "sharded/model.safetensors.index.json": 3,  # the index, then one per shard
     "sharded/": 5,  # a look for .metadata, a listing, the index, one per shard
     "sharded_bin/": 5,
-    "dcp/": 2,  # .metadata, and the shard holding the small non-tensor entries torch keeps as values
+    "dcp/": 1,  # .metadata alone: the non-tensor entries stay in their shard files, described, not read
 }
 
 
@@ -47,7 +47,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("tiny_mlp.safetensors", "tiny_mlp.pth", "training.pth", "legacy.pth", "torchscript.pt",
                  "whole_model.pth", "numpy_dict.pkl"):
         shutil.copy(FIXTURES / name, root / name)
-    for folder in ("sharded", "sharded_bin", "dcp"):
+    for folder in ("sharded", "sharded_bin", "dcp", "dcp_multi", "deepspeed"):
         shutil.copytree(FIXTURES / folder, root / folder)
     gen = torch.Generator().manual_seed(0)
     many = {f"blocks.{i}.weight": torch.randn(4, generator=gen) for i in range(3000)}  # data.pkl > 64 KiB
@@ -100,6 +100,25 @@ def test_inspect_url_gives_the_local_json_within_the_request_limit(run_cli, serv
     assert all(r.status in (200, 206) or r.path.endswith("/.metadata") for r in log)  # a folder: DCP?
     report = json.loads(remote.out)["remote"]
     assert report == {"requests": len(log), "bytes": sum(r.nbytes for r in log if r.status == 206)}
+    if name == "dcp/":
+        assert [(r.path, r.status) for r in log] == [("/dcp/.metadata", 206)]
+
+
+@pytest.mark.parametrize("folder", ["dcp_multi/fsdp2", "dcp_multi/model_only", "dcp_multi/accelerate/optimizer_0"])
+def test_a_dcp_folder_with_non_tensor_entries_costs_one_request(run_cli, server: RangeServer, folder: str) -> None:
+    """Multi-rank folders whose shards hold an optimizer's bytes items (lr, betas, params): .metadata only."""
+    local = run_cli("inspect", "--json", str(FIXTURES / folder))
+    server.clear()
+    remote = run_cli("inspect", "--json", f"{server.url}/{folder}/")
+    assert remote.code == 0, remote
+    got, want = comparable_doc(remote.out), comparable_doc(local.out)
+    got.pop("file_bytes")
+    want.pop("file_bytes")
+    assert got == want
+    log = _gets(server)
+    assert [(r.path, r.status) for r in log] == [(f"/{folder}/.metadata", 206)]
+    size = (FIXTURES / folder / ".metadata").stat().st_size
+    assert json.loads(remote.out)["remote"] == {"requests": 1, "bytes": size}
 
 
 def test_local_json_has_no_remote_key(run_cli, served: Path) -> None:

@@ -158,7 +158,7 @@ def migrate(
     from .consolidate_dist import Dist
 
     dist = None if dry_run else Dist.from_env()
-    ck = load(src, key=key, unsafe=unsafe, limits=limits)
+    ck = load(src, key=key, unsafe=unsafe, limits=limits, read_values=True)  # a DCP folder's non-tensor values
     try:
         return _migrate(ck, src, out, fmt, rules, target=target, target_kwargs=target_kwargs, auto=auto,
                         allow_missing=tuple(allow_missing), devices=devices, shard_bytes=shard_bytes,

@@ -339,6 +339,52 @@ def test_migrate_from_a_url_to_a_local_file(run_cli, served: Path, server: Range
     assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)
 
 
+def _late(server: RangeServer, returned: float) -> list:
+    """The requests the server began to answer after the command returned (one clock: the same process)."""
+    import time
+
+    time.sleep(0.3)  # a request left running would reach the server by now
+    return [(r.path, r.range, r.status) for r in _gets(server) if r.started > returned]
+
+
+@pytest.mark.parametrize("args", [("inspect", "--json", "--stats"), ("gate", "--json")])
+def test_no_request_is_made_after_the_command_returns(run_cli, server: RangeServer, monkeypatch, args) -> None:
+    """Parts fetched ahead end with the command that asked for them: none reaches the server later."""
+    import time
+
+    from ckpt_tool.io import remotefile
+
+    monkeypatch.setattr(remotefile, "PART", 256 << 10)  # the 12 MB tensor in 46 parts, read ahead 2 at a time
+    server.delay = 0.01
+    try:
+        r = run_cli(*args, f"{server.url}/big.safetensors")
+        returned = time.monotonic()
+    finally:
+        server.delay = 0.0
+    assert r.code == 0, r
+    assert _late(server, returned) == []
+
+
+def test_no_request_of_a_failed_read_is_made_after_the_command_returns(run_cli, served: Path, server: RangeServer,
+                                                                       monkeypatch) -> None:
+    """A data read that fails (the file changed) leaves parts queued: they are cancelled, not sent later."""
+    import time
+
+    from ckpt_tool.io import remotefile
+
+    monkeypatch.setattr(remotefile, "PART", 64 << 10)  # the 12 MB tensor in 184 parts, 8 requests at a time
+    server.changes["/big.safetensors"] = (6, (served / "big.safetensors").read_bytes())  # a new ETag from the 7th
+    server.delay = 0.02
+    try:
+        r = run_cli("inspect", "--stats", f"{server.url}/big.safetensors")
+        returned = time.monotonic()
+    finally:
+        server.delay = 0.0
+    assert_one_line_error(r, "changed while it was being read")
+    assert _late(server, returned) == []
+    assert len(_gets(server)) < 40  # the queued parts were cancelled, not sent and refused one by one
+
+
 def test_legacy_storage_counts_are_fetched_together(run_cli, served: Path, server: RangeServer) -> None:
     """A legacy file's storages are located by their 8-byte counts: fetched concurrently, not the data."""
     import torch
@@ -405,7 +451,8 @@ def test_local_commands_import_nothing_remote() -> None:
     code = ("import sys, contextlib, io; from ckpt_tool.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['inspect', sys.argv[1]])\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 'huggingface_hub', 's3fs', "
-            "'aiohttp') or m in ('ckpt_tool.io.remote', 'ckpt_tool.io.protocols', 'ckpt_tool.io.fetchers')))")
+            "'aiohttp') or m in ('ckpt_tool.io.remote', 'ckpt_tool.io.remotefile', 'ckpt_tool.io.protocols', "
+            "'ckpt_tool.io.fetchers')))")
     out = subprocess.run([sys.executable, "-c", code, str(FIXTURES / "tiny_mlp.pth")], capture_output=True,
                          text=True, cwd=str(FIXTURES.parent), check=True).stdout
     assert out.strip() == "[]"

@@ -121,9 +121,11 @@ def test_a_dcp_folder_with_non_tensor_entries_costs_one_request(run_cli, server:
     assert json.loads(remote.out)["remote"] == {"requests": 1, "bytes": size}
 
 
-def test_local_json_has_no_remote_key(run_cli, served: Path) -> None:
+def test_local_json_has_no_remote_key(run_cli, served: Path, tmp_path: Path) -> None:
     r = run_cli("inspect", "--json", str(served / "tiny_mlp.pth"))
     assert "remote" not in json.loads(r.out)
+    r = run_cli("migrate", "--json", str(served / "tiny_mlp.pth"), "-o", str(tmp_path / "out.safetensors"))
+    assert r.code == 0 and "remote" not in json.loads(r.out)
 
 
 def test_safetensors_header_of_a_large_file_is_one_small_request(run_cli, served: Path,
@@ -173,6 +175,28 @@ def test_verbose_prints_the_counts_on_stderr(run_cli, server: RangeServer) -> No
     log = _gets(server)
     assert f"remote: {len(log)} requests" in r.err
     assert f"({sum(x.nbytes for x in log if x.status == 206)} bytes)" in r.err
+
+
+@pytest.mark.parametrize("command", ["inspect", "diff", "gate", "scan", "migrate"])
+def test_every_command_reports_its_requests_in_json_and_with_verbose(run_cli, served: Path, server: RangeServer,
+                                                                     tmp_path: Path, command: str) -> None:
+    """`remote: {requests, bytes}` in --json and `-v` on stderr, both equal to what the server answered."""
+    name = "tiny_mlp.pth" if command == "gate" else "training.pth"  # training.pth fails the weights-only check
+    url = f"{server.url}/{name}"
+    extra = {"diff": [str(served / name)], "migrate": ["-o", str(tmp_path / "out.pth")]}.get(command, [])
+    r = run_cli(command, "--json", url, *extra)
+    assert r.code == 0, r
+    log = _gets(server)
+    want = {"requests": len(log), "bytes": sum(x.nbytes for x in log if x.status == 206)}
+    assert json.loads(r.out)["remote"] == want
+    if command == "migrate":
+        extra = ["-o", str(tmp_path / "again.pth")]
+    server.clear()
+    r = run_cli(command, "-v", url, *extra)
+    assert r.code == 0, r
+    log = _gets(server)
+    assert f"remote: {len(log)} requests" in r.err
+    assert f"({sum(x.nbytes for x in log if x.status == 206)} bytes) fetched" in r.err
 
 
 # -- errors: one line, exit 2 ------------------------------------------------------------

@@ -30,6 +30,7 @@ from ..model import Checkpoint, TensorMeta
 from ..writers.base import OutTensor, require_data
 from ..writers.layout import dedupe, safetensors_metadata, torch_root
 from .migrate_report import MigrateReport, TargetCheck
+from .remote_counts import counts_remote
 
 _SHARED_NOTE = re.compile(r"\d+ tensors share storage")
 
@@ -92,6 +93,7 @@ def _source_paths(src: str, ck: Checkpoint) -> list[str]:
     return sorted(paths)
 
 
+@counts_remote("src")  # a URL source: remote {requests, bytes} in the report
 def migrate(
     src: str | os.PathLike[str],
     out: str | os.PathLike[str] | None = None,

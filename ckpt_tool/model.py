@@ -188,6 +188,34 @@ class GlobalRef:
         return f"{self.module}.{self.name}"
 
 
+class Deferred(ABC):
+    """A non-tensor value a file keeps apart from its metadata (a DCP bytes item), left unread.
+
+    Metadata paths (inspect, diff without --values, the gate's checks) show
+    ``describe()`` and read nothing, so a DCP folder costs its ``.metadata``
+    alone; data paths (migrate, diff --values) read the value with
+    formats/deferred.py, as torch does when it loads the checkpoint.
+    """
+
+    kind: str  # what it is ("bytes item")
+    nbytes: int  # its size where it is stored
+    file: str  # the file holding it, relative to the checkpoint
+
+    def describe(self) -> str:
+        return f"<{self.kind}: {self.nbytes} bytes in {self.file}, not read>"
+
+    @abstractmethod
+    def load(self, opened: dict[str, Any]) -> tuple[Any, list[GlobalRef]] | None:
+        """(value, globals its pickle names), reusing the byte sources in ``opened`` (file -> source);
+        None where the file is absent (a metadata-only copy). Raises CkptError when it is unreadable."""
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A place in a container that holds tensors, and whether it was chosen."""

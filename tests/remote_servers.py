@@ -74,7 +74,7 @@ class RangeServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
@@ -99,15 +99,21 @@ class RangeServer:
         self.stop()
 
     def clear(self) -> None:
+        """Forget what was answered; a request still being answered is waited for first (its entry is
+        written after its body is sent, so it would otherwise land in the next test's log)."""
+        self._settle()
         with self._lock:
             self.log.clear()
             self.served.clear()
 
-    def requests(self, *, method: str | None = None) -> list[Logged]:
-        """The log once no request is being answered (a response is logged after its body is sent)."""
+    def _settle(self) -> None:
         deadline = time.monotonic() + 5
         while self.active and time.monotonic() < deadline:
             time.sleep(0.01)
+
+    def requests(self, *, method: str | None = None) -> list[Logged]:
+        """The log once no request is being answered (a response is logged after its body is sent)."""
+        self._settle()
         with self._lock:
             return [r for r in self.log if method is None or r.method == method]
 
@@ -117,6 +123,17 @@ class RangeServer:
     def record(self, entry: Logged) -> None:
         with self._lock:
             self.log.append(entry)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up (a refused download, a closed keep-alive connection) is no error to print:
+    socketserver would print its traceback on stderr, inside whichever command's output is being captured."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

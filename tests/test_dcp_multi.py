@@ -150,8 +150,64 @@ def test_column_sharded_tensor_is_assembled_like_torch(tmp_path):
                      torch.load(tmp_path / "ckpt.pth", weights_only=True))
 
 
-def test_non_tensor_entries_are_values_not_descriptions():
+def test_non_tensor_entries_are_described_by_load_and_read_as_values_on_request():
+    """A metadata answer leaves the bytes items in their shard files; migrate and diff --values read them."""
+    from ckpt_tool.model import Deferred
+
     ck = load(MULTI / "fsdp2")
     groups = ck.metadata["optim"]["param_groups"]
+    assert isinstance(groups, list) and isinstance(groups[0]["lr"], Deferred)
+    assert str(groups[0]["lr"]) == "<bytes item: 1261 bytes in __1_0.distcp, not read>"
+    ck = load(MULTI / "fsdp2", read_values=True)
+    groups = ck.metadata["optim"]["param_groups"]
     assert isinstance(groups, list) and groups[0]["lr"] == 0.01 and groups[0]["betas"] == [0.9, 0.999]
+    assert ck.root["optim"]["param_groups"][0]["lr"] == 0.01
     assert Path(ck.path).name == "fsdp2"
+
+
+def test_metadata_paths_open_no_shard_file(monkeypatch, run_cli):
+    """inspect and diff (without --values) read .metadata alone: no .distcp file is opened."""
+    from ckpt_tool.io import paths
+
+    opened: list[str] = []
+    original = paths.open_bytes
+
+    def spy(path):
+        opened.append(str(path))
+        return original(path)
+
+    monkeypatch.setattr(paths, "open_bytes", spy)
+    for folder in FOLDERS:
+        r = run_cli("inspect", "--json", str(MULTI / folder))
+        assert r.code == 0, r
+        doc = json.loads(r.out)
+        assert all(x["kind"] == "bytes item" and x["nbytes"] > 0 for x in doc["metadata_not_read"])
+    r = run_cli("diff", "--json", str(MULTI / "fsdp2"), str(MULTI / "fsdp2"))
+    assert r.code == 0, r
+    assert json.loads(r.out)["equal"]
+    assert not [p for p in opened if p.endswith(".distcp")], opened
+    assert json.loads(run_cli("inspect", "--json", str(MULTI / "fsdp2")).out)["metadata_not_read"][0] == {
+        "key": "optim.param_groups.0.lr", "kind": "bytes item", "nbytes": 1261, "file": "__1_0.distcp"}
+
+
+def test_diff_values_reads_and_compares_the_non_tensor_entries(tmp_path, run_cli):
+    import shutil
+
+    other = tmp_path / "fsdp2"
+    shutil.copytree(MULTI / "fsdp2", other)
+    ck = load(other, read_values=True)
+    lr = ck.root["optim"]["param_groups"][0]["lr"]
+    assert lr == 0.01
+    # the same checkpoint with another learning rate: the pickled 0.01 replaced by 0.02 in place
+    data = (other / "__1_0.distcp").read_bytes()
+    import struct
+
+    old, new = struct.pack(">d", 0.01), struct.pack(">d", 0.02)
+    assert data.count(old) >= 1
+    (other / "__1_0.distcp").write_bytes(data.replace(old, new, 1))
+    plain = json.loads(run_cli("diff", "--json", str(MULTI / "fsdp2"), str(other)).out)
+    assert plain["metadata_diff"]["changed"] == []
+    assert any("not compared" in w for w in plain["warnings"])
+    r = run_cli("diff", "--json", "--values", str(MULTI / "fsdp2"), str(other))
+    changed = json.loads(r.out)["metadata_diff"]["changed"]
+    assert [(c["path"], c["a"], c["b"]) for c in changed] == [("optim.param_groups.0.lr", 0.01, 0.02)]

@@ -31,7 +31,7 @@ FORMATS = {
     "sharded/model.safetensors.index.json": 3,  # the index, then one per shard
     "sharded/": 5,  # a look for .metadata, a listing, the index, one per shard
     "sharded_bin/": 5,
-    "dcp/": 2,  # .metadata, and the shard holding the small non-tensor entries torch keeps as values
+    "dcp/": 1,  # .metadata alone: the non-tensor entries stay in their shard files, described, not read
 }
 
 
@@ -47,7 +47,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("tiny_mlp.safetensors", "tiny_mlp.pth", "training.pth", "legacy.pth", "torchscript.pt",
                  "whole_model.pth", "numpy_dict.pkl"):
         shutil.copy(FIXTURES / name, root / name)
-    for folder in ("sharded", "sharded_bin", "dcp"):
+    for folder in ("sharded", "sharded_bin", "dcp", "dcp_multi", "deepspeed"):
         shutil.copytree(FIXTURES / folder, root / folder)
     gen = torch.Generator().manual_seed(0)
     many = {f"blocks.{i}.weight": torch.randn(4, generator=gen) for i in range(3000)}  # data.pkl > 64 KiB
@@ -100,11 +100,32 @@ def test_inspect_url_gives_the_local_json_within_the_request_limit(run_cli, serv
     assert all(r.status in (200, 206) or r.path.endswith("/.metadata") for r in log)  # a folder: DCP?
     report = json.loads(remote.out)["remote"]
     assert report == {"requests": len(log), "bytes": sum(r.nbytes for r in log if r.status == 206)}
+    if name == "dcp/":
+        assert [(r.path, r.status) for r in log] == [("/dcp/.metadata", 206)]
 
 
-def test_local_json_has_no_remote_key(run_cli, served: Path) -> None:
+@pytest.mark.parametrize("folder", ["dcp_multi/fsdp2", "dcp_multi/model_only", "dcp_multi/accelerate/optimizer_0"])
+def test_a_dcp_folder_with_non_tensor_entries_costs_one_request(run_cli, server: RangeServer, folder: str) -> None:
+    """Multi-rank folders whose shards hold an optimizer's bytes items (lr, betas, params): .metadata only."""
+    local = run_cli("inspect", "--json", str(FIXTURES / folder))
+    server.clear()
+    remote = run_cli("inspect", "--json", f"{server.url}/{folder}/")
+    assert remote.code == 0, remote
+    got, want = comparable_doc(remote.out), comparable_doc(local.out)
+    got.pop("file_bytes")
+    want.pop("file_bytes")
+    assert got == want
+    log = _gets(server)
+    assert [(r.path, r.status) for r in log] == [(f"/{folder}/.metadata", 206)]
+    size = (FIXTURES / folder / ".metadata").stat().st_size
+    assert json.loads(remote.out)["remote"] == {"requests": 1, "bytes": size}
+
+
+def test_local_json_has_no_remote_key(run_cli, served: Path, tmp_path: Path) -> None:
     r = run_cli("inspect", "--json", str(served / "tiny_mlp.pth"))
     assert "remote" not in json.loads(r.out)
+    r = run_cli("migrate", "--json", str(served / "tiny_mlp.pth"), "-o", str(tmp_path / "out.safetensors"))
+    assert r.code == 0 and "remote" not in json.loads(r.out)
 
 
 def test_safetensors_header_of_a_large_file_is_one_small_request(run_cli, served: Path,
@@ -154,6 +175,28 @@ def test_verbose_prints_the_counts_on_stderr(run_cli, server: RangeServer) -> No
     log = _gets(server)
     assert f"remote: {len(log)} requests" in r.err
     assert f"({sum(x.nbytes for x in log if x.status == 206)} bytes)" in r.err
+
+
+@pytest.mark.parametrize("command", ["inspect", "diff", "gate", "scan", "migrate"])
+def test_every_command_reports_its_requests_in_json_and_with_verbose(run_cli, served: Path, server: RangeServer,
+                                                                     tmp_path: Path, command: str) -> None:
+    """`remote: {requests, bytes}` in --json and `-v` on stderr, both equal to what the server answered."""
+    name = "tiny_mlp.pth" if command == "gate" else "training.pth"  # training.pth fails the weights-only check
+    url = f"{server.url}/{name}"
+    extra = {"diff": [str(served / name)], "migrate": ["-o", str(tmp_path / "out.pth")]}.get(command, [])
+    r = run_cli(command, "--json", url, *extra)
+    assert r.code == 0, r
+    log = _gets(server)
+    want = {"requests": len(log), "bytes": sum(x.nbytes for x in log if x.status == 206)}
+    assert json.loads(r.out)["remote"] == want
+    if command == "migrate":
+        extra = ["-o", str(tmp_path / "again.pth")]
+    server.clear()
+    r = run_cli(command, "-v", url, *extra)
+    assert r.code == 0, r
+    log = _gets(server)
+    assert f"remote: {len(log)} requests" in r.err
+    assert f"({sum(x.nbytes for x in log if x.status == 206)} bytes) fetched" in r.err
 
 
 # -- errors: one line, exit 2 ------------------------------------------------------------
@@ -320,6 +363,52 @@ def test_migrate_from_a_url_to_a_local_file(run_cli, served: Path, server: Range
     assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)
 
 
+def _late(server: RangeServer, returned: float) -> list:
+    """The requests the server began to answer after the command returned (one clock: the same process)."""
+    import time
+
+    time.sleep(0.3)  # a request left running would reach the server by now
+    return [(r.path, r.range, r.status) for r in _gets(server) if r.started > returned]
+
+
+@pytest.mark.parametrize("args", [("inspect", "--json", "--stats"), ("gate", "--json")])
+def test_no_request_is_made_after_the_command_returns(run_cli, server: RangeServer, monkeypatch, args) -> None:
+    """Parts fetched ahead end with the command that asked for them: none reaches the server later."""
+    import time
+
+    from ckpt_tool.io import remotefile
+
+    monkeypatch.setattr(remotefile, "PART", 256 << 10)  # the 12 MB tensor in 46 parts, read ahead 2 at a time
+    server.delay = 0.01
+    try:
+        r = run_cli(*args, f"{server.url}/big.safetensors")
+        returned = time.monotonic()
+    finally:
+        server.delay = 0.0
+    assert r.code == 0, r
+    assert _late(server, returned) == []
+
+
+def test_no_request_of_a_failed_read_is_made_after_the_command_returns(run_cli, served: Path, server: RangeServer,
+                                                                       monkeypatch) -> None:
+    """A data read that fails (the file changed) leaves parts queued: they are cancelled, not sent later."""
+    import time
+
+    from ckpt_tool.io import remotefile
+
+    monkeypatch.setattr(remotefile, "PART", 64 << 10)  # the 12 MB tensor in 184 parts, 8 requests at a time
+    server.changes["/big.safetensors"] = (6, (served / "big.safetensors").read_bytes())  # a new ETag from the 7th
+    server.delay = 0.02
+    try:
+        r = run_cli("inspect", "--stats", f"{server.url}/big.safetensors")
+        returned = time.monotonic()
+    finally:
+        server.delay = 0.0
+    assert_one_line_error(r, "changed while it was being read")
+    assert _late(server, returned) == []
+    assert len(_gets(server)) < 40  # the queued parts were cancelled, not sent and refused one by one
+
+
 def test_legacy_storage_counts_are_fetched_together(run_cli, served: Path, server: RangeServer) -> None:
     """A legacy file's storages are located by their 8-byte counts: fetched concurrently, not the data."""
     import torch
@@ -386,7 +475,8 @@ def test_local_commands_import_nothing_remote() -> None:
     code = ("import sys, contextlib, io; from ckpt_tool.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['inspect', sys.argv[1]])\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 'huggingface_hub', 's3fs', "
-            "'aiohttp') or m in ('ckpt_tool.io.remote', 'ckpt_tool.io.protocols', 'ckpt_tool.io.fetchers')))")
+            "'aiohttp') or m in ('ckpt_tool.io.remote', 'ckpt_tool.io.remotefile', 'ckpt_tool.io.protocols', "
+            "'ckpt_tool.io.fetchers')))")
     out = subprocess.run([sys.executable, "-c", code, str(FIXTURES / "tiny_mlp.pth")], capture_output=True,
                          text=True, cwd=str(FIXTURES.parent), check=True).stdout
     assert out.strip() == "[]"

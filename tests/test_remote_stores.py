@@ -20,6 +20,7 @@ from remote_servers import RangeServer, comparable_doc  # noqa: E402
 
 FILES = ("tiny_mlp.safetensors", "tiny_mlp.pth", "legacy.pth", "training.pth")
 FOLDERS = ("sharded", "sharded_bin", "dcp")
+TRAINING = ("deepspeed/zero3_fp32", "deepspeed/zero2_bf16", "dcp_multi/fsdp2")  # nested: a run folder and its tag
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -50,9 +51,9 @@ def s3(env_saved):
     client.create_bucket(Bucket="ckpts")
     for name in FILES:
         client.upload_file(str(FIXTURES / name), "ckpts", name)
-    for folder in FOLDERS:
-        for path in sorted((FIXTURES / folder).iterdir()):
-            client.upload_file(str(path), "ckpts", f"{folder}/{path.name}")
+    for folder in FOLDERS + TRAINING:
+        for path in sorted(p for p in (FIXTURES / folder).rglob("*") if p.is_file()):
+            client.upload_file(str(path), "ckpts", f"{path.relative_to(FIXTURES).as_posix()}")
     try:
         yield server
     finally:
@@ -65,7 +66,7 @@ def _s3_log(server, part: str) -> list[str]:
 
 @pytest.mark.parametrize("name,limit", [("tiny_mlp.safetensors", 2), ("tiny_mlp.pth", 4), ("legacy.pth", 4),
                                         ("training.pth", 4), ("sharded/", 5), ("sharded_bin/", 5),
-                                        ("sharded/model.safetensors.index.json", 3), ("dcp/", 2)])
+                                        ("sharded/model.safetensors.index.json", 3), ("dcp/", 1)])
 def test_s3_inspect_gives_the_local_json(run_cli, s3, name: str, limit: int) -> None:
     local = run_cli("inspect", "--json", str(FIXTURES / name))
     s3.clear()
@@ -125,7 +126,7 @@ def hub(tmp_path_factory, env_saved):
     repo.mkdir(parents=True)
     for name in FILES:
         shutil.copy(FIXTURES / name, repo / name)
-    for folder in FOLDERS:
+    for folder in FOLDERS + TRAINING:
         shutil.copytree(FIXTURES / folder, repo / folder)
     with RangeServer(root, hub=True) as server:
         os.environ["HF_ENDPOINT"] = server.url
@@ -140,7 +141,7 @@ def _hub_log(server: RangeServer) -> list:
 
 @pytest.mark.parametrize("name,limit", [("tiny_mlp.safetensors", 2), ("tiny_mlp.pth", 4), ("legacy.pth", 4),
                                         ("sharded/model.safetensors.index.json", 3), ("sharded", 6),
-                                        ("dcp", 5), ("dcp/", 2), ("sharded/", 6)])
+                                        ("dcp", 5), ("dcp/", 1), ("sharded/", 6)])
 def test_hf_inspect_gives_the_local_json(run_cli, hub: RangeServer, name: str, limit: int) -> None:
     local = run_cli("inspect", "--json", str(FIXTURES / name))
     hub.clear()
@@ -167,3 +168,55 @@ def test_hf_diff_values_against_local(run_cli, hub: RangeServer) -> None:
     r = run_cli("diff", "--values", "--json", "hf://org/repo/tiny_mlp.safetensors", str(FIXTURES / "tiny_mlp.pth"))
     assert r.code == 0, r
     assert json.loads(r.out)["equal"]
+
+
+# -- DeepSpeed runs and multi-rank DCP folders (tests/test_remote_training.py for https://) -------------
+
+
+def _training_doc(out: str) -> dict:
+    from test_remote_training import training_doc
+
+    return training_doc(out)
+
+
+# (folder, requests): a look for .metadata, then for DeepSpeed the folder's listing, ``latest`` (a tag
+# folder's listing says it is not there: no request), the tag's listing and one per rank file;
+# a DCP folder: .metadata alone
+@pytest.mark.parametrize("name,requests", [("deepspeed/zero3_fp32/", 8), ("deepspeed/zero2_bf16/global_step1/", 5),
+                                           ("dcp_multi/fsdp2/", 1)])
+def test_s3_training_folders_give_the_local_json(run_cli, s3, name: str, requests: int) -> None:
+    local = run_cli("inspect", "--json", str(FIXTURES / name))
+    s3.clear()
+    remote = run_cli("inspect", "--json", f"s3://ckpts/{name}")
+    assert remote.code == 0, remote
+    assert _training_doc(remote.out) == _training_doc(local.out)
+    log = _s3_log(s3, "/ckpts")
+    assert len(log) == requests, log
+    assert json.loads(remote.out)["remote"]["requests"] == len(log)
+
+
+def test_s3_consolidation_gives_the_local_output(run_cli, s3, tmp_path) -> None:
+    from test_remote_training import _digest
+
+    for source, output in (("deepspeed/zero3_fp32", "model.safetensors"), ("dcp_multi/fsdp2", "model.pth")):
+        (tmp_path / "local").mkdir(exist_ok=True)
+        (tmp_path / "remote").mkdir(exist_ok=True)
+        local_out, remote_out = tmp_path / "local" / output, tmp_path / "remote" / output
+        assert run_cli("migrate", str(FIXTURES / source), "-o", str(local_out)).code == 0
+        s3.clear()
+        r = run_cli("migrate", "--json", f"s3://ckpts/{source}/", "-o", str(remote_out))
+        assert r.code == 0, r
+        assert _digest(remote_out) == _digest(local_out)
+        assert json.loads(r.out)["remote"]["requests"] == len(_s3_log(s3, "/ckpts"))
+
+
+# hf://: as s3://, plus huggingface_hub's look at the repository before its first listing
+@pytest.mark.parametrize("name,requests", [("deepspeed/zero3_fp32/", 9), ("dcp_multi/fsdp2/", 1)])
+def test_hf_training_folders_give_the_local_json(run_cli, hub: RangeServer, name: str, requests: int) -> None:
+    local = run_cli("inspect", "--json", str(FIXTURES / name))
+    hub.clear()
+    remote = run_cli("inspect", "--json", f"hf://org/repo/{name}")
+    assert remote.code == 0, remote
+    assert _training_doc(remote.out) == _training_doc(local.out)
+    log = _hub_log(hub)
+    assert len(log) == requests, [(r.path, r.status) for r in log]

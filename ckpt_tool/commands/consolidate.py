@@ -27,6 +27,7 @@ from typing import Any
 from .. import writers
 from ..errors import CkptError, UsageError, WriteError
 from ..io import atomic, renames
+from ..io.paths import count_remote, remote_session
 from ..keys.rules import RuleSet, make_plan
 from ..limits import Limits
 from ..model import TensorMeta
@@ -154,9 +155,11 @@ def _child(conn: Connection, spec: Spec, index: int) -> None:
     """A worker process: write share ``index``, then verify it when told to."""
     ck = None
     try:
-        units, ck = replan(spec)
-        indices = assign(units, spec.count)[index]
-        conn.send(("written", write_share(spec.path, units, indices, sync=False)))  # the owner fsyncs
+        with remote_session(spec.src) as counted:  # a URL source: what this process fetched, for the report
+            units, ck = replan(spec)
+            indices = assign(units, spec.count)[index]
+            written = write_share(spec.path, units, indices, sync=False)  # the owner fsyncs
+        conn.send(("written", written, counted.stats() if counted is not None else None))
         if conn.recv() == "verify":
             conn.send(("verified", verify_share(spec.path, spec.fmt, units, indices, spec.limits)
                        if spec.verify else []))
@@ -208,6 +211,9 @@ class _Workers:
                 if msg[0] != what:
                     raise CkptError(f"worker {i + 1} answered {msg[0]!r}, expected {what!r}")
                 answers[i] = msg[1]
+                fetched: Any = msg[2] if len(msg) > 2 else None  # the requests a worker made for a URL source
+                if fetched:
+                    count_remote(fetched["requests"], fetched["bytes"])
         return [answers[i] for i in range(len(self.conns))]
 
     def tell(self, message: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any, cast
 from ..errors import UsageError
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta, shapes_compatible
-from .diff_metadata import content_metadata, metadata_diff
+from .diff_metadata import content_metadata, mask_unread, metadata_diff
 from .diff_report import DiffReport, Mismatch, ValueDiff
 from .diff_values import compare_values
 from .remote_counts import counts_remote
@@ -95,7 +95,7 @@ def diff(
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
         raise UsageError("--atol and --rtol must be non-negative numbers")
     a = os.fspath(a)
-    ckpt_a = load(a, key=key, unsafe=unsafe, limits=limits)
+    ckpt_a = load(a, key=key, unsafe=unsafe, limits=limits, read_values=values)  # --values: DCP bytes items too
     warnings = [f"A: {w}" for w in ckpt_a.warnings]
     lazy: tuple[str, ...] = ()
     plain: tuple[str, ...] = ()
@@ -110,7 +110,8 @@ def diff(
         target_prefixes = _attribute_prefixes(built.module)
     else:
         b_label = os.fspath(cast(str, b))  # not None: checked above
-        ckpt_b = load(b_label, key=key_b if key_b is not None else key, unsafe=unsafe, limits=limits)
+        ckpt_b = load(b_label, key=key_b if key_b is not None else key, unsafe=unsafe, limits=limits,
+                      read_values=values)
         b_tensors, b_format = list(ckpt_b.tensors), ckpt_b.format
         warnings += [f"B: {w}" for w in ckpt_b.warnings]
         target_prefixes = []
@@ -123,7 +124,11 @@ def diff(
             suggestion = suggest(ckpt_a.tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
         meta: dict[str, Any] = {"changed": [], "only_a": [], "only_b": []}
         if ckpt_b is not None:
-            meta = metadata_diff(content_metadata(ckpt_a), content_metadata(ckpt_b))
+            meta_a, meta_b, unread = mask_unread(content_metadata(ckpt_a), content_metadata(ckpt_b))
+            meta = metadata_diff(meta_a, meta_b)
+            if unread:
+                warnings.append(f"{unread} non-tensor entr{'y was' if unread == 1 else 'ies were'} not read (DCP "
+                                "bytes items), so their values were not compared; --values reads and compares them")
         value_diffs: list[ValueDiff] = []
         if values and ckpt_b is not None:
             bad_shape = {m.key for m in shape_mm}

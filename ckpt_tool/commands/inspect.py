@@ -9,10 +9,11 @@ from operator import attrgetter
 from typing import Any
 
 from ..formats import load
+from ..formats.deferred import unread
 from ..io.paths import is_url, url_bytes
 from ..keys import rules
 from ..limits import DEFAULT_LIMITS, Limits
-from ..model import Checkpoint, TensorMeta, is_contiguous_layout, json_safe
+from ..model import Checkpoint, Deferred, TensorMeta, is_contiguous_layout, json_safe
 from .remote_counts import counts_remote
 from .weights_only import WeightsOnlyReport, assess
 
@@ -39,6 +40,11 @@ class InspectReport:
     warnings: tuple[str, ...] = field(default=())
     weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (see commands/weights_only.py)
     remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
+
+    @property
+    def not_read(self) -> list[tuple[str, Deferred]]:
+        """(dotted key, value) of the metadata values left unread (a DCP folder's bytes items)."""
+        return unread(self.checkpoint.metadata)
 
     def to_json(self, *, tensors: bool = True) -> dict[str, Any]:
         """The --json document; ``tensors=False`` leaves the tensor list empty (render.inspect writes it)."""
@@ -74,6 +80,8 @@ class InspectReport:
             "dtypes": self.dtype_counts,
             "metadata_keys": sorted(str(k) for k in c.metadata),
             "metadata": json_safe(dict(c.metadata)),
+            "metadata_not_read": [{"key": k, "kind": d.kind, "nbytes": d.nbytes, "file": d.file}
+                                  for k, d in self.not_read],
             "prefixes": list(self.prefixes),
             "references": [
                 {"module": r.module, "name": r.name, "severity": r.severity, "where": r.where}

@@ -31,6 +31,7 @@ from ..writers.base import OutTensor, require_data
 from ..writers.layout import dedupe, safetensors_metadata, torch_root
 from .migrate_report import MigrateReport, TargetCheck
 from .migrate_write import Job, NoProgress, Progress, write_and_publish
+from .remote_counts import counts_remote
 
 _SHARED_NOTE = re.compile(r"\d+ tensors share storage")
 
@@ -72,6 +73,7 @@ def _source_paths(src: str, ck: Checkpoint) -> list[str]:
     return sorted(paths)
 
 
+@counts_remote("src")  # a URL source: remote {requests, bytes} in the report
 def migrate(
     src: str | os.PathLike[str],
     out: str | os.PathLike[str] | None = None,
@@ -138,7 +140,7 @@ def migrate(
     from .consolidate_dist import Dist
 
     dist = None if dry_run else Dist.from_env()
-    ck = load(src, key=key, unsafe=unsafe, limits=limits)
+    ck = load(src, key=key, unsafe=unsafe, limits=limits, read_values=True)  # a DCP folder's non-tensor values
     try:
         return _migrate(ck, src, out, fmt, rules, target=target, target_kwargs=target_kwargs, auto=auto,
                         allow_missing=tuple(allow_missing), devices=devices, shard_bytes=shard_bytes,

@@ -7,6 +7,7 @@ from typing import Any
 from ..io import staletemp
 from ..keys.rules import Plan, RuleSet
 from ..writers.base import OutTensor
+from .remote_counts import with_remote
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class MigrateReport:
     cleaned: tuple[staletemp.Temporary, ...] = ()  # stale temporaries of killed runs removed before writing
     sanitized: tuple[str, ...] | None = None  # --sanitize: "where: what -> what" for each conversion
     weights_only_load: str | None = None  # --sanitize: "passed", "failed: ..." or "not checked: ..."
+    remote: dict[str, int] | None = None  # requests and bytes fetched, when SRC is a URL
 
     @property
     def ok(self) -> bool:
@@ -57,7 +59,7 @@ class MigrateReport:
         return not self.failures and (self.target is None or self.target.ok)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        return with_remote({
             "source": self.source,
             "output": self.output,
             "format": self.format,
@@ -92,7 +94,7 @@ class MigrateReport:
             "cleaned_bytes": sum(t.bytes for t in self.cleaned),
             "sanitized": list(self.sanitized) if self.sanitized is not None else None,
             "weights_only_load": self.weights_only_load,
-        }
+        }, self.remote)
 
 
 __all__ = ["MigrateReport", "TargetCheck"]

@@ -124,8 +124,15 @@ def load(
     key: str | None = None,
     unsafe: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    read_values: bool = False,
 ) -> Checkpoint:
-    """Read a checkpoint's metadata safely: no code runs and no tensor bytes are read."""
+    """Read a checkpoint's metadata safely: no code runs and no tensor bytes are read.
+
+    Non-tensor values a file keeps apart from its metadata (a DCP folder's
+    bytes items: an optimizer's ``lr``, a step count) are left unread and
+    described (model.Deferred) unless ``read_values`` asks for them, as
+    migrate and ``diff --values`` do.
+    """
     from .checkpoint import build
 
     p = os.fspath(path)
@@ -134,7 +141,12 @@ def load(
     with gc_paused():
         loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe))
         try:
-            return build(loaded, p, key, limits)
+            ck = build(loaded, p, key, limits)
+            if read_values:
+                from .deferred import with_values
+
+                ck = with_values(ck, limits)
+            return ck
         except BaseException:
             for source in loaded.sources:  # a long-running caller must not leak a descriptor per bad file
                 source.close()

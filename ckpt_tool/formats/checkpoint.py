@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import CkptError, LimitExceeded
 from ..io.source import MemorySource
 from ..limits import DEFAULT_LIMITS, Limits
-from ..model import Candidate, Checkpoint, GlobalRef, TensorMeta
+from ..model import Candidate, Checkpoint, Deferred, GlobalRef, TensorMeta
 from ..pickles import severity
 from ..pickles.placeholders import LazyTensor, NumpyArray, NumpyScalar, Placeholder, is_module_placeholder
 from .base import Loaded
@@ -35,6 +35,8 @@ def summarize(obj: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
         return "..."
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj.python() if isinstance(obj, NumpyScalar) else obj
+    if isinstance(obj, Deferred):
+        return obj  # a value left unread: rendered by its description (json_safe), recognised by diff
     if isinstance(obj, NumpyArray) and obj.dtype is None:
         return f"<ndarray {obj.type_string or '?'} {list(obj.shape)}>"
     if isinstance(obj, (LazyTensor, NumpyArray)):

@@ -3,7 +3,8 @@
 ``.metadata`` is a pickle of DCP's dataclasses (torch's own reader uses plain
 ``pickle.load``); here the restricted unpickler reads them as placeholders.
 Keys, shapes and dtypes come from ``state_dict_metadata``; non-tensor entries
-(bytes items) are reported as metadata without being read; the nesting of the
+(bytes items) are metadata left unread (dcp_items.BytesItem: read by the data
+paths, never by a metadata answer); the nesting of the
 original state_dict is rebuilt from ``planner_data``. Shard files are only
 checked to exist: tensor bytes are read (chunk by chunk, each chunk a
 torch.save blob parsed by ckpt's own zip reader) only when data is needed.
@@ -25,7 +26,7 @@ from ..model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_st
 from ..pickles.placeholders import DTypeRef, Placeholder
 from ..pickles.unpickler import restricted_loads
 from .base import Loaded, ReadOptions
-from .dcp_items import nest, read_items
+from .dcp_items import BytesItem, nest
 from .dcp_stream import DcpStreamSource
 from .detect import DCP
 
@@ -56,7 +57,6 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     _check_shards(folder, shards, explicit, warnings)
     source = DcpStreamSource(folder, options.limits)
     flat: OrderedDict[str, Any] = OrderedDict()
-    items: dict[str, Chunk] = {}
     for fqn, entry in sdm.items():
         fqn = str(fqn)
         kind = entry.qualname.rsplit(".", 1)[-1] if isinstance(entry, Placeholder) else type(entry).__name__
@@ -66,16 +66,12 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
                 flat[fqn] = meta
         elif kind == "BytesStorageMetadata":
             where = chunks_by_key.get(fqn, [])
-            flat[fqn] = (f"<bytes item: {where[0].length} bytes in {where[0].relative_path}, not read>"
-                         if where else "<bytes item, not read>")
-            if where:
-                items[fqn] = where[0]
+            # left in its shard file: the data paths read it (formats/deferred.py), a metadata answer does not
+            flat[fqn] = BytesItem(folder, where[0].relative_path, where[0].offset, where[0].length,
+                                  where[0].transforms, fqn, options.limits) if where else "<bytes item, not read>"
         else:
             warnings.append(f"entry {fqn!r} has an unknown DCP storage type {kind!r}; not listed")
-    values, item_refs, more = read_items(folder, items, options.limits)  # small non-tensor values, as torch keeps them
-    flat.update(values)
-    warnings += more
-    loaded = Loaded(DCP, nest(flat, attrs.get("planner_data")), references + item_refs, warnings, [source])
+    loaded = Loaded(DCP, nest(flat, attrs.get("planner_data")), references, warnings, [source])
     loaded.metadata["shards"] = sorted(shards)
     version = attrs.get("version")
     if version is not None:

@@ -1,13 +1,15 @@
-"""The non-tensor entries of a DCP checkpoint (``BytesStorageMetadata``): read, and put back in place.
+"""The non-tensor entries of a DCP checkpoint (``BytesStorageMetadata``): described, read on demand, put in place.
 
 Each is a small ``torch.save`` blob in a ``.distcp`` file (an optimizer's
-``lr``, ``betas``, a ``params`` list, a step count); torch's
+``lr``, ``betas``, a ``params`` list, a step count). Reading the checkpoint
+leaves them where they are (a ``BytesItem``, described by its size and
+file), so a metadata answer costs the ``.metadata`` file alone; torch's
 ``dcp_to_torch_save`` writes them into its output as the values they are,
-so ckpt reads them too (with the restricted unpickler, their globals
-reported like any pickle's), up to a size limit that keeps a metadata
-answer cheap. The nesting of the original state_dict comes back from
-``planner_data`` the way torch's ``_unflatten_state_dict`` rebuilds it:
-integer path elements are list indices (``param_groups`` is a list).
+so the data paths read them (formats/deferred.py) with the restricted
+unpickler, their globals reported like any pickle's. The nesting of the
+original state_dict comes back from ``planner_data`` the way torch's
+``_unflatten_state_dict`` rebuilds it: integer path elements are list
+indices (``param_groups`` is a list).
 """
 from __future__ import annotations
 
@@ -15,58 +17,43 @@ import os
 from collections import OrderedDict
 from typing import Any
 
-from ..errors import CkptError
 from ..io import paths
-from ..io.bytesource import ByteSource
 from ..limits import Limits
-from ..model import GlobalRef
+from ..model import Deferred, GlobalRef
 
-MAX_ITEM_BYTES = 1 << 20  # a larger bytes item stays "not read" (a dataloader state, say)
-MAX_TOTAL_BYTES = 64 << 20
 MAX_LIST_INDEX = 1 << 20  # a list index past this in planner_data is not a real state_dict
 
 
-def read_items(folder: str, items: dict[str, Any], limits: Limits) -> tuple[dict[str, Any], list[GlobalRef], list[str]]:
-    """(fqn -> value, globals their pickles name, warnings) for the bytes items ``fqn -> chunk``.
+class BytesItem(Deferred):
+    """One bytes item: ``nbytes`` bytes at ``offset`` in the shard file ``file`` of ``folder``."""
 
-    Items that are too large, or whose shard file is absent, are left out
-    (the caller keeps its "not read" description).
-    """
-    from .blob import read_torch_blob
+    kind = "bytes item"
 
-    values: dict[str, Any] = {}
-    refs: list[GlobalRef] = []
-    warnings: list[str] = []
-    total = 0
-    skipped = []
-    fds: dict[str, ByteSource] = {}
-    try:
-        for fqn, chunk in items.items():
-            file = paths.join(folder, chunk.relative_path)
-            if chunk.transforms or chunk.length > MAX_ITEM_BYTES or total + chunk.length > MAX_TOTAL_BYTES:
-                skipped.append(fqn)
-                continue
-            if not paths.is_url(file) and not os.path.isfile(file):
-                continue  # a metadata-only copy: read_dcp has said so
-            total += chunk.length
-            try:
-                fd = fds.get(file)
-                if fd is None:
-                    fd = fds[file] = paths.open_bytes(file)
-                blob = fd.read(chunk.offset, chunk.length)
-                value, found = read_torch_blob(blob, path=file, where=f"bytes item {fqn!r}", limits=limits)
-            except CkptError as exc:  # one unreadable item is reported and left out, as torch would fail on it
-                warnings.append(f"the non-tensor entry {fqn!r} cannot be read: {exc.message}")
-                continue
-            values[fqn] = value
-            refs += found
-    finally:
-        for fd in fds.values():
-            fd.close()
-    if skipped:
-        warnings.append(f"{len(skipped)} non-tensor entr{'y is' if len(skipped) == 1 else 'ies are'} too large to "
-                        f"read as metadata and kept as descriptions: {', '.join(skipped[:3])}")
-    return values, refs, warnings
+    def __init__(self, folder: str, file: str, offset: int, nbytes: int, transforms: tuple[str, ...],
+                 fqn: str, limits: Limits) -> None:
+        self.folder, self.file, self.offset, self.nbytes = folder, file, offset, nbytes
+        self.transforms, self.fqn, self.limits = transforms, fqn, limits
+
+    def describe(self) -> str:
+        if self.transforms:
+            return f"<{self.kind}: {self.nbytes} bytes in {self.file}, stored with {list(self.transforms)}, not read>"
+        return super().describe()
+
+    def load(self, opened: dict[str, Any]) -> tuple[Any, list[GlobalRef]] | None:
+        from ..errors import InputError
+        from .blob import read_torch_blob
+
+        path = paths.join(self.folder, self.file)
+        if self.transforms:
+            raise InputError(f"it is stored with DCP transforms {list(self.transforms)}, which ckpt cannot read", path)
+        if not paths.is_url(path) and not os.path.isfile(path):
+            return None  # a metadata-only copy: read_dcp has said so
+        source = opened.get(path)
+        if source is None:
+            source = opened[path] = paths.open_bytes(path)
+        blob = source.read(self.offset, self.nbytes)
+        value, refs = read_torch_blob(blob, path=path, where=f"bytes item {self.fqn!r}", limits=self.limits)
+        return value, list(refs)
 
 
 def nest(flat: OrderedDict[str, Any], planner_data: Any) -> Any:

@@ -13,13 +13,13 @@ something (frozen parameters of ZeRO-1 runs) ckpt keeps it and says so.
 """
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Mapping
 from math import prod
 from typing import Any
 
 from ..errors import InputError
+from ..io import paths
 from ..model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ..pickles.placeholders import LazyTensor, Placeholder
 from .base import Loaded, ReadOptions
@@ -47,7 +47,7 @@ class _Reader:
         loaded = read_torch_zip(path, self.options)
         self.references += loaded.references
         self.sources += loaded.sources
-        name = os.path.basename(path)
+        name = paths.basename(path)
         self.warnings += [f"{name}: {w}" for w in loaded.warnings]
         if not isinstance(loaded.root, Mapping):
             raise InputError("not a DeepSpeed states file (its pickle holds no dict)", path)
@@ -57,6 +57,8 @@ class _Reader:
 def read_deepspeed(path: str, options: ReadOptions) -> Loaded:
     """A run folder or tag folder: the consolidated model's tensors, no tensor byte read."""
     run = find_run(path)
+    if paths.is_url(run.folder):  # every rank file's first request at once, not one round trip after another
+        paths.open_together([p for _, p in run.model + run.optim])
     reader = _Reader(run, options)
     model_path = run.model[0][1]
     m0 = reader.pickle(model_path)

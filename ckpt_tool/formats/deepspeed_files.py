@@ -4,7 +4,8 @@ A run folder holds ``latest`` (the tag, e.g. ``global_step100``) and one
 folder per tag with ``mp_rank_00_model_states.pt`` (ZeRO 0-2) or
 ``zero_pp_rank_R_mp_rank_00_model_states.pt`` (ZeRO-3, one per rank) and
 ``[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt`` (one per rank).
-Only names are looked at here; nothing is unpickled.
+Only names are looked at here (and ``latest``); nothing is unpickled. A
+folder behind a URL is read the same way (io/paths: a listing per folder).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError, UnsupportedFormat
+from ..io import paths
 
 LATEST = "latest"
 _MODEL = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
@@ -33,41 +35,42 @@ class RunFiles:
 
 
 def _names(folder: str) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except OSError as exc:
-        raise InputError(f"cannot list folder: {exc.strerror}", folder) from None
+    return paths.listdir(folder)
 
 
 def _has_model_states(folder: str) -> bool:
     try:
-        return any(_MODEL.match(n) for n in os.listdir(folder))
-    except OSError:
+        return any(_MODEL.match(n) for n in paths.listdir(folder))
+    except InputError:
         return False
+
+
+def _has_latest(folder: str) -> bool:
+    """``latest`` is here (for a URL, answered from the folder's listing where one was read)."""
+    return paths.isfile(paths.join(folder, LATEST))
 
 
 def read_latest(run: str) -> str:
     """The tag ``latest`` names (one line, a folder inside the run folder)."""
-    path = os.path.join(run, LATEST)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_TAG + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read {LATEST}: {exc.strerror}", run) from None
+        with paths.open_bytes(paths.join(run, LATEST)) as f:
+            raw = f.read_upto(0, _MAX_TAG + 1)
+    except InputError as exc:
+        raise InputError(f"cannot read {LATEST}: {exc.message}", run) from None
     tag = raw.decode("utf-8", "replace").strip()
-    if not tag or len(raw) > _MAX_TAG or "\n" in tag or os.sep in tag or tag in (".", ".."):
+    if not tag or len(raw) > _MAX_TAG or "\n" in tag or "/" in tag or os.sep in tag or tag in (".", ".."):
         raise InputError(f"{LATEST} does not hold a DeepSpeed tag (one folder name, e.g. global_step100)", run)
     return tag
 
 
 def is_deepspeed(folder: str) -> bool:
     """A run folder (``latest`` beside its tag folder) or a tag folder holding model-states files."""
-    latest = os.path.join(folder, LATEST)
-    if os.path.isfile(latest):
-        try:
-            return os.path.getsize(latest) <= _MAX_TAG
-        except OSError:
-            return False
+    try:
+        if _has_latest(folder):
+            with paths.open_bytes(paths.join(folder, LATEST)) as f:
+                return f.size <= _MAX_TAG
+    except InputError:
+        return False
     return _has_model_states(folder)
 
 
@@ -75,10 +78,10 @@ def find_run(path: str) -> RunFiles:
     """The files of the checkpoint in ``path`` (a run folder with ``latest``, or a tag folder)."""
     tag = None
     folder = path
-    if os.path.isfile(os.path.join(path, LATEST)) and not _has_model_states(path):
+    if _has_latest(path) and not _has_model_states(path):
         tag = read_latest(path)
-        folder = os.path.join(path, tag)
-        if not os.path.isdir(folder):
+        folder = paths.join(path, tag)
+        if not _is_folder(folder):
             raise InputError(f"{LATEST} names the tag {tag!r} but the folder {tag}/ is not here (the save did not "
                              "finish, or only part of the run was copied)", path)
     names = _names(folder)
@@ -90,13 +93,13 @@ def find_run(path: str) -> RunFiles:
         if m:
             if int(m.group(2)) != 0:
                 raise UnsupportedFormat(_MODEL_PARALLEL.format(name=name), folder)
-            model[int(m.group(1) or 0)] = os.path.join(folder, name)
+            model[int(m.group(1) or 0)] = paths.join(folder, name)
             continue
         o = _OPTIM.match(name)
         if o:
             if int(o.group(3)) != 0:
                 raise UnsupportedFormat(_MODEL_PARALLEL.format(name=name), folder)
-            optim[int(o.group(2))] = os.path.join(folder, name)
+            optim[int(o.group(2))] = paths.join(folder, name)
             prefixes.add(bool(o.group(1)))
             continue
         if _LAYER.match(name):
@@ -104,14 +107,24 @@ def find_run(path: str) -> RunFiles:
                                     "checkpoints, not pipeline-parallel ones", folder)
     if not model:
         hint = ""
-        tags = sorted(n for n in names if n.startswith("global_step") and os.path.isdir(os.path.join(folder, n)))
+        tags = sorted(n for n in names if n.startswith("global_step") and paths.isdir(paths.join(folder, n)))
         if tags:
-            hint = f"; name a tag folder, e.g. {os.path.join(path, tags[-1])}"
+            hint = f"; name a tag folder, e.g. {paths.join(path, tags[-1])}"
         raise InputError(f"no DeepSpeed *_model_states.pt file in {folder}{hint}", path)
     if len(prefixes) > 1:
         raise InputError("the folder mixes bf16_ and plain optimizer-states files (two runs saved into one tag?)",
                          folder)
     return RunFiles(folder, tag, tuple(sorted(model.items())), tuple(sorted(optim.items())), prefixes == {True})
+
+
+def _is_folder(path: str) -> bool:
+    """A tag folder exists: locally a stat; behind a URL, it lists something (a missing one lists nothing)."""
+    if not paths.is_url(path):
+        return os.path.isdir(path)
+    try:
+        return bool(paths.listdir(path))
+    except InputError:
+        return False
 
 
 _MODEL_PARALLEL = ("{name} belongs to a model-parallel rank other than 0: tensor-parallel shards need merging rules "
@@ -129,11 +142,12 @@ def check_ranks(files: tuple[tuple[int, str], ...], what: str, folder: str) -> N
 
 def rank_file_hint(path: str) -> str | None:
     """For one rank's file of a DeepSpeed checkpoint: where the consolidated model is read from."""
-    name = os.path.basename(path)
+    name = paths.basename(path)
     if not (_MODEL.match(name) or _OPTIM.match(name)):
         return None
-    folder = os.path.dirname(os.path.abspath(path))
-    run = os.path.dirname(folder)
-    whole = run if os.path.isfile(os.path.join(run, LATEST)) else folder
+    folder = paths.dirname(path)
+    run = paths.dirname(folder)
+    # a URL's run folder is not probed for ``latest`` (a request a metadata answer does not need)
+    whole = run if not paths.is_url(path) and os.path.isfile(os.path.join(run, LATEST)) else folder
     return (f"{name} is one file of a DeepSpeed checkpoint; `ckpt inspect {whole}` reads the consolidated "
             "model (the fp32 master weights assembled from every rank)")

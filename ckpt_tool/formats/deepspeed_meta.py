@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..io import paths
 from ..model import TensorMeta
 from ..pickles.placeholders import LazyTensor
 from .checkpoint import summarize
@@ -68,12 +69,12 @@ def _optimizer_state(optim: Sequence[Mapping[Any, Any]], stage: int) -> tuple[An
 def describe(run: RunFiles, m0: Mapping[Any, Any], optim: Sequence[Mapping[Any, Any]], stage: int, world: int,
              tensors: Sequence[TensorMeta]) -> dict[str, Any]:
     """The metadata entries of a consolidated DeepSpeed checkpoint (JSON-safe)."""
-    files = [os.path.basename(p) for _, p in run.model] + [os.path.basename(p) for _, p in run.optim]
+    files = [paths.basename(p) for _, p in run.model] + [paths.basename(p) for _, p in run.optim]
     info: dict[str, Any] = {
         "zero_stage": stage,
         "world_size": world,
         "dtype": training_dtype(m0, tensors),
-        "tag": run.tag or os.path.basename(os.path.abspath(run.folder)),
+        "tag": run.tag or paths.basename(run.folder if paths.is_url(run.folder) else os.path.abspath(run.folder)),
         "folder": run.folder,
         "files": files,
     }

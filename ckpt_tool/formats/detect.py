@@ -48,7 +48,7 @@ def find_index(folder: str) -> str | None:
     """The ``*.index.json`` of a sharded set in ``folder`` (safetensors preferred)."""
     names = paths.listdir(folder)
     indexes = [n for n in names if n.endswith(".index.json")]
-    if not indexes and paths.is_url(folder):  # a server that lists nothing: the names transformers writes
+    if not names and paths.is_url(folder):  # a server that lists nothing: the names transformers writes
         indexes = [n for n in _USUAL_INDEXES if paths.isfile(paths.join(folder, n))]
     if not indexes:
         return None

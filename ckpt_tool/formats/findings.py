@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CkptError, InputError, LimitExceeded
 from ..io.blob import Blob
-from ..io.paths import is_url, open_bytes
+from ..io.paths import is_url, isdir, open_bytes
 from ..limits import Limits
 from ..model import GlobalRef
 from ..pickles import severity
@@ -34,6 +34,8 @@ def walk_file(path: str, limits: Limits) -> Scanner | None:
     from ..pickles.scanner import Scanner  # the walker is a 20 ms import: only when a file gives reason
 
     if not is_url(path) and not os.path.isfile(path):
+        return None
+    if is_url(path) and isdir(path):  # a folder behind a URL (answered without a request): no file to walk
         return None
     try:
         data = open_bytes(path)

@@ -13,8 +13,8 @@ from typing import Any
 from ..errors import InputError
 from .bytesource import ByteSource, LocalFile, is_url
 
-__all__ = ["is_url", "open_bytes", "isdir", "isfile", "listdir", "join", "dirname", "basename", "missing_files",
-           "remote_session", "url_bytes"]
+__all__ = ["is_url", "open_bytes", "open_together", "isdir", "isfile", "listdir", "join", "dirname", "basename",
+           "missing_files", "remote_session", "count_remote", "url_bytes"]
 
 
 def open_bytes(path: str) -> ByteSource:
@@ -24,6 +24,27 @@ def open_bytes(path: str) -> ByteSource:
 
         return open_remote(path)
     return LocalFile(path)
+
+
+def open_together(urls: Sequence[str], workers: int = 8) -> None:
+    """Open many URLs at once (each file's first request concurrently: the rank files of a DeepSpeed
+    run). Each is kept by the session for the reader that comes next; an error is raised by that read."""
+    if len(urls) < 2:
+        return
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .protocols import open_remote
+
+    def one(url: str) -> None:
+        try:
+            open_remote(url)
+        except InputError:
+            pass  # kept by the session: the reader of this file raises it
+
+    with ThreadPoolExecutor(min(workers, len(urls)), thread_name_prefix="ckpt-open") as pool:
+        for future in [pool.submit(contextvars.copy_context().run, one, u) for u in urls if is_url(u)]:
+            future.result()
 
 
 # -- paths and URLs alike ---------------------------------------------------------
@@ -101,6 +122,13 @@ def remote_session(*candidates: object) -> contextlib.AbstractContextManager[Any
     from .remote import session
 
     return session()
+
+
+def count_remote(requests: int, nbytes: int) -> None:
+    """Add requests made elsewhere (a --workers process reading a URL source) to the current session's counts."""
+    from .remote import current
+
+    current().count(requests, nbytes)
 
 
 def url_bytes(url: str) -> int:

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .fetchers import FetchError, FsspecFetcher, HttpFetcher, S3Fetcher
-from .remote import _MAX_ROOT_FILES, _ROOT, EXTRA, MissingExtra, RemoteError, RemoteFile, Session, current, error_for
+from .remote import _MAX_ROOT_FILES, _ROOT, EXTRA, MissingExtra, RemoteError, Session, current, error_for
+from .remotefile import RemoteFile
 
 _HTTP = ("http", "https")
 __all__ = ["current", "open_remote", "is_folder", "is_file", "list_folder", "missing_in"]

@@ -89,6 +89,11 @@ def summary_lines(report: InspectReport) -> list[str]:
     if c.metadata:
         keys = sorted(str(k) for k in c.metadata)
         lines.append("metadata:   " + ", ".join(keys[:12]) + (" ..." if len(keys) > 12 else ""))
+    unread = report.not_read
+    if unread:
+        size = sum(d.nbytes for _, d in unread)
+        lines.append(f"            {len(unread)} value(s) not read ({unread[0][1].kind}s, {human_bytes(size)}): "
+                     "migrate and diff --values read them")
     if report.weights_only is not None:
         first, *rest = report.weights_only.lines()
         lines.append(f"weights_only: {first}")

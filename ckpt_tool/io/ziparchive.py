@@ -88,11 +88,11 @@ class ZipArchive:
         tail_len = min(self.file_size, 65536 + 22)
         tail = self._pread(tail_len, self.file_size - tail_len)
         pos = tail.rfind(_EOCD)
+        while pos >= 0 and len(tail) - pos < 22:  # as miniz: a signature without room for the record is no record
+            pos = tail.rfind(_EOCD, 0, pos)
         if pos < 0:
             raise InputError("corrupt or truncated zip archive: no end-of-archive record", self.path)
         eocd_at = self.file_size - tail_len + pos
-        if len(tail) - pos < 22:
-            raise InputError("corrupt zip archive: end-of-archive record is cut short", self.path)
         (_, _, _, _, count, cd_size, cd_offset, _) = struct.unpack_from("<4s4H2LH", tail, pos)
         has_zip64 = pos >= 20 and tail[pos - 20 : pos - 16] == _EOCD64_LOC
         if has_zip64 or count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import struct
 import zlib
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
@@ -27,7 +28,8 @@ _LOCAL = b"PK\x03\x04"
 _CENTRAL_FMT = struct.Struct("<4s4xHH4x3L3H8xL")
 # General-purpose flags miniz (torch's zip reader) refuses to extract: encrypted, patched, strong encryption.
 UNSUPPORTED_FLAGS = 0x0001 | 0x0020 | 0x0040
-_LOCAL_FMT = struct.Struct("<4s5H3L2H")  # 30 bytes
+LOCAL_FMT = struct.Struct("<4s5H3L2H")  # the 30-byte local file header
+_NAME_EXTRA = struct.Struct("<HH")  # its name and extra-field lengths, at byte 26
 _HEADER_BLOCK = 64 << 10  # local headers of neighbouring small members are read together
 _BATCH_AFTER = 8  # members located one by one before neighbours are located in blocks
 
@@ -200,11 +202,10 @@ class ZipArchive:
             found = self._data_offsets.get(name)
             if found is not None:
                 return found
-        head = self._pread(30, m.header_offset)
-        sig, _, _, _, _, _, _, _, _, nlen, xlen = _LOCAL_FMT.unpack(head)
-        if sig != _LOCAL:
+        size = local_header_size(self._pread(30, m.header_offset))
+        if size is None:
             raise InputError(f"corrupt zip archive: bad local header for {name!r}", self.path)
-        start = m.header_offset + 30 + nlen + xlen
+        start = m.header_offset + size
         if start + m.compressed_size > self.file_size:
             raise InputError(
                 f"truncated zip archive: member {name!r} needs {m.compressed_size} bytes past the end of the file",
@@ -228,7 +229,7 @@ class ZipArchive:
         if i + 1 >= len(self._offsets) or self._offsets[i + 1] - base >= _HEADER_BLOCK:
             return  # no neighbour close by: a big member, located the direct way
         block = self._pread(min(_HEADER_BLOCK, self.file_size - base), base)
-        unpack = _LOCAL_FMT.unpack_from
+        unpack = LOCAL_FMT.unpack_from  # inline, not local_header_size: up to 200,000 headers a stream
         by_offset = self._by_offset
         for j in range(i, len(by_offset)):
             off, name = by_offset[j]
@@ -280,16 +281,46 @@ class ZipArchive:
         if m.method == 0:
             return raw
         if m.method == 8:
-            d = zlib.decompressobj(-15)
-            try:
-                out = d.decompress(raw, m.size + 1)  # never more than it declared (checked above)
-            except zlib.error as exc:
-                raise InputError(f"archive member {name!r} is corrupt: {exc}", self.path) from None
+            out = inflate([raw], m.size, name, self.path)  # never more than it declared (checked above)
             if len(out) > m.size:
                 raise InputError(f"archive member {name!r} inflates past the {m.size} bytes it declares "
                                  "(a corrupt archive or a zip bomb)", self.path)
             return out
         raise InputError(f"archive member {name!r} uses unsupported compression {m.method}", self.path)
+
+
+def local_header_size(head: bytes) -> int | None:
+    """How many bytes the local file header at the start of ``head`` takes; None when there is none.
+
+    Its own name and extra-field lengths count, not the central directory's
+    (torch skips them so): the member's bytes start right after.
+    """
+    if len(head) < 30 or head[:4] != _LOCAL:
+        return None
+    nlen, xlen = _NAME_EXTRA.unpack_from(head, 26)
+    return 30 + nlen + xlen
+
+
+def inflate(chunks: Iterable[bytes], cap: int, name: str, path: str | None = None) -> bytes:
+    """A deflated member's bytes from its compressed ``chunks``, at most ``cap + 1`` of them.
+
+    A result longer than ``cap`` means the member inflates past it: the
+    caller says which limit that is. Input past the end of the deflate
+    stream is ignored; a stream cut short gives what it held.
+    """
+    d = zlib.decompressobj(-15)
+    parts: list[bytes] = []
+    room = cap + 1
+    try:
+        for raw in chunks:
+            out = d.decompress(raw, room)  # room >= 1: a max_length of 0 would mean no limit
+            parts.append(out)
+            room -= len(out)
+            if room <= 0 or d.eof:
+                break
+    except zlib.error as exc:
+        raise InputError(f"archive member {name!r} is corrupt: {exc}", path) from None
+    return b"".join(parts)
 
 
 def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, int, int]:

@@ -8,11 +8,12 @@ payload is found in any archive some reader might still open.
 from __future__ import annotations
 
 import struct
-import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import InputError, LimitExceeded
 from .blob import Blob
+from .ziparchive import inflate, local_header_size
 from .ziparchive import zip64_extra as _zip64_extra
 
 _EOCD = b"PK\x05\x06"
@@ -24,6 +25,7 @@ _CENTRAL_FMT = struct.Struct("<4s6H3L5H2L")  # 46 bytes
 _LOCAL_FMT = struct.Struct("<4s5H3L2H")  # 30 bytes
 MAX_SWEPT = 1_000_000
 MAX_DIRECTORY = 1 << 30  # 200k storages take ~15 MB of central directory
+_CHUNK = 1 << 20  # compressed bytes inflated at a time
 
 
 class CorruptZip(Exception):
@@ -141,56 +143,31 @@ def _local_entry(blob: Blob, at: int) -> Entry | None:
     return Entry(name, at, csize, usize, method, swept=True)
 
 
-def data_start(blob: Blob, entry: Entry) -> int:
-    """Where a member's bytes start: after its local header, whose own lengths count (as in torch)."""
-    head = blob.read(entry.header_offset, 30)
-    if len(head) < 30 or head[:4] != _LOCAL:
-        raise InputError(f"archive member {entry.name!r} has no local file header where the directory says")
-    nlen, xlen = struct.unpack_from("<HH", head, 26)
-    return entry.header_offset + 30 + nlen + xlen
-
-
 def member_blob(blob: Blob, entry: Entry, limit: int) -> Blob:
-    """A member's bytes: a region of the file when stored, inflated in memory when deflated."""
-    start = data_start(blob, entry)
+    """A member's bytes: a region of the blob when stored, inflated in memory (up to ``limit``) when deflated.
+
+    Sizes are not trusted: a stored member ends at the end of the blob at the
+    latest, a deflated one is inflated until its stream ends, whatever size it declares.
+    """
+    size = local_header_size(blob.read(entry.header_offset, 30))
+    if size is None:
+        raise InputError(f"archive member {entry.name!r} has no local file header where the directory says")
+    start = entry.header_offset + size
     csize = min(entry.compressed_size, blob.length - start)
     if entry.method == 0:
         return blob.sub(start, csize)
     if entry.method != 8:
         raise InputError(f"archive member {entry.name!r} uses compression method {entry.method}, "
                          "which torch cannot read")
-    return Blob.from_bytes(_inflate(blob, start, csize, limit, entry.name))
+    out = inflate(_chunks(blob, start, csize), limit, entry.name)
+    if len(out) > limit:
+        raise LimitExceeded(f"archive member {entry.name!r} inflates past the limit of {limit} bytes")
+    return Blob.from_bytes(out)
 
 
-def member_head(blob: Blob, entry: Entry, n: int = 16) -> bytes:
-    try:
-        start = data_start(blob, entry)
-    except InputError:
-        return b""
-    if entry.method == 0:
-        return blob.read(start, min(n, entry.compressed_size))
-    if entry.method == 8:
-        d = zlib.decompressobj(-15)
-        try:
-            return d.decompress(blob.read(start, min(entry.compressed_size, 4096)), n)
-        except zlib.error:
-            return b""
-    return b""
-
-
-def _inflate(blob: Blob, start: int, csize: int, limit: int, name: str) -> bytes:
-    d = zlib.decompressobj(-15)
-    out = bytearray()
-    pos = 0
-    try:
-        while pos < csize and not d.eof:
-            raw = blob.read(start + pos, min(1 << 20, csize - pos))
-            if not raw:
-                break
-            pos += len(raw)
-            out += d.decompress(raw, limit + 1 - len(out))
-            if len(out) > limit:
-                raise LimitExceeded(f"archive member {name!r} inflates past the limit of {limit} bytes")
-    except zlib.error as exc:
-        raise InputError(f"archive member {name!r} is corrupt: {exc}") from None
-    return bytes(out)
+def _chunks(blob: Blob, start: int, length: int) -> Iterator[bytes]:
+    for at in range(start, start + length, _CHUNK):
+        raw = blob.read(at, min(_CHUNK, start + length - at))
+        if not raw:
+            return
+        yield raw

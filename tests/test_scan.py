@@ -224,6 +224,37 @@ def test_bypass_pickle_prepended_to_a_zip(corpus):
     assert any(g.where.endswith("data.pkl") for g in f.globals)  # and the zip behind it was read too
 
 
+def _zip_with_payload_member(name: str) -> bytearray:
+    """A clean ``archive/data.pkl`` and a payload pickle in member ``name`` (a placeholder for byte edits)."""
+    z = io.BytesIO()
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("archive/data.pkl", pickle.dumps({}, protocol=2))
+        zf.writestr(name, pickle.dumps(Reduce(os.system, "true"), protocol=2))
+    return bytearray(z.getvalue())
+
+
+def test_bypass_member_past_the_end_record_count(tmp_path):
+    # zipfile reads every entry the directory holds; an end record counting fewer hides the rest from torch
+    raw = _zip_with_payload_member("archive/extra.pkl")
+    eocd = bytes(raw).rfind(b"PK\x05\x06")
+    raw[eocd + 8 : eocd + 12] = b"\x01\x00\x01\x00"
+    p = tmp_path / "count.zip"
+    p.write_bytes(bytes(raw))
+    assert len(zipfile.ZipFile(p).namelist()) == 2
+    (f,) = only(p).files
+    assert any(g.where == "archive/extra.pkl" and g.qualname == "posix.system" for g in f.globals)
+
+
+def test_bypass_cp437_member_name_behind_a_prefix(tmp_path):
+    # without the UTF-8 flag zipfile reads a name as cp437, and allows bytes before the archive
+    raw = _zip_with_payload_member("archive/Q.pkl").replace(b"archive/Q.pkl", b"archive/\x82.pkl")
+    p = tmp_path / "prefixed.zip"
+    p.write_bytes(b"\0" * 100 + bytes(raw))
+    assert "archive/\u00e9.pkl" in zipfile.ZipFile(p).namelist()
+    (f,) = only(p).files
+    assert any(g.where == "archive/\u00e9.pkl" and g.qualname == "posix.system" for g in f.globals)
+
+
 def test_bypass_nested_pickle_loads(corpus):
     (f,) = only(corpus["nested_pickle_loads"].path).files
     inner = [g for g in f.globals if "loads(...)" in g.where]

@@ -11,7 +11,8 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import InputError, LimitExceeded
-from ..io.ziparchive import UNSUPPORTED_FLAGS, ZipArchive, zip_source
+from ..io.ziparchive import UNSUPPORTED_FLAGS, ZipArchive
+from ..io.zipsource import zip_source
 from ..model import DataSource
 from ..pickles import wo_input
 from ..pickles.advisories import CVE_2025_32434_SCRIPT

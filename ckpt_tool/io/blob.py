@@ -9,6 +9,7 @@ import io
 import os
 from typing import BinaryIO
 
+from ..errors import InputError
 from .bytesource import ByteSource
 
 IN_MEMORY = 64 << 20  # regions up to this size are read whole: BytesIO walks fastest
@@ -115,3 +116,19 @@ class Blob:
             return io.BytesIO(self.read(0, self.length))
         return io.BufferedReader(_Region(self.fd, self.start, self.length, self.src),
                                  buffer_size=(1 << 16) if self.src is not None and self.src.remote else (1 << 20))
+
+
+class BlobSource(ByteSource):
+    """A Blob read as a ByteSource, for readers built on sources (the zip reader, over a member or a region)."""
+
+    def __init__(self, blob: Blob, name: str = "") -> None:
+        self.blob = blob
+        self.name = name
+        self.size = blob.length
+        self.remote = blob.src is not None and blob.src.remote
+
+    def read(self, offset: int, n: int) -> bytes:
+        data = self.blob.read(offset, n)
+        if len(data) != n or offset < 0:
+            raise InputError(f"truncated: needed {n} bytes at offset {offset}, the data ends first", self.name or None)
+        return data

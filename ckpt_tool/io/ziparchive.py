@@ -1,23 +1,29 @@
-"""A minimal, defensive zip reader for torch archives.
+"""The one zip reader: torch's (miniz's) reading of an archive, or a lenient one for the scanner.
 
 ``zipfile`` builds a ZipInfo per entry (1.1 s for 200k storages) and does not
 let us validate offsets before trusting them. This reads the central
 directory once, checks every offset and size against the file size, and finds
 member data offsets only when a member is actually read.
+
+Strict (every command's reading) is what torch accepts. Lenient (the
+scanner's) lists every entry some reader might still open, as ``zipfile``
+reads them: bytes before the archive, names without the UTF-8 flag in cp437,
+entries that point past the end of the file, more entries than the end
+record counts; a payload is found in any of them.
 """
 from __future__ import annotations
 
 import bisect
 import struct
+import sys
 import zlib
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
-from ..model import DataSource
 from .bytesource import ByteSource
 from .miniz import MinizIndex
 from .paths import open_bytes
-from .source import FileSource, RangeSource
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -25,13 +31,15 @@ _EOCD64 = b"PK\x06\x06"
 _CENTRAL = b"PK\x01\x02"
 _LOCAL = b"PK\x03\x04"
 # the 46-byte central-directory entry, unpacking only the fields used:
-# signature, method, crc, compressed size, size, name/extra/comment lengths, local header offset
+# signature, flags, method, crc, compressed size, size, name/extra/comment lengths, local header offset
 _CENTRAL_FMT = struct.Struct("<4s4xHH4x3L3H8xL")
 # General-purpose flags miniz (torch's zip reader) refuses to extract: encrypted, patched, strong encryption.
 UNSUPPORTED_FLAGS = 0x0001 | 0x0020 | 0x0040
-_LOCAL_FMT = struct.Struct("<4s5H3L2H")  # 30 bytes
+LOCAL_FMT = struct.Struct("<4s5H3L2H")  # the 30-byte local file header
+_NAME_EXTRA = struct.Struct("<HH")  # its name and extra-field lengths, at byte 26
 _HEADER_BLOCK = 64 << 10  # local headers of neighbouring small members are read together
 _BATCH_AFTER = 8  # members located one by one before neighbours are located in blocks
+MAX_DIRECTORY = 1 << 30  # lenient: 200k storages take ~15 MB of central directory
 
 
 class Member(NamedTuple):
@@ -50,20 +58,26 @@ class ZipArchive:
     """The members of a zip file, by name, with lazily located data offsets."""
 
     def __init__(self, path: str, member_limit: int = 1 << 31, *, data: bytes | None = None,
-                 source: ByteSource | None = None) -> None:
-        """The archive in file (or URL) ``path``, or in ``data`` (torch.save bytes nested in a pickle, a DCP chunk)."""
+                 source: ByteSource | None = None, lenient: bool = False) -> None:
+        """The archive in file (or URL) ``path``, or in ``data`` (torch.save bytes nested in a pickle, a DCP chunk).
+
+        ``lenient`` reads the directory as the scanner needs it (see the
+        module's docstring); ``entries`` then lists what it found, with
+        local header offsets counted from the start of the file.
+        """
         self.path = path
         self.member_limit = member_limit  # largest size a deflated member may inflate to
+        self.lenient = lenient
         self._data = data
         self.source: ByteSource | None = None if data is not None else (source or open_bytes(path))
         self.file_size = self.source.size if self.source is not None else len(data or b"")
         self.members: dict[str, Member] = {}
         self.duplicates: list[str] = []
+        self.entries: list[Member] = []  # every central-directory entry, duplicates included, in order
         self._data_offsets: dict[str, int] = {}
         self._lookups = 0
         self._by_offset: list[tuple[int, str]] = []
         self._offsets: list[int] | None = None
-        self._order: list[Member] = []  # every central-directory entry, duplicates included, in order
         self.compressed = 0  # members not stored (torch.save stores all: then storages are plain file regions)
         self._index: MinizIndex | None = None
         try:
@@ -90,51 +104,78 @@ class ZipArchive:
         tail_len = min(self.file_size, 65536 + 22)
         tail = self._pread(tail_len, self.file_size - tail_len)
         pos = tail.rfind(_EOCD)
+        while pos >= 0 and len(tail) - pos < 22:  # as miniz: a signature without room for the record is no record
+            pos = tail.rfind(_EOCD, 0, pos)
         if pos < 0:
             raise InputError("corrupt or truncated zip archive: no end-of-archive record", self.path)
         eocd_at = self.file_size - tail_len + pos
-        if len(tail) - pos < 22:
-            raise InputError("corrupt zip archive: end-of-archive record is cut short", self.path)
         (_, _, _, _, count, cd_size, cd_offset, _) = struct.unpack_from("<4s4H2LH", tail, pos)
-        has_zip64 = pos >= 20 and tail[pos - 20 : pos - 16] == _EOCD64_LOC
-        if has_zip64 or count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
+        loc = tail[pos - 20 : pos] if pos >= 20 else self._pread(20, eocd_at - 20) if eocd_at >= 20 else b""
+        directory_end = eocd_at
+        if loc[:4] == _EOCD64_LOC or count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
             # torch (miniz) writes a zip64 record into every archive and trusts it
             # over the classic one: read the directory where torch reads it.
-            count, cd_size, cd_offset = self._zip64_directory(eocd_at)
-        if cd_offset + cd_size > self.file_size or cd_offset < 0:
+            count, cd_size, cd_offset, directory_end = self._zip64_directory(eocd_at, loc)
+        base = directory_end - cd_size - cd_offset if self.lenient else 0  # bytes before the archive
+        if self.lenient and cd_size > MAX_DIRECTORY:
+            raise InputError(f"corrupt zip archive: a central directory of {cd_size} bytes is beyond belief", self.path)
+        if base < 0:  # lenient only: the directory would overlap its own end record
+            raise InputError("corrupt zip archive: the central directory lies outside the file", self.path)
+        start = cd_offset + base
+        if start + cd_size > self.file_size or start < 0:
             raise InputError(
                 "corrupt or truncated zip archive: the central directory lies past the end of the file",
                 self.path,
             )
         # Over a URL the directory is read with the 4 KiB before it: torch writes its small records
         # (version, byteorder, serialization id) last, and they are read next (one request saved).
-        pad = min(cd_offset, 4096) if self.source is not None and self.source.remote else 0
-        data = self._pread(cd_size + pad, cd_offset - pad)[pad:] if pad else self._pread(cd_size, cd_offset)
+        pad = min(start, 4096) if self.source is not None and self.source.remote else 0
+        data = self._pread(cd_size + pad, start - pad)[pad:] if pad else self._pread(cd_size, start)
+        self._read_entries(data, count, base)
+        if self.lenient:
+            if base and not self._headers_found():
+                self._read_entries(data, count, 0)  # a wrong directory offset, not bytes before the archive
+            if not self._headers_found():
+                raise InputError("corrupt zip archive: the central directory points at no local file header",
+                                 self.path)
+
+    def _read_entries(self, data: bytes, count: int, base: int) -> None:
+        """The ``count`` entries in ``data`` (lenient: as many as it holds), local headers ``base`` bytes on."""
         unpack = _CENTRAL_FMT.unpack_from
         new_member = tuple.__new__  # Member(...) without a Python-level __new__ call, 200,000 times
         pos = 0
-        members = self.members
-        order = self._order
-        file_size = self.file_size
+        members: dict[str, Member] = {}
+        self.members = members
+        self.duplicates = []
+        order: list[Member] = []
+        self.entries = order
+        self.compressed = 0
+        lenient = self.lenient
+        bound = (1 << 66) if lenient else self.file_size  # lenient: an entry past the end is still listed
+        plain = "cp437" if lenient else "utf-8"  # a name without the UTF-8 flag (strict: UTF-8, as torch reads it)
         end = len(data)
-        for _ in range(count):
+        for i in range(sys.maxsize if lenient else count):
             if pos + 46 > end:
+                if lenient:
+                    break
                 raise InputError("corrupt zip archive: central directory is cut short", self.path)
             sig, flags, method, crc, csize, usize, nlen, xlen, clen, hoff = unpack(data, pos)
             if sig != _CENTRAL:
+                if lenient and i >= count:
+                    break  # bytes after the last entry the end record counts
                 raise InputError("corrupt zip archive: bad central directory entry", self.path)
             name_bytes = data[pos + 46 : pos + 46 + nlen]
             if csize == 0xFFFFFFFF or usize == 0xFFFFFFFF or hoff == 0xFFFFFFFF:
                 extra = data[pos + 46 + nlen : pos + 46 + nlen + xlen]
                 usize, csize, hoff = zip64_extra(extra, usize, csize, hoff)
             pos += 46 + nlen + xlen + clen
-            name = name_bytes.decode("utf-8", "replace")
-            if hoff + 30 > file_size or hoff + csize > file_size:
+            name = name_bytes.decode("utf-8" if flags & 0x0800 else plain, "replace")
+            if hoff + 30 > bound or hoff + csize > bound:
                 raise InputError(
                     f"corrupt or truncated zip archive: member {name!r} lies past the end of the file",
                     self.path,
                 )
-            member = new_member(Member, (name, hoff, csize, usize, method, crc, flags))
+            member = new_member(Member, (name, hoff + base, csize, usize, method, crc, flags))
             order.append(member)
             if method:
                 self.compressed += 1
@@ -142,23 +183,31 @@ class ZipArchive:
                 self.duplicates.append(name)  # which one torch reads: resolve() replays miniz
                 continue
             members[name] = member
-        if len(members) + len(self.duplicates) != count:
+        if lenient and len(order) < min(count, 1):
+            raise InputError("corrupt zip archive: the central directory lists no readable entry", self.path)
+        if not lenient and len(members) + len(self.duplicates) != count:
             raise InputError("corrupt zip archive: entry count does not match", self.path)
 
-    def _zip64_directory(self, eocd_at: int) -> tuple[int, int, int]:
-        if eocd_at < 20:
-            raise InputError("corrupt zip archive: zip64 locator missing", self.path)
-        loc = self._pread(20, eocd_at - 20)
+    def _headers_found(self) -> bool:
+        """The first and last entries start with a local header (checking all would cost a read each)."""
+        ends = self.entries[:1] + self.entries[-1:]
+        return all(0 <= m.header_offset <= self.file_size - 4 and self._pread(4, m.header_offset) == _LOCAL
+                   for m in ends)
+
+    def _zip64_directory(self, eocd_at: int, loc: bytes) -> tuple[int, int, int, int]:
+        """Entry count, directory size and offset from the zip64 record, and where that record starts."""
         if loc[:4] != _EOCD64_LOC:
             raise InputError("corrupt zip archive: zip64 locator missing", self.path)
-        (rec_at,) = struct.unpack_from("<Q", loc, 8)
+        rec_at = eocd_at - 20 - 56  # lenient: right before the locator, as zipfile looks (bytes before the archive)
+        if not self.lenient or rec_at < 0 or self._pread(4, rec_at) != _EOCD64:
+            (rec_at,) = struct.unpack_from("<Q", loc, 8)  # where the locator says, as miniz looks
         if rec_at + 56 > self.file_size:
             raise InputError("corrupt zip archive: zip64 record past the end of the file", self.path)
         rec = self._pread(56, rec_at)
         if rec[:4] != _EOCD64:
             raise InputError("corrupt zip archive: bad zip64 record", self.path)
         count, cd_size, cd_offset = struct.unpack_from("<QQQ", rec, 32)
-        return count, cd_size, cd_offset
+        return count, cd_size, cd_offset, rec_at
 
     # -- members ---------------------------------------------------------------
     def names(self) -> list[str]:
@@ -180,11 +229,11 @@ class ZipArchive:
                     low = name.lower()
                     return low if low in self.members else None
         if self._index is None:
-            self._index = MinizIndex([m.name for m in self._order])
+            self._index = MinizIndex([m.name for m in self.entries])
         at = self._index.locate(name)
         if at is None:
             return None
-        found = self._order[at]
+        found = self.entries[at]
         if self.members.get(found.name) is not found:
             self.members[found.name] = found
             self._data_offsets.pop(found.name, None)
@@ -202,11 +251,10 @@ class ZipArchive:
             found = self._data_offsets.get(name)
             if found is not None:
                 return found
-        head = self._pread(30, m.header_offset)
-        sig, _, _, _, _, _, _, _, _, nlen, xlen = _LOCAL_FMT.unpack(head)
-        if sig != _LOCAL:
+        size = local_header_size(self._pread(30, m.header_offset))
+        if size is None:
             raise InputError(f"corrupt zip archive: bad local header for {name!r}", self.path)
-        start = m.header_offset + 30 + nlen + xlen
+        start = m.header_offset + size
         if start + m.compressed_size > self.file_size:
             raise InputError(
                 f"truncated zip archive: member {name!r} needs {m.compressed_size} bytes past the end of the file",
@@ -230,7 +278,7 @@ class ZipArchive:
         if i + 1 >= len(self._offsets) or self._offsets[i + 1] - base >= _HEADER_BLOCK:
             return  # no neighbour close by: a big member, located the direct way
         block = self._pread(min(_HEADER_BLOCK, self.file_size - base), base)
-        unpack = _LOCAL_FMT.unpack_from
+        unpack = LOCAL_FMT.unpack_from  # inline, not local_header_size: up to 200,000 headers a stream
         by_offset = self._by_offset
         for j in range(i, len(by_offset)):
             off, name = by_offset[j]
@@ -282,16 +330,46 @@ class ZipArchive:
         if m.method == 0:
             return raw
         if m.method == 8:
-            d = zlib.decompressobj(-15)
-            try:
-                out = d.decompress(raw, m.size + 1)  # never more than it declared (checked above)
-            except zlib.error as exc:
-                raise InputError(f"archive member {name!r} is corrupt: {exc}", self.path) from None
+            out = inflate([raw], m.size, name, self.path)  # never more than it declared (checked above)
             if len(out) > m.size:
                 raise InputError(f"archive member {name!r} inflates past the {m.size} bytes it declares "
                                  "(a corrupt archive or a zip bomb)", self.path)
             return out
         raise InputError(f"archive member {name!r} uses unsupported compression {m.method}", self.path)
+
+
+def local_header_size(head: bytes) -> int | None:
+    """How many bytes the local file header at the start of ``head`` takes; None when there is none.
+
+    Its own name and extra-field lengths count, not the central directory's
+    (torch skips them so): the member's bytes start right after.
+    """
+    if len(head) < 30 or head[:4] != _LOCAL:
+        return None
+    nlen, xlen = _NAME_EXTRA.unpack_from(head, 26)
+    return 30 + nlen + xlen
+
+
+def inflate(chunks: Iterable[bytes], cap: int, name: str, path: str | None = None) -> bytes:
+    """A deflated member's bytes from its compressed ``chunks``, at most ``cap + 1`` of them.
+
+    A result longer than ``cap`` means the member inflates past it: the
+    caller says which limit that is. Input past the end of the deflate
+    stream is ignored; a stream cut short gives what it held.
+    """
+    d = zlib.decompressobj(-15)
+    parts: list[bytes] = []
+    room = cap + 1
+    try:
+        for raw in chunks:
+            out = d.decompress(raw, room)  # room >= 1: a max_length of 0 would mean no limit
+            parts.append(out)
+            room -= len(out)
+            if room <= 0 or d.eof:
+                break
+    except zlib.error as exc:
+        raise InputError(f"archive member {name!r} is corrupt: {exc}", path) from None
+    return b"".join(parts)
 
 
 def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, int, int]:
@@ -315,69 +393,3 @@ def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, i
             break
         pos += 4 + size
     return usize, csize, hoff
-
-
-
-class _DeflatedMembers:
-    """Storages that are members of a zip: stored ones read in place, deflated ones inflated when read.
-
-    torch writes storages stored, and reads deflated ones too (miniz inflates
-    them), so ckpt does: such a member is inflated once, on its first read,
-    and only that member is held in memory.
-    """
-
-    archive: ZipArchive
-    path: str
-    _inflated: tuple[str, bytes] | None = None
-
-    def _deflated(self, key: str) -> bytes | None:
-        m = self.archive.members.get(key)
-        if m is None or m.method == 0:
-            return None
-        if self._inflated is None or self._inflated[0] != key:
-            self._inflated = (key, self.archive.read(key, self.archive.member_limit, "--max-member-bytes"))
-        return self._inflated[1]
-
-    def read(self, key: str, offset: int, length: int) -> bytes:
-        data = self._deflated(key)
-        if data is None:
-            return super().read(key, offset, length)  # type: ignore[misc]
-        if offset < 0 or length < 0 or offset + length > len(data):
-            raise InputError(f"storage {key!r} holds {len(data)} bytes but a tensor needs bytes "
-                             f"{offset}..{offset + length}", self.path)
-        return data[offset : offset + length]
-
-    def read_into(self, key: str, offset: int, out: memoryview) -> None:
-        if self._deflated(key) is None:
-            super().read_into(key, offset, out)  # type: ignore[misc]
-        else:
-            out[:] = self.read(key, offset, len(out))
-
-
-class ZipSource(_DeflatedMembers, FileSource):
-    """The storages of a zip file on disk."""
-
-    def __init__(self, archive: ZipArchive) -> None:
-        FileSource.__init__(self, archive.path, self._stored_region, archive.close)
-        self.archive = archive
-
-    def _stored_region(self, key: str) -> tuple[int, int]:
-        return self.archive.region(key)
-
-
-class RemoteZipSource(_DeflatedMembers, RangeSource):
-    """The storages of a zip behind a URL."""
-
-    def __init__(self, archive: ZipArchive, data: ByteSource) -> None:
-        RangeSource.__init__(self, data, archive.region)
-        self.archive = archive
-
-
-def zip_source(archive: ZipArchive) -> DataSource:
-    """Where an archive's storages are read from: plain regions of the file (or URL) when every member
-    is stored, as torch.save writes them; the inflating sources only for an archive with deflated ones."""
-    if archive.source is not None and archive.source.remote:
-        if archive.compressed:
-            return RemoteZipSource(archive, archive.source)
-        return RangeSource(archive.source, archive.region)
-    return ZipSource(archive) if archive.compressed else FileSource(archive.path, archive.region, archive.close)

@@ -21,7 +21,8 @@ from typing import Any
 from ..errors import CkptError, InputError
 from ..io.blob import Blob
 from ..io.containers import LEGACY_MAGIC, npy_pickle_offset, safetensors_header_length, tar_members
-from ..io.zipsweep import CorruptZip, member_blob, read_directory, sweep_local_headers
+from ..io.ziparchive import Member
+from ..io.zipsweep import member_blob, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from . import severity
@@ -199,14 +200,9 @@ class Scanner:
     def zip_by_directory(self, blob: Blob, where: str, depth: int, *, quiet: bool) -> bool:
         try:
             entries = read_directory(blob)
-        except CorruptZip as exc:
+        except InputError as exc:
             if not quiet:
-                self.error(where, f"{exc}; scanned its local file headers instead")
-            return False
-        if entries is None:
-            if not quiet:
-                self.error(where, "corrupt or truncated zip: no end-of-archive record; "
-                           "scanned its local file headers instead")
+                self.error(where, f"{exc.message}; scanned its local file headers instead")
             return False
         self.zip_entries(blob, entries, where, depth)
         return True
@@ -214,7 +210,7 @@ class Scanner:
     def sweep_zips(self, blob: Blob, where: str, depth: int) -> None:
         self.zip_entries(blob, sweep_local_headers(blob), where, depth, swept=True)
 
-    def zip_entries(self, blob: Blob, entries: list[Any], where: str, depth: int, swept: bool = False) -> None:
+    def zip_entries(self, blob: Blob, entries: list[Member], where: str, depth: int, swept: bool = False) -> None:
         names = [e.name for e in entries]
         is_script = any("/code/" in n or n.startswith("code/") or n.endswith("constants.pkl") for n in names)
         if is_script and depth == 0:
@@ -234,7 +230,7 @@ class Scanner:
         for entry in _other_members(entries, named):
             self.member(blob, entry, where, depth + 1, lenient=True)
 
-    def member(self, blob: Blob, entry: Any, where: str, depth: int, *, lenient: bool) -> None:
+    def member(self, blob: Blob, entry: Member, where: str, depth: int, *, lenient: bool) -> None:
         label = f"{where} > {entry.name}" if where else entry.name
         try:
             sub = member_blob(blob, entry, self.limits.max_pickle_bytes)
@@ -276,7 +272,7 @@ class Scanner:
 _TEXT_RECORDS = frozenset(["version", ".format_version", ".storage_alignment", "byteorder", "serialization_id"])
 
 
-def _other_members(entries: list[Any], storages: set[str]) -> list[Any]:
+def _other_members(entries: list[Member], storages: set[str]) -> list[Member]:
     """Every member besides the pickles that may hold one, judged by what it is, not by its name.
 
     A protocol-0 pickle has no magic byte and its name may say ``notes.txt``,

@@ -11,6 +11,7 @@ import gc
 import importlib
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..errors import CkptError, InputError
 from ..io.bytesource import is_url
@@ -41,12 +42,17 @@ def reader_for(fmt: str) -> Reader:
     return getattr(module, func)
 
 
+def _read_torch_blob(*args: Any, **kwargs: Any) -> Any:
+    """torch.save bytes nested in a pickle (rare): formats/blob.py is imported only for them."""
+    from .blob import read_torch_blob
+
+    return read_torch_blob(*args, **kwargs)
+
+
 def read_file(path: str, options: ReadOptions) -> Loaded:
     """Read one file or folder (any format) into a Loaded, without locating."""
     if options.read_blob is None:
-        from .blob import read_torch_blob
-
-        options = dataclasses.replace(options, read_blob=read_torch_blob)
+        options = dataclasses.replace(options, read_blob=_read_torch_blob)
     if options.unsafe and is_url(path):
         raise InputError("--unsafe loads with torch.load, which reads local files only: download the file "
                          "first, then run the command on the copy", path)
@@ -86,7 +92,7 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)
-    if fmt == _detect.TORCH_ZIP:
+    if fmt == _detect.TORCH_ZIP and path.endswith("_states.pt"):  # the names of DeepSpeed's rank files
         from .deepspeed_files import rank_file_hint
 
         hint = rank_file_hint(path)

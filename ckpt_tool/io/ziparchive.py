@@ -18,12 +18,14 @@ import struct
 import sys
 import zlib
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import InputError, LimitExceeded
 from .bytesource import ByteSource
-from .miniz import MinizIndex
 from .paths import open_bytes
+
+if TYPE_CHECKING:
+    from .miniz import MinizIndex
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -229,6 +231,8 @@ class ZipArchive:
                     low = name.lower()
                     return low if low in self.members else None
         if self._index is None:
+            from .miniz import MinizIndex  # only for duplicated or case-folded names
+
             self._index = MinizIndex([m.name for m in self.entries])
         at = self._index.locate(name)
         if at is None:

@@ -48,3 +48,32 @@ def test_calls_reached_before_garbage_are_reported():
     assert not w.complete
     assert [(g.module, g.name, g.severity) for g in w.globals] == [("posix", "system", "dangerous")]
     assert scan_pickle_bytes(payload, "x").verdict == "dangerous"
+
+
+@pytest.mark.parametrize("module, name, body", [
+    ("torch._utils", "_rebuild_tensor_v2", b"(N}X\x01\x00\x00\x00xK\x01stb0"),  # slot state
+    ("torch._utils", "_rebuild_tensor_v2", b"}X\x01\x00\x00\x00xK\x01sb0"),  # dict state
+    ("torch._utils", "_rebuild_parameter", b"}X\x01\x00\x00\x00xK\x01sb0"),  # a function stand-in
+    ("collections", "Counter", b"(N}X\x01\x00\x00\x00xK\x01stb0"),  # a stdlib class written in Python
+])
+def test_build_on_a_global_is_dangerous_and_changes_nothing(tmp_path, module, name, body):
+    """BUILD on a global: every command names it (as scan does); ckpt's shared stand-ins stay as they were."""
+    import collections
+
+    import torch
+    from hostile import builders as b
+
+    from ckpt_tool import load
+    from ckpt_tool.pickles import rebuilders
+
+    inject = f"c{module}\n{name}\n".encode() + body
+    path = tmp_path / "f.pth"
+    path.write_bytes(b.patch_data_pkl(b.tsave({"w": torch.zeros(2)}, pickle_protocol=2),
+                                      lambda p: p[:2] + inject + p[2:]))
+    stand_in = rebuilders.ALLOWED[(module, name)]
+    before = dict(vars(stand_in))
+    ck = load(str(path))
+    assert dict(vars(stand_in)) == before  # nothing the pickle set outlives its read
+    assert not hasattr(collections.Counter, "x")
+    assert [t.key for t in ck.tensors] == ["w"]
+    assert any(f"BUILD sets attributes on the imported object {module}.{name}" in w for w in ck.warnings)

@@ -41,7 +41,21 @@ class LazyStorage(StorageRef):
         return f"LazyStorage({self.key!r}, {self.dtype.name}, {self.nbytes} bytes, {self.location})"
 
 
-class LazyTensor:
+class _FunctionStandIn(type):
+    """The metaclass of a class that stands in for a torch *function* (LazyTensor: ``_rebuild_tensor_v2``).
+
+    BUILD on a function sets its attributes (``torch.load(weights_only=False)``
+    does, without failing); on a class the unpickler would fail instead. Here
+    the class takes the state as the function would, keeping it where the
+    unpickler's check (``RestrictedUnpickler.restore_stand_ins``) finds it,
+    reports it (dangerous: module state changed) and removes it.
+    """
+
+    def __setstate__(cls, state: Any) -> None:
+        type.__setattr__(cls, "_ckpt_build_state", state)
+
+
+class LazyTensor(metaclass=_FunctionStandIn):
     """What ``torch._utils._rebuild_tensor_v2`` would build, as metadata.
 
     The constructor takes ``_rebuild_tensor_v2``'s arguments, so the

@@ -15,6 +15,7 @@ import pickle
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any
 
 from ..errors import InputError, LimitExceeded
@@ -61,6 +62,7 @@ class RestrictedUnpickler(pickle.Unpickler):
             # The C unpickler calls it directly (no method in between): once per tensor.
             self.persistent_load = persistent_load  # type: ignore[method-assign]
         self._nested = 0
+        self._served: dict[int, tuple[Any, dict[str, Any], tuple[str, str]]] = {}
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
         module, name = str(module), str(name)
@@ -68,17 +70,49 @@ class RestrictedUnpickler(pickle.Unpickler):
         if key not in self._seen:
             self._seen.add(key)
             self.references.append(GlobalRef(module, name, severity.severity(module, name), self.where))
+        found = self._stand_in(key)
+        if (type(found) is FunctionType or isinstance(found, type) and found.__flags__ & _HEAPTYPE) and (
+                id(found) not in self._served):
+            self._served[id(found)] = (found, dict(vars(found)), key)  # BUILD must not change it: checked after
+        return found
+
+    def _stand_in(self, key: tuple[str, str]) -> Any:
         if key in ALLOWED:
             return ALLOWED[key]
         if key == ("torch.storage", "_load_from_bytes"):
             return self._load_from_bytes
-        if module == "torch":
-            found = torch_global(name)
+        if key[0] == "torch":
+            found = torch_global(key[1])
             if found is not None:
                 return found
         if key in (("torch.storage", "UntypedStorage"), ("torch", "UntypedStorage")):
             return StorageType("UntypedStorage", None)
-        return placeholder_class(module, name)
+        return placeholder_class(*key)
+
+    def restore_stand_ins(self) -> list[tuple[str, str]]:
+        """Undo what BUILD did to the functions and classes this pickle named; say which it changed.
+
+        ckpt's stand-ins (and Counter, a Python class) are shared by every read in
+        the process: a pickle that sets attributes on one (BUILD on a global, which
+        the static walk calls dangerous) must not change how the next file reads.
+        """
+        changed = []
+        for obj, before, key in self._served.values():
+            now = vars(obj)
+            if len(now) == len(before) and all(now.get(a, _MISSING) is v for a, v in before.items()):
+                continue
+            changed.append(key)
+            if isinstance(obj, type):
+                for attr in [a for a in now if a not in before or now[a] is not before[a]]:
+                    delattr(obj, attr)
+                for attr, value in before.items():
+                    if attr not in vars(obj):
+                        setattr(obj, attr, value)
+            else:
+                obj.__dict__.clear()
+                obj.__dict__.update(before)
+        self._served.clear()
+        return changed
 
     def _load_from_bytes(self, data: Any) -> Any:
         """``torch.storage._load_from_bytes(b)``: what ``pickle.dump(tensor)`` writes.
@@ -109,6 +143,9 @@ class RestrictedUnpickler(pickle.Unpickler):
                 self.references.append(ref)
         return obj
 
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, whose attributes BUILD can set
+_MISSING = object()
 
 # torch.save bytes inside a pickle inside torch.save bytes ...: a real file nests once.
 MAX_NESTED_BLOBS = 8
@@ -182,6 +219,11 @@ def _run(unpickler: RestrictedUnpickler, where: str, path: str) -> UnpickleResul
         if isinstance(exc, EOFError) or "truncated" in detail:
             detail = "the pickle is truncated"
         raise InputError(f"{where} is not a readable pickle: {detail}", path) from exc
+    finally:
+        changed = unpickler.restore_stand_ins()
+    if changed:  # BUILD on a global: dangerous, as the static walk says (which this makes every command run)
+        unpickler.references[:] = [GlobalRef(r.module, r.name, severity.DANGEROUS, r.where)
+                                   if (r.module, r.name) in changed else r for r in unpickler.references]
     return UnpickleResult(obj, unpickler.references)
 
 

@@ -241,6 +241,15 @@ def _pickle_opcodes(c: Corpus) -> None:
             data = b.patch_data_pkl(b.tsave(sd, pickle_protocol=2),
                                     lambda p, body=body: p[:2] + b"(" + body + b"t0" + p[2:])
         c.add(name, "pickle-opcode", data, note + " inside data.pkl of a torch zip", advisory="CVE-2026-24747")
+    # BUILD on a global: torch.load(weights_only=False) sets attributes on torch's own function (module state)
+    for name, body, note in [
+        ("build_on_global_slots", b"(N}X\x01\x00\x00\x00xK\x01stb0", "slot state: setattr on the function"),
+        ("build_on_global_dict", b"}X\x01\x00\x00\x00xK\x01sb0", "dict state: the function's __dict__"),
+    ]:
+        inject = b"ctorch._utils\n_rebuild_tensor_v2\n" + body
+        data = b.patch_data_pkl(b.tsave(sd, pickle_protocol=2), lambda p, i=inject: p[:2] + i + p[2:])
+        c.add(name, "pickle-opcode", data, f"BUILD on the global torch._utils._rebuild_tensor_v2 ({note}) "
+              "inside data.pkl of a torch zip")
     c.add("setitem_on_tuple", "pickle-opcode", b"\x80\x02K\x01K\x02\x86K\x00K\x07s.",
           "SETITEM on a tuple: every loader refuses", ext=".pkl")
     c.add("append_on_dict", "pickle-opcode", b"\x80\x02}K\x01a.", "APPEND on a dict", ext=".pkl")

@@ -148,7 +148,7 @@ def load(
         loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe))
         try:
             ck = build(loaded, p, key, limits)
-            if read_values:
+            if read_values and loaded.deferred:  # walking 200,000 entries of any other file would find none
                 from .deferred import with_values
 
                 ck = with_values(ck, limits)

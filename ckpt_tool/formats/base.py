@@ -30,6 +30,7 @@ class Loaded:
     tensors: list[TensorMeta] | None = None
     # What decides torch.load(weights_only=True) of the input (pickles/wo_input.WeightsOnlyInput)
     weights_only: Any = None
+    deferred: bool = False  # values left unread (model.Deferred, DCP bytes items): load(read_values=True) reads them
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
         else:
             warnings.append(f"entry {fqn!r} has an unknown DCP storage type {kind!r}; not listed")
     loaded = Loaded(DCP, nest(flat, attrs.get("planner_data")), references, warnings, [source])
+    loaded.deferred = any(isinstance(v, BytesItem) for v in flat.values())
     loaded.metadata["shards"] = sorted(shards)
     version = attrs.get("version")
     if version is not None:

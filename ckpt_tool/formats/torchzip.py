@@ -72,6 +72,7 @@ def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: s
     cache: dict[str, LazyStorage] = {}
 
     members = archive.members
+    duplicates = bool(archive.duplicates)  # fixed once the directory is read
     data_prefix = _join(prefix, "data/")
 
     def persistent_load(pid: Any) -> LazyStorage:
@@ -88,7 +89,7 @@ def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: s
         if type(numel) is not int or numel < 0:
             raise InputError(f"storage {key!r} has an invalid size", path)
         member = data_prefix + str(key)
-        info = None if archive.duplicates else members.get(member)
+        info = None if duplicates else members.get(member)
         if info is None:  # a case-folded or duplicated name: the member torch's lookup finds
             member = archive.resolve(member) or member
             info = members.get(member)

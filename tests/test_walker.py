@@ -77,3 +77,24 @@ def test_build_on_a_global_is_dangerous_and_changes_nothing(tmp_path, module, na
     assert not hasattr(collections.Counter, "x")
     assert [t.key for t in ck.tensors] == ["w"]
     assert any(f"BUILD sets attributes on the imported object {module}.{name}" in w for w in ck.warnings)
+
+
+def test_build_on_a_global_in_a_large_pickle_is_predicted_as_torch_refuses_it(tmp_path):
+    """Over wo_input.SMALL_PICKLE the prediction trusts the reader's cheap facts, unless a stand-in changed."""
+    import torch
+    from hostile import builders as b
+
+    from ckpt_tool.commands.inspect import inspect
+    from ckpt_tool.pickles.wo_input import SMALL_PICKLE
+
+    raw = b.tsave({f"layer{i}.weight": torch.zeros(1) for i in range(3000)}, pickle_protocol=2)
+    assert len(b.torch_zip_records(raw)["data.pkl"]) > SMALL_PICKLE
+    inject = b"ctorch._utils\n_rebuild_tensor_v2\n}X\x01\x00\x00\x00xK\x01sb"  # left on the stack: STOP ignores it
+    path = tmp_path / "big.pth"
+    path.write_bytes(b.patch_data_pkl(raw, lambda p: p[:2] + inject + p[2:]))
+    with pytest.raises(Exception, match="Weights only load failed"):
+        torch.load(path, weights_only=True)
+    report = inspect(str(path))
+    assert report.weights_only.loads is False
+    assert any("BUILD sets attributes on the imported object torch._utils._rebuild_tensor_v2" in w
+               for w in report.warnings)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import dtypes
+from .severity import DANGEROUS
 from .weights_only import (
     BLOCKED_MODULES,
     SUPPORTED_OPCODES,
@@ -76,6 +77,7 @@ class PickleInput:
     globals: tuple[Pair, ...]  # every global the pickle names, first use first
     persistent_ids: tuple[str, ...] = ()  # kinds other than "storage" ("module" in legacy whole-model files)
     data: bytes | None = field(default=None, repr=False)
+    changed: bool = False  # reading it changed a stand-in (BUILD on a global): only the walk can judge it
     _walked: list[PickleFacts] = field(default_factory=list, compare=False, repr=False)
 
     def facts(self) -> PickleFacts:
@@ -91,7 +93,7 @@ class PickleInput:
 
 
 def pickle_input(data: bytes | None, opcodes: Iterable[int], globals_: Iterable[Pair],
-                 persistent_ids: Sequence[str] = ()) -> PickleInput:
+                 persistent_ids: Sequence[str] = (), *, changed: bool = False) -> PickleInput:
     """Cheap facts of one pickle, keeping ``data`` when some torch version's answer may need the walk.
 
     A small pickle's bytes are always kept, even when the cheap facts decide:
@@ -101,8 +103,8 @@ def pickle_input(data: bytes | None, opcodes: Iterable[int], globals_: Iterable[
     names = _opcode_names() if seen else {}
     ops = frozenset(names.get(op, f"<unknown opcode {op:#04x}>") for op in seen)
     protocol = data[1] if data is not None and len(data) > 1 and data[0] == 0x80 else 0
-    p = PickleInput(protocol, ops, tuple(dict.fromkeys(globals_)), tuple(persistent_ids))
-    keep = data is not None and (len(data) <= SMALL_PICKLE or not _refused(p) and (
+    p = PickleInput(protocol, ops, tuple(dict.fromkeys(globals_)), tuple(persistent_ids), changed=changed)
+    keep = data is not None and (len(data) <= SMALL_PICKLE or changed or not _refused(p) and (
         bool(ops & {"NEWOBJ", "EMPTY_LIST"}) or any(f"{m}.{n}" not in STANDARD for m, n in p.globals)))
     return replace(p, data=data) if keep else p
 
@@ -117,7 +119,7 @@ def _decided_cheaply(p: PickleInput, protocol_rules: Any) -> bool:
         return True
     if p.data is None:
         return True  # pickle_input kept no bytes: the cheap facts decide under every version's rules
-    if len(p.data) <= SMALL_PICKLE or "NEWOBJ" in p.opcodes:
+    if len(p.data) <= SMALL_PICKLE or p.changed or "NEWOBJ" in p.opcodes:
         return False
     if protocol_rules.setitem_only_dicts and "EMPTY_LIST" in p.opcodes:
         return False
@@ -165,8 +167,11 @@ def read(container: str, path: str, pickles: Iterable[tuple[Any, ...]],
     """
     out = []
     for data, seen, refs, where, *pids in pickles:
-        pairs = [(r.module, r.name) for r in refs if r.where == where]
-        out.append(pickle_input(data, seen, pairs, tuple(pids[0]) if pids else ()))
+        own = [r for r in refs if r.where == where]
+        # a global the reader judged dangerous only after reading (RestrictedUnpickler.restore_stand_ins)
+        changed = any(r.severity == DANGEROUS and f"{r.module}.{r.name}" in STANDARD for r in own)
+        out.append(pickle_input(data, seen, [(r.module, r.name) for r in own], tuple(pids[0]) if pids else (),
+                                changed=changed))
     return WeightsOnlyInput(container, tuple(out), path, version_record=version_record)
 
 

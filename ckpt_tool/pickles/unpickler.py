@@ -144,6 +144,10 @@ class RestrictedUnpickler(pickle.Unpickler):
         return obj
 
 
+# Pickles are unpickled one at a time (shards read on threads included): a change to a shared stand-in
+# is then put back and blamed on the pickle that made it. Reentrant: torch.save bytes nest. CPU-bound
+# under the GIL anyway, so nothing is lost.
+_ONE_AT_A_TIME = threading.RLock()
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, whose attributes BUILD can set
 _MISSING = object()
 
@@ -203,6 +207,16 @@ def restricted_load_stream(
 
 
 def _run(unpickler: RestrictedUnpickler, where: str, path: str) -> UnpickleResult:
+    with _ONE_AT_A_TIME:
+        obj, changed = _load(unpickler, where, path)
+    if changed:  # BUILD on a global: dangerous, as the static walk says (which this makes every command run)
+        unpickler.references[:] = [GlobalRef(r.module, r.name, severity.DANGEROUS, r.where)
+                                   if (r.module, r.name) in changed else r for r in unpickler.references]
+    return UnpickleResult(obj, unpickler.references)
+
+
+def _load(unpickler: RestrictedUnpickler, where: str, path: str) -> tuple[Any, list[tuple[str, str]]]:
+    changed: list[tuple[str, str]] = []
     try:
         obj = unpickler.load()
     except InputError:
@@ -221,10 +235,7 @@ def _run(unpickler: RestrictedUnpickler, where: str, path: str) -> UnpickleResul
         raise InputError(f"{where} is not a readable pickle: {detail}", path) from exc
     finally:
         changed = unpickler.restore_stand_ins()
-    if changed:  # BUILD on a global: dangerous, as the static walk says (which this makes every command run)
-        unpickler.references[:] = [GlobalRef(r.module, r.name, severity.DANGEROUS, r.where)
-                                   if (r.module, r.name) in changed else r for r in unpickler.references]
-    return UnpickleResult(obj, unpickler.references)
+    return obj, changed
 
 
 def struct_error() -> type[Exception]:

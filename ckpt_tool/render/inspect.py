@@ -93,7 +93,7 @@ def summary_lines(report: InspectReport) -> list[str]:
     if unread:
         size = sum(d.nbytes for _, d in unread)
         lines.append(f"            {len(unread)} value(s) not read ({unread[0][1].kind}s, {human_bytes(size)}): "
-                     "migrate and diff --values read them")
+                     "migrate and diff --values read them, `ckpt scan` checks their pickles")
     if report.weights_only is not None:
         first, *rest = report.weights_only.lines()
         lines.append(f"weights_only: {first}")

@@ -11,7 +11,7 @@ from typing import Any
 from ..formats import load
 from ..formats.deferred import unread
 from ..io.paths import is_url, url_bytes
-from ..keys import rules
+from ..keys.prefixes import detect_prefixes
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, Deferred, TensorMeta, is_contiguous_layout, json_safe
 from .remote_counts import counts_remote
@@ -190,7 +190,7 @@ def inspect(
     size = url_bytes(p) if is_url(p) else _path_bytes(p)
     return InspectReport(
         checkpoint=ckpt,
-        prefixes=tuple(rules.detect_prefixes(ckpt.keys)),
+        prefixes=tuple(detect_prefixes(ckpt.keys)),
         dtype_counts=dict(Counter(t.dtype for t in ckpt.tensors).most_common()),
         notes=layout_notes(ckpt.tensors),
         stats=per_tensor,

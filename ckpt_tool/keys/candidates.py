@@ -11,7 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..model import TensorMeta
-from .rules import KNOWN_PREFIXES, RuleSet, detect_prefixes
+from .prefixes import KNOWN_PREFIXES, detect_prefixes
+from .rules import RuleSet
 from .scoring import sample
 
 # Wrapper prefixes tried on both sides, most specific first.

@@ -1,45 +1,17 @@
-"""Key rewriting: the prefixes people's checkpoints carry, and the rules that remove them."""
+"""Key rewriting: the rules that remove the prefixes people's checkpoints carry (prefixes.py finds them)."""
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+import fnmatch
+import functools
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-# Prefixes left by wrappers: DataParallel/DDP, torch.compile, Lightning, both.
-KNOWN_PREFIXES = ("module._orig_mod.", "_orig_mod.module.", "module.", "_orig_mod.", "model.")
-
-
-def detect_prefixes(keys: Iterable[str]) -> list[str]:
-    """Prefixes that every key carries: known wrapper prefixes, else the longest common one."""
-    keys = list(keys)
-    if not keys:
-        return []
-    found: list[str] = []
-    for p in KNOWN_PREFIXES:
-        if all(k.startswith(p) for k in keys) and not any(f.startswith(p) for f in found):
-            found.append(p)
-    if found:
-        return found
-    heads = Counter(k.split(".", 1)[0] + "." for k in keys if "." in k)
-    if len(heads) == 1 and len(keys) > 1:
-        (head, count), = heads.items()
-        if count == len(keys):
-            return [head]
-    return []
-
-
-# --------------------------------------------------------------------- rule sets
-
-import fnmatch  # noqa: E402
-import functools  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-from collections.abc import Mapping, Sequence  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any, NamedTuple  # noqa: E402
-
-from .. import dtypes  # noqa: E402
-from ..errors import RuleConflict, UsageError  # noqa: E402
-from ..model import TensorMeta  # noqa: E402
+from .. import dtypes
+from ..errors import RuleConflict, UsageError
+from ..model import TensorMeta
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import os
 from collections import OrderedDict
 from typing import Any
 
+from ..errors import InputError
 from ..io import paths
 from ..limits import Limits
 from ..model import Deferred, GlobalRef
@@ -40,7 +41,6 @@ class BytesItem(Deferred):
         return super().describe()
 
     def load(self, opened: dict[str, Any]) -> tuple[Any, list[GlobalRef]] | None:
-        from ..errors import InputError
         from .blob import read_torch_blob
 
         path = paths.join(self.folder, self.file)

@@ -103,10 +103,10 @@ class RestrictedUnpickler(pickle.Unpickler):
                 continue
             changed.append(key)
             if isinstance(obj, type):
-                for attr in [a for a in now if a not in before or now[a] is not before[a]]:
+                for attr in [a for a in now if a not in before]:
                     delattr(obj, attr)
                 for attr, value in before.items():
-                    if attr not in vars(obj):
+                    if now.get(attr, _MISSING) is not value:
                         setattr(obj, attr, value)
             else:
                 obj.__dict__.clear()
@@ -216,7 +216,6 @@ def _run(unpickler: RestrictedUnpickler, where: str, path: str) -> UnpickleResul
 
 
 def _load(unpickler: RestrictedUnpickler, where: str, path: str) -> tuple[Any, list[tuple[str, str]]]:
-    changed: list[tuple[str, str]] = []
     try:
         obj = unpickler.load()
     except InputError:

@@ -33,7 +33,7 @@ CVE_2026_24747 = ("CVE-2026-24747: SETITEM/SETITEMS applied to a {kind}, not a d
 
 
 _STRUCTS = {fmt: (struct.Struct(fmt).unpack, struct.calcsize(fmt)) for fmt in ("<B", "<H", "<i", "<I", "<Q")}
-_U32 = struct.Struct("<I").unpack
+_U32 = _STRUCTS["<I"][0]
 
 
 class WalkStop(Exception):

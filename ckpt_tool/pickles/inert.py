@@ -55,7 +55,7 @@ REVIEWED: dict[Pair, str] = {
     ("uuid", "UUID"): "a value; __setstate__ sets its int",
     ("uuid", "SafeUUID"): "an Enum of UUID safety, looked up by value",
     **{("pathlib", n): "a path value: constructing it never touches the file system"
-       for n in ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath")},
+       for n in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")},
     ("argparse", "Namespace"): "training scripts' args: a plain class, NEWOBJ + __dict__ update",
     ("types", "SimpleNamespace"): "a plain attribute holder (C type), NEWOBJ/REDUCE + __dict__ update",
     ("re", "_compile"): "what a compiled regular expression pickles as: compiles the pattern, CPU only",
@@ -78,11 +78,7 @@ REVIEWED: dict[Pair, str] = {
     ("numpy.random.bit_generator", "SeedSequence"): "NumPy's seed sequence: entropy and pool as arrays",
     ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"):
         "Cython's unpickler: checks a checksum, SeedSequence.__new__(type) (type judged), sets fields",
-    ("numpy.random._generator", "Generator"): "NumPy's Generator, wrapping a bit generator",
-    ("numpy.random.mtrand", "RandomState"): "NumPy's legacy RandomState, wrapping a bit generator",
     # torch beyond weights_only's defaults
-    ("torch", "UntypedStorage"): "torch's storage type, as some writers spell it",
-    ("torch", "TypedStorage"): "torch's storage type, as some writers spell it",
     ("torch._tensor", "_rebuild_from_type"): "the older _rebuild_from_type_v2: func(*args).as_subclass(type)",
     ("torch.storage", "_load_from_bytes"): "torch.load of nested torch.save bytes: ckpt walks those bytes too",
     **{("torch.return_types", n): "torch.return_types (torch.max(x, 0), ...): a structseq of tensors"
@@ -113,21 +109,22 @@ TORCH_CONSTANTS = frozenset([
 
 # Inert callables that call or construct an argument, and what they do with it (for the messages).
 TRAMPOLINES: dict[Pair, str] = {
-    ("copyreg", "_reconstructor"): "constructs",
-    ("copyreg", "__newobj__"): "constructs",
-    ("copyreg", "__newobj_ex__"): "constructs",
-    ("collections", "defaultdict"): "calls (as its default factory)",
-    ("torch._tensor", "_rebuild_from_type_v2"): "calls or constructs",
-    ("torch._tensor", "_rebuild_from_type"): "calls or constructs",
-    ("torch._utils", "_rebuild_wrapper_subclass"): "constructs",
-    ("torch._utils", "_rebuild_parameter_with_state"): "keeps as a backward hook (called in backward)",
-    ("torch._utils", "_rebuild_parameter"): "keeps as a backward hook (called in backward)",
-    ("numpy.core.multiarray", "_reconstruct"): "constructs",
-    ("numpy._core.multiarray", "_reconstruct"): "constructs",
-    ("numpy.random._pickle", "__generator_ctor"): "calls",
-    ("numpy.random._pickle", "__randomstate_ctor"): "calls",
-    ("numpy.random._pickle", "__bit_generator_ctor"): "calls",
-    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"): "constructs",
+    ("copyreg", "_reconstructor"): "constructs it",
+    ("copyreg", "__newobj__"): "constructs it",
+    ("copyreg", "__newobj_ex__"): "constructs it",
+    ("collections", "defaultdict"): "calls it as the default factory",
+    ("torch._tensor", "_rebuild_from_type_v2"): "calls or constructs it",
+    ("torch._tensor", "_rebuild_from_type"): "calls or constructs it",
+    ("torch._utils", "_rebuild_wrapper_subclass"): "constructs it",
+    ("torch._utils", "_rebuild_parameter_with_state"): "keeps it as a backward hook (called by backward)",
+    ("torch._utils", "_rebuild_parameter"): "keeps it as a backward hook (called by backward)",
+    ("torch._utils", "_rebuild_tensor_v2"): "keeps it as a backward hook (called by backward)",
+    ("numpy.core.multiarray", "_reconstruct"): "constructs it",
+    ("numpy._core.multiarray", "_reconstruct"): "constructs it",
+    ("numpy.random._pickle", "__generator_ctor"): "calls it",
+    ("numpy.random._pickle", "__randomstate_ctor"): "calls it",
+    ("numpy.random._pickle", "__bit_generator_ctor"): "calls it",
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"): "constructs it",
 }
 # Callees whose tuple arguments are sizes and strides, never applied: only their direct arguments are judged.
 SHALLOW: frozenset[Pair] = frozenset(

@@ -144,6 +144,12 @@ def _severity(module: str, name: str) -> str:
     return SUSPICIOUS
 
 
+def allowable(qualname: str) -> bool:
+    """Whether ``--allow-global`` may lift ``module.name``: any global but one known by name to run code."""
+    module, _, name = qualname.rpartition(".")
+    return bool(module) and bool(name) and severity(module, name) != DANGEROUS
+
+
 def worst(severities: list[str] | tuple[str, ...]) -> str:
     """The most severe of several verdicts (``safe`` for none)."""
     return max(severities, key=ORDER.__getitem__, default=SAFE)

@@ -51,6 +51,7 @@ __all__ = ["walk", "Walk", "Finding", "BytesRef", "NESTED_LOADERS"]
 
 from .walker_state import WalkState, WalkStop
 
+FULL_UNPICKLE = "a full unpickle (torch.load with weights_only off, pickle.load)"
 PERSISTENT_LOAD = ("torch.serialization", "persistent_load")  # how the messages name a persistent id's loader
 
 
@@ -182,8 +183,8 @@ class _Walker(WalkState):
         if callee is None:
             how = "passes {name} to an object built at load time, which may call it"
         else:
-            verb = TRAMPOLINES.get(callee, "may call or construct")
-            how = "passes {name} to " + f"{callee[0]}.{callee[1]}, which {verb} it"
+            verb = TRAMPOLINES.get(callee, "may call or construct it")
+            how = "passes {name} to " + f"{callee[0]}.{callee[1]}, which {verb}"
         self.judge(key, how)
 
     def judge(self, key: tuple[str, str], how: str) -> None:
@@ -205,12 +206,10 @@ class _Walker(WalkState):
         name = f"{key[0]}.{key[1]}"
         if how in ("calls", "constructs"):
             runs = "run it" if how == "calls" else "run its class code (construction, __setstate__)"
-            text = f"{how} {name}, which is not on the inert allowlist: torch.load(weights_only=False) would " \
-                   f"import it and {runs}"
+            text = f"{how} {name}, which is not on the inert allowlist: {FULL_UNPICKLE} would import it and {runs}"
         else:
             passed = how.replace("{name}", name, 1)
-            text = f"{passed}; {name} is not on the inert allowlist: torch.load(weights_only=False) would import " \
-                   "it and run it"
+            text = f"{passed}; {name} is not on the inert allowlist: {FULL_UNPICKLE} would import it and run it"
         self.finding(levels.DANGEROUS, text, name)
 
     # -- opcodes: globals, calls, objects ------------------------------------------------

@@ -34,7 +34,7 @@ _PY_VALUES = "Python's own value types: constructing one runs no code from the p
 _RETURN_TYPES = ("aminmax cummax cummin frexp geqrf histogram kthvalue linalg_cholesky_ex linalg_eig linalg_eigh "
                  "linalg_inv_ex linalg_ldl_factor linalg_ldl_factor_ex linalg_lstsq linalg_lu linalg_lu_factor "
                  "linalg_lu_factor_ex linalg_qr linalg_slogdet linalg_solve_ex linalg_svd lu_unpack max median min "
-                 "mode nanmedian qr slogdet sort svd topk triangular_solve").split() + ["histogramdd"]
+                 "mode nanmedian qr slogdet sort svd topk triangular_solve").split()
 
 REVIEWED: dict[Pair, str] = {
     **{("builtins", n): _PY_VALUES for n in
@@ -53,7 +53,6 @@ REVIEWED: dict[Pair, str] = {
     ("decimal", "Decimal"): "a number built from its string",
     ("fractions", "Fraction"): "a number built from its string",
     ("uuid", "UUID"): "a value; __setstate__ sets its int",
-    ("uuid", "SafeUUID"): "an Enum of UUID safety, looked up by value",
     **{("pathlib", n): "a path value: constructing it never touches the file system"
        for n in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")},
     ("argparse", "Namespace"): "training scripts' args: a plain class, NEWOBJ + __dict__ update",
@@ -83,6 +82,7 @@ REVIEWED: dict[Pair, str] = {
     ("torch.storage", "_load_from_bytes"): "torch.load of nested torch.save bytes: ckpt walks those bytes too",
     **{("torch.return_types", n): "torch.return_types (torch.max(x, 0), ...): a structseq of tensors"
        for base in _RETURN_TYPES for n in (base, f"{base}_out")},
+    ("torch.return_types", "histogramdd"): "torch.return_types (torch.histogramdd): a structseq of tensors",
     ("torch.nested._internal.nested_tensor", "NestedTensor"):
         "jagged nested tensors: torch.nested add_safe_globals it; __new__ from values and offsets",
     ("torch.nested._internal.nested_tensor", "_rebuild_njt"): "NestedTensor(**kwargs) (see NestedTensor)",
@@ -109,9 +109,9 @@ TORCH_CONSTANTS = frozenset([
 
 # Inert callables that call or construct an argument, and what they do with it (for the messages).
 TRAMPOLINES: dict[Pair, str] = {
-    ("copyreg", "_reconstructor"): "constructs it",
-    ("copyreg", "__newobj__"): "constructs it",
-    ("copyreg", "__newobj_ex__"): "constructs it",
+    **{(m, f): "constructs it"
+       for m in ("copyreg", "copy_reg") for f in ("_reconstructor", "__newobj__", "__newobj_ex__")},
+    ("torch.serialization", "persistent_load"): "rebuilds a storage with it (a persistent id names it)",
     ("collections", "defaultdict"): "calls it as the default factory",
     ("torch._tensor", "_rebuild_from_type_v2"): "calls or constructs it",
     ("torch._tensor", "_rebuild_from_type"): "calls or constructs it",

@@ -110,7 +110,10 @@ def severity(module: str, name: str) -> str:
     verdict = _severity(module, name)
     mapped = _compat(module, name)
     if mapped != (module, name):
-        verdict = worst([verdict, _severity(*mapped)])
+        # A Python 2 name (copy_reg, __builtin__) exists only as what it maps to: unknown as itself, it is
+        # judged by its mapping; a name that is also a Python 3 module is judged both ways, the worse counts.
+        again = _severity(*mapped)
+        verdict = again if verdict == SUSPICIOUS else worst([verdict, again])
     return verdict
 
 

@@ -167,12 +167,12 @@ class _Walker(WalkState):
         as what they are handed is. Tuples nest (``_rebuild_from_type_v2``'s
         args are applied); the tensor rebuilds' tuples are sizes and strides.
         """
-        shallow = depth > 0 and callee in SHALLOW
+        deep = depth < 6 and callee not in SHALLOW
         for a in args:
             cls = a.__class__
             if cls is Glob:
                 self.judge_arg(a, callee)  # type: ignore[arg-type]  # cls is Glob
-            elif cls is tuple and depth < 6 and not shallow:
+            elif cls is tuple and deep:
                 self.pass_args(callee, a, depth + 1)  # type: ignore[arg-type]  # cls is tuple
 
     def judge_arg(self, arg: Glob, callee: tuple[str, str] | None) -> None:

@@ -41,6 +41,7 @@ _TABLE = [
     DType("float8_e5m2", 1, "float", "F8_E5M2", None, None),
     DType("float8_e4m3fnuz", 1, "float", "F8_E4M3FNUZ", None, None),
     DType("float8_e5m2fnuz", 1, "float", "F8_E5M2FNUZ", None, None),
+    DType("float8_e8m0fnu", 1, "float", None, None, None),  # MX scales: an exponent byte, no sign, no mantissa
     DType("int64", 8, "int", "I64", "LongStorage", "<i8"),
     DType("int32", 4, "int", "I32", "IntStorage", "<i4"),
     DType("int16", 2, "int", "I16", "ShortStorage", "<i2"),
@@ -52,6 +53,7 @@ _TABLE = [
     DType("bool", 1, "bool", "BOOL", "BoolStorage", "|b1"),
     DType("complex64", 8, "complex", "C64", "ComplexFloatStorage", "<c8"),
     DType("complex128", 16, "complex", None, "ComplexDoubleStorage", "<c16"),
+    DType("complex32", 4, "complex", None, None, None),  # torch.chalf: two float16s; NumPy has no such type
     # Quantized tensors (torch._utils._rebuild_qtensor): integer storage plus a scale and zero point.
     DType("qint8", 1, "quantized", None, "QInt8Storage", None),
     DType("quint8", 1, "quantized", None, "QUInt8Storage", None),

@@ -158,14 +158,20 @@ def test_dangerous_checkpoint_fails_loads_safely(tmp_path):
 
 
 def test_strict_fails_on_unknown_classes_and_warnings(fixtures_dir, tmp_path):
-    training = str(fixtures_dir / "training.pth")
-    relaxed = gate([training], allow_globals=["argparse.Namespace"])  # weights-only: the loader allowlists it
-    assert relaxed.passed
+    # issue 21: training.pth's argparse.Namespace is inert now; a global only referenced (torch._C._nn.gelu,
+    # never called) is what stays suspicious, and --allow-global lifts it in every check
+    training = tmp_path / "referenced.pth"
+    torch.save({"model": sd(), "activation": torch.nn.functional.gelu}, training)
+    training = str(training)
+    relaxed = gate([training])
+    assert check(relaxed, "loads_safely").passed and "fails with --strict" in check(relaxed, "loads_safely").detail
     assert "fails with --strict" in check(relaxed, "warnings").detail
     strict = gate([training], strict=True)
     assert not strict.passed
-    assert not check(strict, "loads_safely").passed and "argparse.Namespace" in check(strict, "loads_safely").detail
+    assert not check(strict, "loads_safely").passed and "torch._C._nn.gelu" in check(strict, "loads_safely").detail
     assert not check(strict, "warnings").passed
+    allowed = gate([training], strict=True, allow_globals=["torch._C._nn.gelu"])
+    assert check(allowed, "loads_safely").passed and check(allowed, "weights-only").passed
     tied = tmp_path / "tied.pth"
     w = torch.ones(4, 4)
     torch.save({"a.weight": w, "b.weight": w, "c": torch.ones(8, 8).t()}, tied)

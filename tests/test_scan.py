@@ -56,17 +56,20 @@ def dangerous_names(report) -> set[str]:
         ("lightning.ckpt", "safe"),
         ("torchscript.pt", "safe"),
         ("numpy_dict.pkl", "safe"),
-        ("training.pth", "suspicious"),  # argparse.Namespace: torch.load(weights_only=True) refuses it
-        ("whole_model.pth", "suspicious"),  # a pickled nn.Module names its classes
-        ("dill_model.dill", "suspicious"),  # classes and a lambda by value: code that runs when used
+        # issue 21: argparse.Namespace is on the reviewed inert list (was suspicious)
+        ("training.pth", "safe"),
+        # issue 21: a whole-model pickle constructs its classes (NEWOBJ/REDUCE): dangerous (was suspicious)
+        ("whole_model.pth", "dangerous"),
+        # issue 21: dill calls its by-value constructors (classes, code, a lambda): dangerous (was suspicious)
+        ("dill_model.dill", "dangerous"),
     ],
 )
-def test_clean_fixtures_are_never_dangerous(fixtures_dir, name, verdict):
+def test_fixtures_verdicts_by_allowlist(fixtures_dir, name, verdict):
     report = only(fixtures_dir / name)
     (f,) = report.files
     assert f.verdict == verdict, f
     assert not f.errors
-    assert report.exit_code == 0
+    assert report.exit_code == (1 if verdict == "dangerous" else 0)
     assert scan([os.fspath(fixtures_dir / name)], strict=True).exit_code == (0 if verdict == "safe" else 1)
 
 
@@ -85,11 +88,14 @@ def test_shard_index_scans_its_shards(fixtures_dir):
     assert report.exit_code == 0
 
 
-def test_whole_model_lists_its_classes_as_suspicious(fixtures_dir):
+def test_whole_model_lists_its_classes_as_dangerous(fixtures_dir):
+    # issue 21: the classes are constructed, so they are dangerous (were suspicious), and the message says why
     (f,) = only(fixtures_dir / "whole_model.pth").files
-    suspicious = {g.qualname for g in f.globals if g.severity == "suspicious"}
-    assert "__main__.WholeModel" in suspicious
-    assert "torch.nn.modules.linear.Linear" in suspicious
+    dangerous = {g.qualname for g in f.globals if g.severity == "dangerous"}
+    assert "__main__.WholeModel" in dangerous
+    assert "torch.nn.modules.linear.Linear" in dangerous
+    assert any(x.message.startswith("constructs __main__.WholeModel, which is not on the inert allowlist")
+               for x in f.findings), f.findings
     assert "torch._utils._rebuild_tensor_v2" in {g.qualname for g in f.globals if g.severity == "safe"}
 
 
@@ -105,7 +111,7 @@ def test_plain_pickle_of_tensors_is_safe_and_its_storages_are_followed(tmp_path)
     assert any("_load_from_bytes" in g.where for g in f.globals)
 
 
-def test_model_with_a_logger_attribute_is_not_dangerous(tmp_path):
+def test_model_with_a_logger_attribute_names_the_logger_call(tmp_path):
     import logging
 
     import torch
@@ -115,8 +121,11 @@ def test_model_with_a_logger_attribute_is_not_dangerous(tmp_path):
     path = tmp_path / "with_logger.pth"
     torch.save(model, path)
     (f,) = only(path).files
-    assert f.verdict == "suspicious", f
-    assert "logging.getLogger" in {g.qualname for g in f.globals}
+    # issue 21: a whole model constructs nn.Linear and calls logging.getLogger at load: dangerous (was suspicious)
+    assert f.verdict == "dangerous", f
+    judged = {g.qualname: g.severity for g in f.globals}
+    assert judged["logging.getLogger"] == judged["torch.nn.modules.linear.Linear"] == "dangerous"
+    assert any(x.message.startswith("constructs torch.nn.modules.linear.Linear,") for x in f.findings), f.findings
 
 
 def test_dill_state_dict_is_safe(tmp_path):
@@ -339,12 +348,17 @@ def test_memo_trick_resolves_from_bytes_alone():
 # ----------------------------------------------------------------------- CLI
 
 
-def test_cli_exit_codes_and_json(run_cli, corpus, fixtures_dir):
+def test_cli_exit_codes_and_json(run_cli, corpus, fixtures_dir, tmp_path):
+    import torch
+
     r = run_cli("scan", str(fixtures_dir / "tiny_mlp.pth"))
     assert r.code == 0 and "SAFE" in r.out
-    r = run_cli("scan", str(fixtures_dir / "training.pth"))
-    assert r.code == 0 and "argparse.Namespace" in r.out
-    r = run_cli("scan", "--strict", str(fixtures_dir / "training.pth"))
+    # issue 21: training.pth (argparse.Namespace) is safe now; a global only referenced, never called, is suspicious
+    referenced = tmp_path / "referenced.pth"
+    torch.save({"w": torch.ones(2), "activation": torch.nn.functional.gelu}, referenced)  # torch._C._nn.gelu
+    r = run_cli("scan", str(referenced))
+    assert r.code == 0 and "suspicious  torch._C._nn.gelu" in r.out and "never calls or constructs" in r.out, r.out
+    r = run_cli("scan", "--strict", str(referenced))
     assert r.code == 1
     r = run_cli("scan", "--json", str(fixtures_dir / "tiny_mlp.pth"), corpus["os_system"].path)
     assert r.code == 1
@@ -387,7 +401,9 @@ def test_scan_does_not_import_torch(fixtures_dir):
     code = (
         "import sys; from ckpt_tool import scan; "
         f"r = scan([{str(fixtures_dir)!r}]); "
-        "assert r.exit_code == 0, r; "
+        # issue 21: the whole-model and dill fixtures construct their classes: dangerous (exit 1; was 0)
+        "bad = sorted(f.path.rsplit('/', 1)[1] for f in r.files if f.verdict != 'safe'); "
+        "assert bad == ['dill_model.dill', 'whole_model.pth'], bad; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -20,11 +20,15 @@ from .remote_io import download_option, remote_scope
 @click.option("--skip-other", is_flag=True,
               help="Skip named files that hold no pickle, zip, NumPy or safetensors data instead of failing "
                    "(for hooks that pass every file).")
+@click.option("--allow-global", "allow_globals", multiple=True, metavar="MODULE.NAME",
+              help="Count this global as inert wherever it is called or constructed (repeatable), e.g. a class "
+                   "the loading code trusts; never one that can run code by name (os.system).")
 @sarif_option
 @download_option
 @limit_options
 def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: bool, verbose: bool,
-                 skip_other: bool, sarif_file: str | None, download: bool, **kwargs: Any) -> int:
+                 skip_other: bool, allow_globals: tuple[str, ...], sarif_file: str | None, download: bool,
+                 **kwargs: Any) -> int:
     """Statically scan every pickle in the inputs, without running any of it.
 
     Folders are scanned recursively. Each global a pickle imports gets a
@@ -35,7 +39,8 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
     from ..commands.scan import scan
 
     with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
-        report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other)
+        report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other,
+                      allow_globals=allow_globals)
     keep_until_exit(report)
     for f in report.files:
         for e in f.errors:

@@ -55,7 +55,7 @@ def _listing(items: Sequence[str], limit: int = 5) -> str:
 def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
     from .scan import scan
 
-    report = scan([path], strict=pol.strict, limits=limits)
+    report = scan([path], strict=pol.strict, limits=limits, allow_globals=pol.weights_only_allow)
     dangerous: list[str] = []
     suspicious: list[str] = []
     errors: list[str] = []
@@ -74,7 +74,7 @@ def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
     if errors:
         return Check("loads_safely", False, "could not be scanned completely: " + _listing(errors, 2))
     if suspicious:
-        text = ("unknown pickled classes that torch.load(weights_only=True) refuses: "
+        text = ("globals the pickle names but never calls or constructs (not on the inert allowlist): "
                 + _listing(sorted(set(suspicious))))
         return Check("loads_safely", not pol.strict, text + ("" if pol.strict else " (fails with --strict)"))
     return Check("loads_safely", True, f"no dangerous references ({pickles} pickle(s) scanned)")
@@ -289,7 +289,7 @@ def strict_warnings(ckpt: Checkpoint, pol: Policy) -> list[str]:
     """Every warning inspect prints, plus unusual dtypes and layouts and oversized metadata."""
     from .inspect import layout_notes
 
-    out = list(ckpt.warnings)
+    out = _lifted(ckpt, pol.weights_only_allow)
     unusual = Counter(t.dtype for t in ckpt.tensors if t.dtype not in USUAL_DTYPES)
     if unusual:
         out.append("unusual dtypes: " + ", ".join(f"{k} x{v}" for k, v in unusual.items()))
@@ -303,6 +303,22 @@ def strict_warnings(ckpt: Checkpoint, pol: Policy) -> list[str]:
         out.append(f"metadata is {size:,} bytes as JSON, over {pol.max_metadata_bytes:,} "
                    "(optimizer state or logs shipped with the weights?)")
     return out
+
+
+def _lifted(ckpt: Checkpoint, allow: Sequence[str]) -> list[str]:
+    """The checkpoint's warnings, less those about globals the policy allows (``--allow-global``)."""
+    allowed = {n for n in allow if severity.allowable(n)}
+    if not allowed:
+        return list(ckpt.warnings)
+    from ..formats.checkpoint import reference_warnings
+    from ..model import GlobalRef
+
+    refs = list(ckpt.references)
+    old = set(reference_warnings(refs))
+    kept = [w for w in ckpt.warnings if w not in old and not any(
+        f": {verb} {n}," in w or f": passes {n} to " in w for n in allowed for verb in ("calls", "constructs"))]
+    return kept + reference_warnings([GlobalRef(r.module, r.name, severity.SAFE, r.where)
+                                      if r.qualname in allowed else r for r in refs])
 
 
 def check_warnings(ckpt: Checkpoint, pol: Policy) -> Check:

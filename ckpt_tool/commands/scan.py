@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CkptError, InputError
@@ -104,15 +104,45 @@ class ScanReport:
 _READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR, ZIP])
 
 
+def lift(fs: FileScan, allowed: frozenset[str]) -> FileScan:
+    """``--allow-global``: the named globals count as inert, wherever they are called or constructed.
+
+    Exactly those globals: their entries become safe and the findings about
+    them (``constructs mylab.Net, ...``) go; a global known by name to run
+    code (os.system, builtins.eval) is never lifted, nor a finding about no
+    global (a computed STACK_GLOBAL, an extension code).
+    """
+    allowed = frozenset(n for n in allowed if severity.allowable(n))
+    if not allowed:
+        return fs
+    globals_ = tuple(GlobalRef(g.module, g.name, severity.SAFE, g.where) if g.qualname in allowed else g
+                     for g in fs.globals)
+    findings = tuple(f for f in fs.findings if not (f.glob and f.glob in allowed))
+    worst = severity.worst([g.severity for g in globals_] + [f.severity for f in findings])
+    verdict = ERROR if fs.errors and worst != severity.DANGEROUS else worst
+    return replace(fs, globals=globals_, findings=findings, verdict=verdict)
+
+
 @counts_remote("paths")
 def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
-         limits: Limits = DEFAULT_LIMITS, skip_other: bool = False) -> ScanReport:
+         limits: Limits = DEFAULT_LIMITS, skip_other: bool = False,
+         allow_globals: Sequence[str] = ()) -> ScanReport:
     """Scan files and folders (recursively) for pickles and judge what they would import.
 
     A file named explicitly that holds nothing to scan (no pickle, zip, tar,
     NumPy or safetensors data) is an error, unless ``skip_other`` (for hooks
     that pass every file of a commit); inside folders such files are skipped.
+    ``allow_globals`` ("module.name") count as inert (see ``lift``).
     """
+    report = _scan(paths, strict=strict, limits=limits, skip_other=skip_other)
+    if not allow_globals:
+        return report
+    allowed = frozenset(allow_globals)
+    return replace(report, files=tuple(lift(f, allowed) for f in report.files))
+
+
+def _scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool, limits: Limits,
+          skip_other: bool) -> ScanReport:
     files: list[FileScan] = []
     skipped: list[str] = []
     for raw in paths:

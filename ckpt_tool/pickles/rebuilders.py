@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import dtypes
+from .inert import is_inert
 from .placeholders import (
     DTypeRef,
     LazyStorage,
@@ -77,6 +78,8 @@ def _rebuild_meta(dtype: Any, size: Any, stride: Any, requires_grad: Any = False
 
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
     if func not in _REBUILDERS:
+        if isinstance(func, type) and issubclass(func, Placeholder) and is_inert(func._ckpt_module, func._ckpt_name):
+            return func(*args)  # a jagged nested tensor (_rebuild_njt): a record of its values and offsets
         raise pickle.UnpicklingError("tensor subclass rebuilt by an unknown function")
     result = func(*args)
     if isinstance(result, LazyTensor) and isinstance(new_type, type) and issubclass(new_type, Placeholder):

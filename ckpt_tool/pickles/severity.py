@@ -1,91 +1,32 @@
-"""How dangerous a pickled global is: one table for the unpickler and the scanner.
+"""How dangerous a pickled global is, by name alone: one table for the unpickler and the walk.
 
-``safe`` globals are the ones the restricted unpickler rebuilds itself
-(tensors, storages, dtypes, plain containers) plus known inert metadata
-classes; ``dangerous`` ones can run code or touch the system when called;
-everything else is ``suspicious``: an unknown class that ckpt reads as an
-inert placeholder.
+The verdict is by allowlist. ``safe``: on ckpt's inert list (pickles/inert.py:
+torch's weights_only allowlist plus a short reviewed list of data types).
+``dangerous``: a name known to run code or touch the system (os.system,
+builtins.eval, pickle.loads, ...), whatever the pickle does with it.
+``suspicious``: any other global, when the pickle only *names* it (imports it:
+torch.load(weights_only=False) runs its module's import code, but never calls
+it). The walk (pickles/walker.py) sees how each global is used: one that an
+opcode calls or constructs (REDUCE, OBJ, INST, NEWOBJ, NEWOBJ_EX, an
+argument of an inert trampoline, a persistent id) and that is not inert is
+``dangerous``. ckpt still reads such classes as inert placeholders.
 """
 from __future__ import annotations
+
+from .inert import is_inert
 
 SAFE = "safe"
 SUSPICIOUS = "suspicious"
 DANGEROUS = "dangerous"
 ORDER = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2}
 
-# Rebuilt by the restricted unpickler itself, from ckpt_tool.pickles.rebuilders (never imported).
-SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    [
-        ("collections", "OrderedDict"),
-        ("collections", "defaultdict"),
-        ("collections", "Counter"),
-        ("collections", "deque"),
-        ("_codecs", "encode"),
-        ("copyreg", "_reconstructor"),
-        ("copy_reg", "_reconstructor"),
-        ("copyreg", "__newobj__"),
-        ("torch._utils", "_rebuild_tensor"),
-        ("torch._utils", "_rebuild_tensor_v2"),
-        ("torch._utils", "_rebuild_tensor_v3"),
-        ("torch._utils", "_rebuild_qtensor"),
-        ("torch._utils", "_rebuild_parameter"),
-        ("torch._utils", "_rebuild_parameter_with_state"),
-        ("torch._utils", "_rebuild_meta_tensor_no_storage"),
-        ("torch._tensor", "_rebuild_from_type_v2"),
-        ("torch._tensor", "_rebuild_from_type"),
-        ("torch.nn.parameter", "Parameter"),
-        ("torch", "Tensor"),
-        ("torch", "Size"),
-        ("torch", "device"),
-        ("torch.storage", "UntypedStorage"),
-        ("torch", "UntypedStorage"),
-        ("torch.storage", "TypedStorage"),
-        ("torch", "TypedStorage"),
-        ("torch.serialization", "_get_layout"),
-        ("torch.storage", "_load_from_bytes"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "scalar"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"),
-        # TorchScript's data builders: identity functions on lists (torch/jit/_pickle.py)
-        ("torch.jit._pickle", "build_intlist"),
-        ("torch.jit._pickle", "build_tensorlist"),
-        ("torch.jit._pickle", "build_doublelist"),
-        ("torch.jit._pickle", "build_boollist"),
-        ("torch.jit._pickle", "build_tensor_from_id"),
-        ("torch.jit._pickle", "restore_type_tag"),
-    ]
-)
+# Python's builtins that are values (SAFE when named; calls of them are judged by the walk as any other).
 SAFE_BUILTINS = frozenset(
     ["list", "dict", "set", "frozenset", "tuple", "bytearray", "bytes", "complex",
-     "slice", "range", "int", "float", "str", "bool", "object", "NoneType", "Ellipsis"]
+     "slice", "range", "int", "float", "str", "bool", "object", "Ellipsis"]
 )
-# Inert metadata classes written by torch and friends: data holders, never code.
-SAFE_MODULE_PREFIXES = (
-    "torch.distributed.checkpoint.metadata",
-    "torch.distributed.checkpoint.filesystem",
-    "torch.distributed.checkpoint.planner",
-    "numpy.dtypes",
-)
-SAFE_CLASSES = frozenset(
-    [
-        ("pathlib", "PosixPath"),
-        ("pathlib", "WindowsPath"),
-        ("pathlib", "PurePosixPath"),
-        ("pathlib", "Path"),
-        ("datetime", "datetime"),
-        ("datetime", "date"),
-        ("datetime", "timedelta"),
-        ("decimal", "Decimal"),
-        ("fractions", "Fraction"),
-        ("uuid", "UUID"),
-        ("enum", "Enum"),
-    ]
-)
+# Python 2 spellings that protocol 0-2 pickles use and Python 3 maps to safe builtins (_compat_pickle).
+PY2_BUILTINS = frozenset(["xrange", "unicode", "long", "basestring"])
 
 DANGEROUS_MODULES = frozenset(
     [
@@ -126,23 +67,12 @@ DANGEROUS_GLOBALS = frozenset(
 )
 # dill's Unpickler resolves this to the __main__ module's namespace for by-value functions.
 DILL_MAIN = frozenset([("__builtin__", "__main__"), ("builtins", "__main__")])
-# Inert names in otherwise dangerous modules that models carry (a ``self.logger`` pickles as
-# logging.getLogger(name)): unknown, not code execution.
-INERT_IN_DANGEROUS = frozenset([("logging", "getLogger"), ("logging", "Logger"), ("logging", "RootLogger")])
 DANGEROUS_BUILTINS = frozenset(
     ["exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
      "globals", "locals", "vars", "input", "breakpoint", "exit", "quit", "help", "execfile",
      "file", "reload", "apply", "memoryview", "type", "super", "classmethod", "staticmethod",
      "property", "dir", "print", "iter", "next", "map", "filter", "reversed", "sorted",
      "enumerate", "zip", "callable", "hasattr", "isinstance", "issubclass", "id", "hash"]
-)
-# Globals inside otherwise-dangerous modules that are plain data.
-SAFE_IN_DANGEROUS = frozenset(
-    [("builtins", n) for n in SAFE_BUILTINS]
-    + [("__builtin__", n) for n in SAFE_BUILTINS]
-    + [("torch.serialization", "_get_layout")]
-    # Python 2 spellings that protocol 0-2 pickles use and Python 3 maps to safe builtins (_compat_pickle).
-    + [("__builtin__", n) for n in ("xrange", "unicode", "long", "basestring")]
 )
 # dill's by-value helpers build classes, functions and code objects without
 # running them; the ones that import or look up attributes are dangerous.
@@ -155,19 +85,6 @@ DILL_CONSTRUCTORS = frozenset(
 DILL_DANGEROUS = frozenset(["_import_module", "_get_attr", "_eval_repr", "_setattr",
                             "_create_filehandle"])
 
-
-# Functions outside SAFE_GLOBALS that checkpoints legitimately call at load time and that only build data.
-INERT_CALLS = frozenset(
-    [
-        ("numpy.random._pickle", "__randomstate_ctor"), ("numpy.random._pickle", "__bit_generator_ctor"),
-        ("numpy.random._pickle", "__generator_ctor"), ("numpy", "array"), ("numpy", "asarray"),
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-        ("torch._utils", "_rebuild_qtensor"), ("torch._utils", "_rebuild_sparse_tensor"),
-        ("torch._utils", "_rebuild_nested_tensor"), ("torch._utils", "_rebuild_device_tensor_from_numpy"),
-        ("torch._utils", "_rebuild_wrapper_subclass"), ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor"),
-        ("copyreg", "_reconstructor"), ("copy_reg", "_reconstructor"), ("collections", "namedtuple"),
-    ]
-)
 
 
 def function_like(name: str) -> bool:
@@ -193,7 +110,10 @@ def severity(module: str, name: str) -> str:
     verdict = _severity(module, name)
     mapped = _compat(module, name)
     if mapped != (module, name):
-        verdict = worst([verdict, _severity(*mapped)])
+        # A Python 2 name (copy_reg, __builtin__) exists only as what it maps to: unknown as itself, it is
+        # judged by its mapping; a name that is also a Python 3 module is judged both ways, the worse counts.
+        again = _severity(*mapped)
+        verdict = again if verdict == SUSPICIOUS else worst([verdict, again])
     return verdict
 
 
@@ -211,26 +131,15 @@ def _severity(module: str, name: str) -> str:
         if any(part.startswith("_") for part in rest.split(".")) or not head:
             return DANGEROUS
         return worst([_severity(module, head), SUSPICIOUS])
-    if (module, name) in SAFE_GLOBALS or (module, name) in SAFE_CLASSES:
+    if is_inert(module, name):
         return SAFE
-    if (module, name) in SAFE_IN_DANGEROUS:
-        return SAFE
+    if module in ("builtins", "__builtin__"):
+        return SAFE if name in SAFE_BUILTINS or name in PY2_BUILTINS else (
+            SUSPICIOUS if (module, name) in DILL_MAIN else DANGEROUS)
     if (module, name) in DANGEROUS_GLOBALS:
         return DANGEROUS
-    if (module, name) in DILL_MAIN or (module, name) in INERT_IN_DANGEROUS:
-        return SUSPICIOUS
-    if module == "torch" and (name.endswith(("Storage", "Tensor")) or _is_torch_dtype(name)):
-        return SAFE
-    if module.startswith(SAFE_MODULE_PREFIXES):
-        return SAFE
     if module in ("dill._dill", "dill.dill", "dill"):
-        if name in DILL_DANGEROUS:
-            return DANGEROUS
-        if name in DILL_CONSTRUCTORS:
-            return SUSPICIOUS
-        return DANGEROUS
-    if module in ("builtins", "__builtin__"):
-        return DANGEROUS if name in DANGEROUS_BUILTINS or name not in SAFE_BUILTINS else SAFE
+        return SUSPICIOUS if name in DILL_CONSTRUCTORS and name not in DILL_DANGEROUS else DANGEROUS
     if _module_root_matches(module, DANGEROUS_MODULES):
         return DANGEROUS
     if not module or not name or not module.replace(".", "").replace("_", "").isalnum():
@@ -238,16 +147,10 @@ def _severity(module: str, name: str) -> str:
     return SUSPICIOUS
 
 
-def _is_torch_dtype(name: str) -> bool:
-    from .. import dtypes
-
-    return name in dtypes.BY_NAME or name in (
-        "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "cfloat", "cdouble", "half",
-        "per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
-        "per_channel_affine_float_qparams",
-        "float", "double", "long", "int", "short", "bool", "strided", "sparse_coo",
-        "contiguous_format", "channels_last", "channels_last_3d", "preserve_format",
-    )
+def allowable(qualname: str) -> bool:
+    """Whether ``--allow-global`` may lift ``module.name``: any global but one known by name to run code."""
+    module, _, name = qualname.rpartition(".")
+    return bool(module) and bool(name) and severity(module, name) != DANGEROUS
 
 
 def worst(severities: list[str] | tuple[str, ...]) -> str:

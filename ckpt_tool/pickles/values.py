@@ -22,6 +22,18 @@ class Unknown:
 UNKNOWN = Unknown()
 
 
+class Resolved(Unknown):
+    """What a persistent id resolves to: an object the loader's persistent_load builds (torch: a storage)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<persistent object>"
+
+
+RESOLVED = Resolved()
+
+
 class Container(Unknown):
     """A list, dict, set or frozenset the pickle builds: its contents are not tracked, its kind is.
 
@@ -78,6 +90,7 @@ class Finding:
     severity: str
     message: str
     where: str = ""
+    glob: str = ""  # "module.name" of the global the finding is about, if any (what --allow-global lifts)
 
 
 Payload = bytes | BytesRef

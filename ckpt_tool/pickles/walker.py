@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from ..model import GlobalRef
 from . import severity as levels
+from .inert import SHALLOW, TRAMPOLINES
 from .values import (
     BYTES_IO,
     DILL,
@@ -31,6 +32,7 @@ from .values import (
     IDIOM,
     LATIN1,
     NESTED_LOADERS,
+    RESOLVED,
     SETATTR,
     UNKNOWN,
     BytesRef,
@@ -39,6 +41,7 @@ from .values import (
     Made,
     OnEmbedded,
     Payload,
+    Resolved,
     Stream,
     Unknown,
     Walk,
@@ -47,6 +50,9 @@ from .values import (
 __all__ = ["walk", "Walk", "Finding", "BytesRef", "NESTED_LOADERS"]
 
 from .walker_state import WalkState, WalkStop
+
+FULL_UNPICKLE = "a full unpickle (torch.load with weights_only off, pickle.load)"
+PERSISTENT_LOAD = ("torch.serialization", "persistent_load")  # how the messages name a persistent id's loader
 
 
 def walk(
@@ -104,20 +110,25 @@ class _Walker(WalkState):
             if how == "call":
                 self.finding(levels.DANGEROUS, f"calls {what} (code the pickle constructed, e.g. a function)")
             else:
-                self.finding(levels.SUSPICIOUS, f"instantiates {what} (a class the pickle constructed)")
+                self.finding(levels.DANGEROUS, f"instantiates {what} (a class the pickle constructed: its "
+                             "construction runs code no allowlist vouches for)")
+            if isinstance(args, tuple):
+                self.pass_args(None, args, 0)
             return Made(func)
         raise WalkStop(f"{how} of a non-callable constant")
 
     def call_global(self, func: Glob, args: object, how: str) -> object:
         key = (func.module, func.name)
+        if args.__class__ is tuple and args:
+            self.pass_args(key, args, 0)  # a global passed to a callee is judged as called (trampolines)
         made = self.plain.get(key) if how == "call" else None
         if made is not None:  # judged before, and no rule below looks at it: 400k tensor rebuilds
             self.escape(args)
             return made
         argv = args if isinstance(args, tuple) else ()
-        if how == "call" and key not in self.called:
+        if key not in self.called:
             self.called.add(key)
-            self.judge_call(key)
+            self.judge(key, "calls" if how == "call" and levels.function_like(key[1]) else "constructs")
         if key in GETATTR and how == "call" and _dill_getattr(argv):
             return Glob("builtins", "setattr")
         if key in SETATTR and how == "call" and len(argv) == 3 and isinstance(argv[1], str):
@@ -148,24 +159,58 @@ class _Walker(WalkState):
             self.plain[key] = made  # Made is immutable: one per callee serves every later call
         return made
 
-    def judge_call(self, key: tuple[str, str]) -> None:
-        """A function outside the allowlist, called at load time, runs code: never merely "unknown".
+    def pass_args(self, callee: tuple[str, str] | None, args: tuple[object, ...] | list[object], depth: int) -> None:
+        """Judge each global among a call's arguments as called: the callee may call or construct it.
 
-        An unknown *class* called by REDUCE builds an object (read as an inert
-        placeholder); an unknown *function* is code the loader runs. The
-        allowlist names each callable, never a module, so any function-like
-        name (not Capitalised) that is not known-inert is dangerous when called.
+        ``copyreg._reconstructor(cls, ...)``, ``defaultdict(factory)``,
+        ``_rebuild_from_type_v2(func, type, args, ...)`` are inert only as long
+        as what they are handed is. Tuples nest (``_rebuild_from_type_v2``'s
+        args are applied); the tensor rebuilds' tuples are sizes and strides.
+        """
+        deep = depth < 6 and callee not in SHALLOW
+        for a in args:
+            cls = a.__class__
+            if cls is Glob:
+                self.judge_arg(a, callee)  # type: ignore[arg-type]  # cls is Glob
+            elif cls is tuple and deep:
+                self.pass_args(callee, a, depth + 1)  # type: ignore[arg-type]  # cls is tuple
+
+    def judge_arg(self, arg: Glob, callee: tuple[str, str] | None) -> None:
+        key = (arg.module, arg.name)
+        if key in self.called:
+            return
+        self.called.add(key)
+        if callee is None:
+            how = "passes {name} to an object built at load time, which may call it"
+        else:
+            verb = TRAMPOLINES.get(callee, "may call or construct it")
+            how = "passes {name} to " + f"{callee[0]}.{callee[1]}, which {verb}"
+        self.judge(key, how)
+
+    def judge(self, key: tuple[str, str], how: str) -> None:
+        """A global outside the inert list that the pickle calls or constructs is dangerous: never merely "unknown".
+
+        Judged once per distinct global. ``how`` is "calls", "constructs", or
+        the sentence of a trampoline ("passes {name} to copyreg._reconstructor,
+        which constructs it"). TorchScript's ``__torch__`` classes come from the
+        archive's own code (the scanner judges them), and a name only dill's
+        closure idiom uses keeps its idiom rule.
         """
         index = next((i for i, g in enumerate(self.w.globals) if (g.module, g.name) == key), None)
         if index is None or self.w.globals[index].severity != levels.SUSPICIOUS:
             return
-        if (not levels.function_like(key[1]) or key in levels.INERT_CALLS or key in levels.INERT_IN_DANGEROUS
-                or key[0] in DILL):
-            return  # dill's by-value constructors have their own rules (severity.DILL_CONSTRUCTORS)
+        if key[0].split(".", 1)[0] == "__torch__" or key in IDIOM:
+            return
         g = self.w.globals[index]
         self.w.globals[index] = GlobalRef(g.module, g.name, levels.DANGEROUS, g.where)
-        self.finding(levels.DANGEROUS, f"calls the function {key[0]}.{key[1]} at load time; it is not on the "
-                     "allowlist of inert callables, so torch.load(weights_only=False) would run its code")
+        name = f"{key[0]}.{key[1]}"
+        if how in ("calls", "constructs"):
+            runs = "run it" if how == "calls" else "run its class code (construction, __setstate__)"
+            text = f"{how} {name}, which is not on the inert allowlist: {FULL_UNPICKLE} would import it and {runs}"
+        else:
+            passed = how.replace("{name}", name, 1)
+            text = f"{passed}; {name} is not on the inert allowlist: {FULL_UNPICKLE} would import it and run it"
+        self.finding(levels.DANGEROUS, text, name)
 
     # -- opcodes: globals, calls, objects ------------------------------------------------
     def read_global(self, encoding: str) -> Glob:
@@ -197,7 +242,8 @@ class _Walker(WalkState):
     def load_ext(self, fmt: str) -> None:
         ext = self.unpack(fmt)
         self.add_global("?", f"<extension code {ext}>", levels.DANGEROUS)
-        self.finding(levels.DANGEROUS, f"extension code {ext} names a global through copyreg's registry at load time")
+        self.finding(levels.DANGEROUS, f"extension code {ext} names a global through copyreg's registry at load "
+                     "time: which one the loading process decides, so no allowlist can vouch for what it calls")
         self.stack.append(UNKNOWN)
 
     def load_reduce(self) -> None:
@@ -233,19 +279,24 @@ class _Walker(WalkState):
         if isinstance(target, Glob):
             self.finding(levels.DANGEROUS,
                          f"BUILD sets attributes on the imported object {target.module}.{target.name}")
+        elif target.__class__ is Resolved:
+            self.finding(levels.DANGEROUS, "BUILD on an object the loader's persistent_load returned: its "
+                         "__setstate__ runs with the pickle's state (no allowlist vouches for it)")
 
     def load_persid(self) -> None:
         self.readline()
-        self.stack.append(UNKNOWN)
+        self.stack.append(RESOLVED)
 
     def load_binpersid(self) -> None:
         if not self.stack:
             raise WalkStop("stack underflow")
         pid = self.stack.pop()
         self.escape(pid)
-        if type(pid) is tuple and len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[2], str):
-            self.w.storage_keys.add(pid[2])
-        self.stack.append(UNKNOWN)
+        if type(pid) is tuple:
+            if len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[2], str):
+                self.w.storage_keys.add(pid[2])
+            self.pass_args(PERSISTENT_LOAD, pid, 0)  # torch's persistent_load uses the storage type it names
+        self.stack.append(RESOLVED)
 
     def load_stop(self) -> None:
         self.escape(self.pop())

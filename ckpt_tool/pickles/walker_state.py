@@ -89,8 +89,8 @@ class WalkState:
             self.w.plausible = self.w.reached = True
         return Glob(module, name)
 
-    def finding(self, sev: str, message: str) -> None:
-        self.w.findings.append(Finding(sev, message, self.w.where))
+    def finding(self, sev: str, message: str, glob: str = "") -> None:
+        self.w.findings.append(Finding(sev, message, self.w.where, glob))
 
     def pop(self) -> object:
         if not self.stack:

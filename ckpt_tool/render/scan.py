@@ -38,6 +38,6 @@ def render(report: ScanReport, *, verbose: bool = False, quiet: bool = False) ->
         out.extend(f"    {p}" for p in report.skipped)
     out.append(summary(report))
     if any(f.verdict == "suspicious" for f in report.files) and not report.strict:
-        out.append("suspicious: classes torch.load(weights_only=True) refuses; ckpt reads them as inert "
-                   "placeholders (--strict fails on them)")
+        out.append("suspicious: globals a pickle names but never calls or constructs (not on the inert "
+                   "allowlist; torch.load imports their module); --strict fails on them")
     return "\n".join(out)

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import CkptError, InputError
 from ..formats import read_file
 from ..formats.base import ReadOptions
+from ..formats.checkpoint import build
 from ..formats.dcp import ItemRegion, dcp_regions
 from ..formats.sharded import read_index
 from ..io.blob import Blob
@@ -205,8 +206,13 @@ def _check_readable(scanner: Scanner, path: str, limits: Limits) -> None:
     except CkptError as exc:
         scanner.errors.append(exc.message if exc.message.startswith(path) else f"{path}: {exc.message}")
         return
-    for source in loaded.sources:
-        source.close()
+    try:
+        build(loaded, path, None, limits)  # what inspect refuses beyond the read (a view past its storage)
+    except CkptError as exc:
+        scanner.errors.append(exc.message if exc.message.startswith(path) else f"{path}: {exc.message}")
+    finally:
+        for source in loaded.sources:
+            source.close()
 
 
 def scan_folder(path: str, limits: Limits) -> tuple[list[Any], list[str]]:
@@ -238,6 +244,12 @@ def _scan_names(root: str, names: list[str], join_path: Callable[[str, str], str
         regions = dcp_regions(join_path(root, ".metadata"), limits)
     for name in names:
         full = join_path(root, name)
+        if name.endswith(".index.json"):  # the index is JSON, but the files it names must stay in the folder
+            try:
+                read_index(full, limits.max_header_bytes)
+            except CkptError as exc:
+                files.append(FileScan(full, UNKNOWN_FORMAT, ERROR, errors=(exc.message,)))
+                continue
         if name.endswith(".distcp") and ".metadata" in names:
             if regions is not None:
                 result = scan_file(full, limits=limits, regions=regions.get(name, []))

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import CkptError, InputError
 from ..io.blob import Blob
-from ..io.containers import LEGACY_MAGIC, npy_pickle_offset, safetensors_header_length, tar_members
+from ..io.containers import is_legacy_magic, npy_pickle_offset, safetensors_header_length, tar_members
 from ..io.ziparchive import Member
 from ..io.zipsweep import member_blob, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
@@ -100,7 +100,8 @@ class Scanner:
             self.zip(blob, "", 0)
             return
         if is_safetensors(head, blob.length):
-            self.format = SAFETENSORS  # no pickle inside: the caller validates the header
+            self.format = SAFETENSORS  # the caller validates the header
+            self.beside_safetensors(blob)
             return
         if head.startswith(b"\x93NUMPY"):
             self.format = NUMPY
@@ -112,7 +113,7 @@ class Scanner:
             self.finding(severity.SAFE, CVE_2025_32434_TAR, "tar")
             for name, sub in members:
                 self.blob(sub, name, 1, lenient=True)
-        legacy = head.startswith(LEGACY_MAGIC)
+        legacy = is_legacy_magic(head)
         found_pickle = self.pickles(blob, "", 0, limit=LEGACY_PICKLES if legacy else MAX_PICKLES, strict=True)
         if found_pickle and self.format == UNKNOWN_FORMAT:
             self.format = TORCH_LEGACY if legacy else PICKLE
@@ -121,6 +122,25 @@ class Scanner:
             found = self.zip_by_directory(blob, "", 0, quiet=True)
             if found and self.format == UNKNOWN_FORMAT:
                 self.format = ZIP
+
+    def beside_safetensors(self, blob: Blob) -> None:
+        """The other readings of a safetensors file: torch.load reads any file not named ``*.safetensors``
+        as a tar, then as a sequence of pickles (pickle.load as one), whatever safetensors sees in it.
+
+        A header length whose bytes start a pickle (or a tar) is no accident: such a polyglot is
+        never written by a tool, and what its pickles call is judged like any other pickle's.
+        """
+        before = len(self.globals) + len(self.findings)
+        members = tar_members(blob)
+        if members is not None:
+            self.finding(severity.SAFE, CVE_2025_32434_TAR, "tar")
+            for name, sub in members:
+                self.blob(sub, name, 1, lenient=True)
+        self.pickles(blob, "", 0, limit=MAX_PICKLES, strict=False)
+        if len(self.globals) + len(self.findings) > before:
+            self.finding(severity.SUSPICIOUS, "valid safetensors that torch.load (for any name but *.safetensors) "
+                         f"reads as a {'tar' if members is not None else 'pickle'} instead: a polyglot file, "
+                         "judged by the worst of its readings", "")
 
     def blob(self, blob: Blob, where: str, depth: int, *, lenient: bool) -> None:
         """Bytes found inside something else: a member, an embedded payload."""
@@ -133,7 +153,8 @@ class Scanner:
         elif head.startswith(b"\x93NUMPY"):
             self.npy(blob, where, depth)
         else:
-            legacy = head.startswith(LEGACY_MAGIC)
+            head = blob.read(0, 256)
+            legacy = is_legacy_magic(head)  # a nested torch file, whatever opcodes spell its magic number
             limit = LEGACY_PICKLES if legacy else (MAX_PICKLES if not lenient else 1)
             if not self.pickles(blob, where, depth, limit=limit, strict=not lenient) and not lenient:
                 self.error(where, "not a readable pickle")
@@ -221,6 +242,14 @@ class Scanner:
                 self.format = TORCHSCRIPT
         for sev, message in classify_members(names, swept):
             self.finding(sev, message, where or "zip")
+        if any(n == ".data/extern_modules" or n.endswith("/.data/extern_modules") for n in names):
+            sources = [n for n in names if n.endswith(".py")]
+            self.finding(severity.DANGEROUS, "a torch.package archive (.data/extern_modules): loading it with "
+                         "torch.package.PackageImporter imports the Python modules packaged in it and runs them"
+                         + (f" ({', '.join(sources[:5])}{' ...' if len(sources) > 5 else ''})" if sources else ""),
+                         where or "zip")
+        if is_script:
+            self.script_code(blob, entries, where)
         pickles = [e for e in entries if e.name.endswith(".pkl")]
         known = set(self.storage_keys)
         self.storage_keys = set()
@@ -229,6 +258,34 @@ class Scanner:
         named, self.storage_keys = self.storage_keys, known | self.storage_keys
         for entry in _other_members(entries, named):
             self.member(blob, entry, where, depth + 1, lenient=True)
+
+    def script_code(self, blob: Blob, entries: list[Member], where: str) -> None:
+        """TorchScript source (``code/**.py``): the operators it calls outside torch's own namespaces.
+
+        TorchScript runs this code, ``__setstate__`` at torch.jit.load and
+        ``forward`` on every call, and ``ops.NS.OP`` dispatches to whatever
+        native library registered ``NS`` in the process: code ckpt cannot
+        see. An unknown callable is dangerous (an archive saved with only
+        torch's own operators names none).
+        """
+        calls: dict[str, str] = {}
+        for e in entries:
+            if not (e.name.endswith(".py") and ("/code/" in e.name or e.name.startswith("code/"))):
+                continue
+            label = f"{where} > {e.name}" if where else e.name
+            try:
+                code = member_blob(blob, e, self.limits.max_pickle_bytes)
+                text = code.read(0, code.length).decode("utf-8", "replace")
+            except CkptError as exc:
+                self.error(label, exc.message.replace(f"{self.path}: ", ""))
+                continue
+            for m in _SCRIPT_OP.finditer(text):
+                if m.group(1) not in BUILTIN_OP_NAMESPACES:
+                    calls.setdefault(f"torch.ops.{m.group(1)}.{m.group(2)}", label)
+        for call, label in sorted(calls.items()):
+            self.finding(severity.DANGEROUS, f"TorchScript code calls {call}, an operator outside torch's "
+                         f"built-in namespaces ({', '.join(sorted(BUILTIN_OP_NAMESPACES))}): native code of "
+                         "whatever library registered it runs at load (__setstate__) or call", label)
 
     def member(self, blob: Blob, entry: Member, where: str, depth: int, *, lenient: bool) -> None:
         label = f"{where} > {entry.name}" if where else entry.name
@@ -267,6 +324,10 @@ class Scanner:
             elif sub.read(0, 4) == b"PK\x03\x04":
                 self.zip(sub, where, 1)
 
+
+# Operator namespaces torch itself defines; TorchScript code prints a call as ``ops.NS.NAME(...)``.
+BUILTIN_OP_NAMESPACES = frozenset(["aten", "prim", "quantized", "_quantized", "prepacked"])
+_SCRIPT_OP = re.compile(r"(?<![\w.])(?:torch\.)?ops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
 
 # Small text records torch.save writes beside data.pkl: never pickles.
 _TEXT_RECORDS = frozenset(["version", ".format_version", ".storage_alignment", "byteorder", "serialization_id"])

@@ -13,20 +13,27 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CkptError, InputError
 from ..io.blob import Blob
-from ..io.containers import is_legacy_magic, npy_pickle_offset, safetensors_header_length, tar_members
+from ..io.containers import is_legacy_magic, npy_pickle_offset, tar_members
 from ..io.ziparchive import Member
 from ..io.zipsweep import member_blob, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from . import severity
 from .advisories import CVE_2025_32434_SCRIPT, CVE_2025_32434_TAR
+from .members import (
+    BUILTIN_OP_NAMESPACES,
+    classify_members,
+    is_safetensors,
+    other_members,
+    packaged_sources,
+    script_calls,
+)
 from .walker import BytesRef, Finding, Walk, walk
 
 _ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
@@ -243,11 +250,7 @@ class Scanner:
         for sev, message in classify_members(names, swept):
             self.finding(sev, message, where or "zip")
         if any(n == ".data/extern_modules" or n.endswith("/.data/extern_modules") for n in names):
-            sources = [n for n in names if n.endswith(".py")]
-            self.finding(severity.DANGEROUS, "a torch.package archive (.data/extern_modules): loading it with "
-                         "torch.package.PackageImporter imports the Python modules packaged in it and runs them"
-                         + (f" ({', '.join(sources[:5])}{' ...' if len(sources) > 5 else ''})" if sources else ""),
-                         where or "zip")
+            self.package(names, where)
         if is_script:
             self.script_code(blob, entries, where)
         pickles = [e for e in entries if e.name.endswith(".pkl")]
@@ -256,8 +259,29 @@ class Scanner:
         for entry in pickles:  # first: they say which storages exist
             self.member(blob, entry, where, depth + 1 if where else depth, lenient=False)
         named, self.storage_keys = self.storage_keys, known | self.storage_keys
-        for entry in _other_members(entries, named):
+        for entry in other_members(entries, named):
             self.member(blob, entry, where, depth + 1, lenient=True)
+
+    def called(self, module: str, name: str, where: str) -> None:
+        """A callable that no pickle names but a loader runs (an operator, a packaged module): dangerous."""
+        key = (module, name, where)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.globals.append(GlobalRef(module, name, severity.DANGEROUS, where))
+
+    def package(self, names: list[str], where: str) -> None:
+        """torch.package: PackageImporter imports the modules packaged as sources, running their code.
+
+        Each packaged ``.py`` is named as a call of ``MODULE.<module>`` (what
+        an import of it runs); the archive's pickles are walked as any other.
+        """
+        sources = packaged_sources(names)
+        shown = ", ".join(n for _, n in sources[:5]) + (" ..." if len(sources) > 5 else "")
+        self.finding(severity.DANGEROUS, "a torch.package archive (.data/extern_modules): loading it with "
+                     "torch.package.PackageImporter imports the Python modules packaged in it and runs them"
+                     + (f" ({shown})" if sources else ""), where or "zip")
+        for module, n in sources:
+            self.called(module, "<module>", f"{where} > {n}" if where else n)
 
     def script_code(self, blob: Blob, entries: list[Member], where: str) -> None:
         """TorchScript source (``code/**.py``): the operators it calls outside torch's own namespaces.
@@ -268,7 +292,7 @@ class Scanner:
         see. An unknown callable is dangerous (an archive saved with only
         torch's own operators names none).
         """
-        calls: dict[str, str] = {}
+        calls: dict[tuple[str, str], str] = {}
         for e in entries:
             if not (e.name.endswith(".py") and ("/code/" in e.name or e.name.startswith("code/"))):
                 continue
@@ -279,13 +303,15 @@ class Scanner:
             except CkptError as exc:
                 self.error(label, exc.message.replace(f"{self.path}: ", ""))
                 continue
-            for m in _SCRIPT_OP.finditer(text):
-                if m.group(1) not in BUILTIN_OP_NAMESPACES:
-                    calls.setdefault(f"torch.ops.{m.group(1)}.{m.group(2)}", label)
-        for call, label in sorted(calls.items()):
-            self.finding(severity.DANGEROUS, f"TorchScript code calls {call}, an operator outside torch's "
-                         f"built-in namespaces ({', '.join(sorted(BUILTIN_OP_NAMESPACES))}): native code of "
-                         "whatever library registered it runs at load (__setstate__) or call", label)
+            for call in script_calls(text):
+                calls.setdefault(call, label)
+        for (module, name), label in sorted(calls.items()):
+            self.called(module, name, label)
+        if calls:
+            shown = ", ".join(f"{m}.{n}" for m, n in sorted(calls)[:5])
+            self.finding(severity.DANGEROUS, f"TorchScript code calls {shown}: operators outside torch's built-in "
+                         f"namespaces ({', '.join(sorted(BUILTIN_OP_NAMESPACES))}), native code of whatever library "
+                         "registered them, run at load (__setstate__) or on a call", where or "zip")
 
     def member(self, blob: Blob, entry: Member, where: str, depth: int, *, lenient: bool) -> None:
         label = f"{where} > {entry.name}" if where else entry.name
@@ -323,54 +349,3 @@ class Scanner:
                 self.blob(sub, where, 1, lenient=False)
             elif sub.read(0, 4) == b"PK\x03\x04":
                 self.zip(sub, where, 1)
-
-
-# Operator namespaces torch itself defines; TorchScript code prints a call as ``ops.NS.NAME(...)``.
-BUILTIN_OP_NAMESPACES = frozenset(["aten", "prim", "quantized", "_quantized", "prepacked"])
-_SCRIPT_OP = re.compile(r"(?<![\w.])(?:torch\.)?ops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
-
-# Small text records torch.save writes beside data.pkl: never pickles.
-_TEXT_RECORDS = frozenset(["version", ".format_version", ".storage_alignment", "byteorder", "serialization_id"])
-
-
-def _other_members(entries: list[Member], storages: set[str]) -> list[Member]:
-    """Every member besides the pickles that may hold one, judged by what it is, not by its name.
-
-    A protocol-0 pickle has no magic byte and its name may say ``notes.txt``,
-    so every member is walked (leniently: bytes that are no pickle end the walk
-    at once), except torch.save's own text records and the storages the
-    pickles name: raw tensor bytes torch never unpickles. A storage no pickle
-    names is no storage of torch.save's: it is walked like any other member.
-    """
-    out = []
-    for e in entries:
-        name = e.name
-        parts = name.replace("\\", "/").split("/")
-        if name.endswith((".pkl", "/")) or parts[-1] in _TEXT_RECORDS:
-            continue
-        if len(parts) >= 2 and parts[-2] == "data" and parts[-1] in storages:
-            continue
-        out.append(e)
-    return out
-
-
-def classify_members(names: list[str], swept: bool) -> list[tuple[str, str]]:
-    """Findings about the names themselves: path tricks and duplicates never appear in torch.save."""
-    out = []
-    odd = [n for n in names if _ODD_NAME.search(n)]
-    if odd:
-        out.append((severity.SUSPICIOUS,
-                    "odd archive member names (torch.save never writes them): "
-                    + ", ".join(repr(n) for n in odd[:5]) + (" ..." if len(odd) > 5 else "")))
-    if not swept:
-        dup = [n for n, k in Counter(names).items() if k > 1]
-        if dup:
-            out.append((severity.SUSPICIOUS,
-                        "duplicate archive members (readers disagree on which one counts): "
-                        + ", ".join(repr(n) for n in dup[:5])))
-    return out
-
-
-def is_safetensors(head: bytes, size: int) -> bool:
-    n = safetensors_header_length(head)
-    return n is not None and n <= size - 8

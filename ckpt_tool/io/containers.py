@@ -135,8 +135,10 @@ def is_legacy_magic(head: bytes) -> bool:
     """
     if head.startswith(LEGACY_MAGIC):
         return True
-    if not head[:1] or head[0] not in _MAGIC_START:
-        return False
+    at = 2 if head[:1] == b"\x80" else 0  # PROTO, then maybe a FRAME, then the integer's opcode
+    at += 9 if head[at : at + 1] == b"\x95" else 0
+    if head[at : at + 1] not in (b"I", b"L", b"\x8a", b"\x8b"):
+        return False  # every pickle torch.save writes for an object starts otherwise: no parse
     import pickletools
 
     value = None
@@ -152,5 +154,3 @@ def is_legacy_magic(head: bytes) -> bool:
         return False
     return False
 
-
-_MAGIC_START = frozenset(b"\x80\x95IL\x8a\x8b")

@@ -369,3 +369,16 @@ def test_torch_zip_reader_rule_matches_torch_for_a_real_archive(tmp_path):
         prefix = z.namelist()[0].split("/")[0] + "/"
         assert all(n.startswith(prefix) for n in z.namelist())
     assert scan([str(path)]).exit_code == 0
+
+
+def test_torchscript_custom_class_outside_torchs_namespaces_is_dangerous(tmp_path):
+    model = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(4, 4)), {torch.nn.Linear},
+                                                   dtype=torch.qint8)
+    real = tmp_path / "quantized_script.pt"
+    torch.jit.save(torch.jit.script(model), str(real))
+    assert not any("torch.classes" in n for n in _dangerous(real))  # torch's own packed-params class
+    members = [(n, d.replace(b"__torch__.torch.classes.quantized\n", b"__torch__.torch.classes.evilns\n")
+                if n.endswith("data.pkl") else d) for n, d in b.zip_members(real.read_bytes())]
+    renamed = tmp_path / "custom_class.pt"
+    renamed.write_bytes(b.py_zip(members))
+    assert "__torch__.torch.classes.evilns.LinearPackedParamsBase" in _dangerous(renamed)

@@ -19,6 +19,19 @@ _ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
 BUILTIN_OP_NAMESPACES = frozenset(["aten", "prim", "quantized", "_quantized", "prepacked"])
 _SCRIPT_OP = re.compile(r"(?<![\w.])(?:torch\.)?ops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
 
+# Custom C++ class namespaces torch registers itself (``__torch__.torch.classes.NS.Class`` in TorchScript pickles).
+BUILTIN_CLASS_NAMESPACES = frozenset(["quantized", "c10d", "vulkan", "rnn", "sparse", "mkldnn", "metal", "profiler",
+                                      "cuda", "xnnpack", "onednn"])
+
+
+def script_class_is_torchs(module: str) -> bool:
+    """A TorchScript pickle's ``__torch__`` class: from the archive's code/, or a C++ class torch registers."""
+    parts = module.split(".")
+    if parts[1:3] != ["torch", "classes"]:
+        return True
+    return len(parts) > 3 and parts[3] in BUILTIN_CLASS_NAMESPACES
+
+
 # Small text records torch.save writes beside data.pkl: never pickles.
 _TEXT_RECORDS = frozenset(["version", ".format_version", ".storage_alignment", "byteorder", "serialization_id"])
 

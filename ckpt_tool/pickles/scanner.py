@@ -12,7 +12,6 @@ Nothing here imports a module named in a pickle or calls anything.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,10 +32,9 @@ from .members import (
     other_members,
     packaged_sources,
     script_calls,
+    script_class_is_torchs,
 )
 from .walker import BytesRef, Finding, Walk, walk
-
-_ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file
@@ -194,7 +192,9 @@ class Scanner:
         for g in w.globals:
             sev = g.severity
             if self.torchscript and g.module.split(".")[0] == "__torch__":
-                sev = severity.SAFE  # TorchScript classes come from the archive's code/, never an import
+                # TorchScript classes come from the archive's code/, never an import; a custom C++ class
+                # (torch.classes.NS) outside torch's own is an extension's, whose __setstate__ runs at load
+                sev = severity.SAFE if script_class_is_torchs(g.module) else severity.DANGEROUS
             key = (g.module, g.name, g.where)
             if key not in self._seen:
                 self._seen.add(key)

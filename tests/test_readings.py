@@ -382,3 +382,10 @@ def test_torchscript_custom_class_outside_torchs_namespaces_is_dangerous(tmp_pat
     renamed = tmp_path / "custom_class.pt"
     renamed.write_bytes(b.py_zip(members))
     assert "__torch__.torch.classes.evilns.LinearPackedParamsBase" in _dangerous(renamed)
+
+
+def test_dcp_metadata_given_alone_walks_the_files_it_names(tmp_path, run_cli):
+    folder = _dcp_folder(tmp_path, b.Reduce(os.system, f"touch '{tmp_path / 'ran'}'"))
+    report = scan([str(folder / ".metadata")])
+    assert {os.path.basename(f.path) for f in report.files} >= {".metadata", next(folder.glob("*.distcp")).name}
+    assert report.exit_code == 1 and any(g.qualname == "posix.system" for f in report.files for g in f.globals)

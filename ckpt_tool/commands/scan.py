@@ -124,6 +124,8 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
             skipped.extend(skip)
         elif path.endswith(".index.json") and isfile(path):
             files.extend(_scan_shards(path, limits))
+        elif basename(path) == ".metadata" and not is_url(path) and isfile(path):
+            files.extend(_scan_dcp_metadata(path, limits))
         else:
             found = scan_file(path, limits=limits, explicit=not skip_other)
             if found is None:
@@ -146,6 +148,17 @@ def _scan_shards(index: str, limits: Limits) -> list[FileScan]:
     folder = dirname(index) if is_url(index) else os.path.dirname(index)
     shards = list(dict.fromkeys(weight_map.values()))
     return [scan_file(join(folder, s), limits=limits) or _nothing(join(folder, s)) for s in shards]
+
+
+def _scan_dcp_metadata(meta: str, limits: Limits) -> list[FileScan]:
+    """A DCP ``.metadata`` given alone: it, and every data file it names, by the items it lists."""
+    out = [scan_file(meta, limits=limits) or _nothing(meta)]
+    folder = os.path.dirname(meta)
+    for rel, items in sorted((dcp_regions(meta, limits) or {}).items()):
+        data = os.path.join(folder, rel)
+        if os.path.isfile(data):  # a missing one: reading .metadata said so (a partial set is an error)
+            out.append(scan_file(data, limits=limits, regions=items) or _nothing(data))
+    return out
 
 
 def _nothing(path: str) -> FileScan:

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import CkptError, InputError
 from ..formats import read_file
 from ..formats.base import ReadOptions
+from ..formats.checkpoint import build
 from ..formats.dcp import ItemRegion, dcp_regions
 from ..formats.sharded import read_index
 from ..io.blob import Blob
@@ -153,6 +154,8 @@ def _scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool, limits: Limi
             skipped.extend(skip)
         elif path.endswith(".index.json") and isfile(path):
             files.extend(_scan_shards(path, limits))
+        elif basename(path) == ".metadata" and not is_url(path) and isfile(path):
+            files.extend(_scan_dcp_metadata(path, limits))
         else:
             found = scan_file(path, limits=limits, explicit=not skip_other)
             if found is None:
@@ -175,6 +178,17 @@ def _scan_shards(index: str, limits: Limits) -> list[FileScan]:
     folder = dirname(index) if is_url(index) else os.path.dirname(index)
     shards = list(dict.fromkeys(weight_map.values()))
     return [scan_file(join(folder, s), limits=limits) or _nothing(join(folder, s)) for s in shards]
+
+
+def _scan_dcp_metadata(meta: str, limits: Limits) -> list[FileScan]:
+    """A DCP ``.metadata`` given alone: it, and every data file it names, by the items it lists."""
+    out = [scan_file(meta, limits=limits) or _nothing(meta)]
+    folder = os.path.dirname(meta)
+    for rel, items in sorted((dcp_regions(meta, limits) or {}).items()):
+        data = os.path.join(folder, rel)
+        if os.path.isfile(data):  # a missing one: reading .metadata said so (a partial set is an error)
+            out.append(scan_file(data, limits=limits, regions=items) or _nothing(data))
+    return out
 
 
 def _nothing(path: str) -> FileScan:
@@ -235,8 +249,13 @@ def _check_readable(scanner: Scanner, path: str, limits: Limits) -> None:
     except CkptError as exc:
         scanner.errors.append(exc.message if exc.message.startswith(path) else f"{path}: {exc.message}")
         return
-    for source in loaded.sources:
-        source.close()
+    try:
+        build(loaded, path, None, limits)  # what inspect refuses beyond the read (a view past its storage)
+    except CkptError as exc:
+        scanner.errors.append(exc.message if exc.message.startswith(path) else f"{path}: {exc.message}")
+    finally:
+        for source in loaded.sources:
+            source.close()
 
 
 def scan_folder(path: str, limits: Limits) -> tuple[list[Any], list[str]]:
@@ -268,6 +287,12 @@ def _scan_names(root: str, names: list[str], join_path: Callable[[str, str], str
         regions = dcp_regions(join_path(root, ".metadata"), limits)
     for name in names:
         full = join_path(root, name)
+        if name.endswith(".index.json"):  # the index is JSON, but the files it names must stay in the folder
+            try:
+                read_index(full, limits.max_header_bytes)
+            except CkptError as exc:
+                files.append(FileScan(full, UNKNOWN_FORMAT, ERROR, errors=(exc.message,)))
+                continue
         if name.endswith(".distcp") and ".metadata" in names:
             if regions is not None:
                 result = scan_file(full, limits=limits, regions=regions.get(name, []))

@@ -85,7 +85,7 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
             raise name_calls(path, exc, options.limits) from exc
         from .findings import join_walk, needs_walk
 
-        if options.walk and needs_walk(loaded):
+        if options.walk and needs_walk(loaded, path):
             join_walk(loaded, path, options.limits)
     if loaded.weights_only is None:
         loaded.weights_only = _weights_only_input(path, loaded.format, options)

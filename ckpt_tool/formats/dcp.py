@@ -29,6 +29,7 @@ from .base import Loaded, ReadOptions
 from .dcp_items import BytesItem, nest
 from .dcp_stream import DcpStreamSource
 from .detect import DCP
+from .sharded import outside_folder
 
 METADATA = ".metadata"
 
@@ -97,6 +98,7 @@ def _storage_index(storage_data: Any, meta_path: str) -> tuple[dict[str, list[Ch
     """fqn -> its chunks (from MetadataIndex -> _StorageInfo), and every shard file named."""
     by_key: dict[str, list[Chunk]] = {}
     shards: set[str] = set()
+    checked: set[str] = set()
     if not isinstance(storage_data, dict):
         return by_key, shards
     for index, info in storage_data.items():
@@ -107,9 +109,12 @@ def _storage_index(storage_data: Any, meta_path: str) -> tuple[dict[str, list[Ch
         if not isinstance(fqn, str) or not isinstance(rel, str) or type(offset) is not int \
                 or type(length) is not int or offset < 0 or length < 0:
             raise InputError(".metadata has a malformed storage entry", meta_path)
-        norm = os.path.normpath(rel)
-        if os.path.isabs(rel) or norm.startswith("..") or not rel:
-            raise InputError(f".metadata names shard {rel!r}, which is outside the checkpoint folder", meta_path)
+        norm = os.path.normpath(rel) if rel else rel
+        if rel not in checked:
+            checked.add(rel)
+            why = outside_folder(paths.dirname(meta_path), rel)
+            if why:
+                raise InputError(f".metadata names shard {rel!r}, which {why.replace('points', 'is')}", meta_path)
         transforms = sa.get("transform_descriptors") or ()
         offsets = ia.get("offset")
         by_key.setdefault(fqn, []).append(Chunk(

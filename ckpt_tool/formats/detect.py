@@ -5,7 +5,7 @@ import os
 
 from ..errors import InputError, UnsupportedFormat
 from ..io import paths
-from ..io.containers import LEGACY_MAGIC, safetensors_header_length
+from ..io.containers import LEGACY_MAGIC, is_legacy_magic, safetensors_header_length
 
 TORCH_ZIP = "torch-zip"
 TORCHSCRIPT = "torchscript"
@@ -67,6 +67,9 @@ def detect(path: str) -> str:
 
         if is_deepspeed(path):
             return DEEPSPEED
+        shard = distributed_safetensors_shard(path)
+        if shard is not None:
+            raise InputError(distributed_message(shard), path)
         if _has_distcp(path):
             raise InputError(
                 "torch.distributed.checkpoint folder without its .metadata file (the save did not "
@@ -90,6 +93,30 @@ def detect(path: str) -> str:
     return fmt
 
 
+def distributed_message(shard: str) -> str:
+    return (f"a folder of distributed safetensors shards ({shard}: written by torch.distributed.checkpoint's "
+            "HuggingFaceStorageWriter(save_distributed=True)): each shard holds slices of tensors placed by "
+            "DCP_SHARDING_INFO, not a whole model; ckpt does not consolidate them yet")
+
+
+def distributed_safetensors_shard(folder: str) -> str | None:
+    """A ``*.safetensors`` file of ``folder`` whose header carries DCP_SHARDING_INFO (None: none does)."""
+    try:
+        names = sorted(n for n in paths.listdir(folder) if n.endswith(".safetensors"))
+    except InputError:
+        return None
+    for name in names[:8]:  # the writer names them shard-NNNNN-model-...: the first few tell
+        try:
+            with paths.open_bytes(paths.join(folder, name)) as data:
+                head = data.read_upto(0, 8)
+                n = int.from_bytes(head, "little") if len(head) == 8 else 0
+                if b'"DCP_SHARDING_INFO"' in data.read_upto(8, min(n, 1 << 20)):
+                    return name
+        except InputError:
+            continue
+    return None
+
+
 def _has_distcp(folder: str) -> bool:
     try:
         return any(name.endswith(".distcp") for name in paths.listdir(folder))
@@ -100,8 +127,8 @@ def _has_distcp(folder: str) -> bool:
 def detect_bytes(head: bytes, size: int, path: str) -> str:
     if head.startswith(b"PK\x03\x04"):
         return TORCH_ZIP  # the torch-zip reader tells TorchScript apart from its members
-    if head.startswith(LEGACY_MAGIC) or head.startswith(_LEGACY_TEXT):
-        return TORCH_LEGACY
+    if head.startswith(LEGACY_MAGIC) or head.startswith(_LEGACY_TEXT) or is_legacy_magic(head):
+        return TORCH_LEGACY  # torch compares the magic number's value, whatever opcodes spell it
     if head[:1] == b"\x80" and _LEGACY_LONG1 in head[:24]:
         return TORCH_LEGACY
     n = safetensors_header_length(head)

@@ -50,9 +50,43 @@ def walk_file(path: str, limits: Limits) -> Scanner | None:
         data.close()
 
 
-def needs_walk(loaded: Loaded) -> bool:
-    return (loaded.metadata.get("unexpected_members") is not None or loaded.format == "torchscript"
+def needs_walk(loaded: Loaded, path: str = "") -> bool:
+    """Whether the file gives a reason to walk it; a plain state_dict (the fast path) gives none.
+
+    A DCP folder always does (its ``.metadata`` and bytes items are pickles
+    that torch.distributed.checkpoint unpickles unrestricted), and so does a
+    safetensors file whose name torch.load does not hand to safetensors: it
+    reads the same bytes as a tar, then as pickles (a polyglot's other readings).
+    """
+    return (loaded.metadata.get("unexpected_members") is not None or loaded.format in ("torchscript", "dcp")
+            or (loaded.format == "safetensors" and not path.endswith(".safetensors"))
             or any(r.severity != severity.SAFE for r in loaded.references) or _items_set_on_non_dict(loaded))
+
+
+def walk_dcp(path: str, limits: Limits) -> Scanner | None:
+    """A DCP folder's pickles as FileSystemReader meets them: ``.metadata`` (pickle.load), each bytes item
+    (torch.load(weights_only=False)); tensor items are torch.load(weights_only=True)'d (scan walks those too)."""
+    from .dcp import METADATA, dcp_regions
+
+    folder = path if isdir(path) else os.path.dirname(path)
+    meta = os.path.join(folder, METADATA) if not is_url(path) else path.rstrip("/") + "/" + METADATA
+    scanner = walk_file(meta, limits)
+    if scanner is None:
+        return None
+    regions = dcp_regions(meta, limits) or {}
+    for rel, items in sorted(regions.items()):
+        wanted = [r for r in items if r.is_bytes]
+        if not wanted or is_url(meta):
+            continue
+        try:
+            data = open_bytes(os.path.join(folder, rel))
+        except CkptError:
+            continue  # a missing shard: the reader says so
+        try:
+            scanner.dcp_items(Blob.from_source(data), wanted)
+        finally:
+            data.close()
+    return scanner
 
 
 _ADVISORY = re.compile(r"CVE-\d{4}-\d{4,}")
@@ -82,7 +116,7 @@ def join_walk(loaded: Loaded, path: str, limits: Limits) -> None:
     The walk sees the same pickles with more context (how each global is used:
     called, or dill's closure idiom), so its verdict on a global wins.
     """
-    scanner = walk_file(path, limits)
+    scanner = walk_dcp(path, limits) if loaded.format == "dcp" else walk_file(path, limits)
     if scanner is None:
         return
     judged: dict[tuple[str, str], GlobalRef] = {}
@@ -106,7 +140,7 @@ def name_calls(path: str, exc: InputError, limits: Limits) -> InputError:
     """A read that failed: name what a loader would have called before it failed (torch runs those)."""
     if isinstance(exc, LimitExceeded):
         return exc
-    scanner = walk_file(path, limits)
+    scanner = walk_dcp(path, limits) if not is_url(path) and os.path.isdir(path) else walk_file(path, limits)
     if scanner is None:
         return exc
     calls = sorted({f"{g.module}.{g.name}" for g in scanner.globals if g.severity == severity.DANGEROUS})

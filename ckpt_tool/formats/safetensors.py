@@ -92,6 +92,11 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     if len(header) > options.limits.max_tensors:
         raise LimitExceeded(f"safetensors header lists {len(header)} tensors, over the limit of "
                             f"{options.limits.max_tensors} (raise it with --max-tensors)", path)
+    if isinstance(meta, dict) and "DCP_SHARDING_INFO" in meta:
+        raise InputError("a shard of a distributed safetensors save (torch.distributed.checkpoint's "
+                         "HuggingFaceStorageWriter(save_distributed=True)): it holds slices of tensors placed by "
+                         "its DCP_SHARDING_INFO metadata, not a whole model; ckpt does not consolidate such "
+                         "shards yet", path)
     fast = _entries_fast(header, data_len, options.limits.max_key_length)
     entries = fast if fast is not None else _entries_checked(header, data_len, options, path)
     source = storage_source(path, _regions(entries, start))

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import ast
+import io
 import struct
+import warnings
 
 from ..errors import InputError
 from .blob import Blob
@@ -54,21 +56,49 @@ def _tar_checksum_ok(head: bytes) -> bool:
 
 
 def npy_pickle_offset(blob: Blob) -> int | None:
-    """Where the pickled data of an object-dtype ``.npy`` starts; None for plain arrays."""
+    """Where the pickled data of an object-dtype ``.npy`` starts; None for plain arrays.
+
+    The header is parsed by NumPy's own reader (``numpy.lib.format``: a
+    Python literal read with ``ast.literal_eval``, never evaluated), so every
+    spelling ``np.load`` accepts counts: ``'O'``, ``'|O'``, ``'object'``,
+    structured dtypes with an object field, subarrays of objects, any header
+    version. ``np.load(allow_pickle=True)`` unpickles the data of any dtype
+    with ``hasobject``; without NumPy installed, a literal parse stands in.
+    """
     head = blob.read(0, 12)
     if len(head) < 10:
         raise InputError("truncated .npy header")
     major = head[6]
-    if major == 1:
-        (hlen,) = struct.unpack_from("<H", head, 8)
-        start = 10
-    elif major in (2, 3):
-        (hlen,) = struct.unpack_from("<I", head, 8)
-        start = 12
-    else:
+    if major not in (1, 2, 3):
         raise InputError(f"unknown .npy version {major}")
+    start = 10 if major == 1 else 12
+    (hlen,) = struct.unpack_from("<H" if major == 1 else "<I", head, 8)
     if hlen > 1 << 20:
         raise InputError(".npy header is too large")
+    try:
+        import numpy
+        from numpy.lib import format as npformat
+    except ImportError:
+        return _literal_npy_offset(blob, start, hlen)
+    stream = io.BytesIO(blob.read(0, start + hlen))
+    stream.seek(8)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # NumPy warns about odd but readable headers
+            private = getattr(getattr(numpy.lib, "_format_impl", None), "_read_array_header", None)
+            if private is not None:  # np.load's own reader: every version, minor version checked
+                _, _, dtype = private(stream, (major, head[7]), max_header_size=1 << 21)
+            else:
+                read = npformat.read_array_header_1_0 if major == 1 else npformat.read_array_header_2_0
+                _, _, dtype = read(stream, max_header_size=1 << 21)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, OverflowError) as exc:
+        raise InputError(f"bad .npy header (np.load refuses it): {str(exc).splitlines()[0][:200]}") from None
+    if not isinstance(dtype, numpy.dtype):
+        raise InputError("bad .npy header: no dtype")
+    return start + hlen if dtype.hasobject else None
+
+
+def _literal_npy_offset(blob: Blob, start: int, hlen: int) -> int | None:
     text = blob.read(start, hlen).decode("latin-1")
     try:
         header = ast.literal_eval(text)  # a literal only: ast never evaluates code
@@ -80,8 +110,47 @@ def npy_pickle_offset(blob: Blob) -> int | None:
 
 
 def _has_object(descr: object) -> bool:
+    """Fail closed without NumPy: any field whose type is not a plain numeric or string code counts."""
     if isinstance(descr, str):
-        return descr.lstrip("<>|=")[:1] == "O"
+        code = descr.lstrip("<>|=")
+        return code[:1] in ("O", "o") or code.lower().startswith("object") or not code[:1].isalpha()
     if isinstance(descr, (list, tuple)):
-        return any(_has_object(d) for d in descr)
+        return any(_has_object(d) for d in descr if not (isinstance(d, int) or d == ()))
+    return True
+
+
+# A legacy torch file starts with its magic number pickled; torch compares the value, not the bytes.
+LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+_INT_OPS = frozenset(["INT", "LONG", "LONG1", "LONG4"])
+_NEUTRAL_OPS = frozenset(["PROTO", "FRAME", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"])
+
+
+def is_legacy_magic(head: bytes) -> bool:
+    """Whether the first pickle in ``head`` is torch's legacy magic number, whatever opcodes spell it.
+
+    torch.save writes it with LONG1 after PROTO 2; ``pickle_protocol=0``
+    writes LONG text; a hand-made file may use LONG4 or INT text. torch's
+    legacy loader only compares the unpickled value (``pickletools`` reads
+    the opcodes here: nothing is unpickled).
+    """
+    if head.startswith(LEGACY_MAGIC):
+        return True
+    at = 2 if head[:1] == b"\x80" else 0  # PROTO, then maybe a FRAME, then the integer's opcode
+    at += 9 if head[at : at + 1] == b"\x95" else 0
+    if head[at : at + 1] not in (b"I", b"L", b"\x8a", b"\x8b"):
+        return False  # every pickle torch.save writes for an object starts otherwise: no parse
+    import pickletools
+
+    value = None
+    try:
+        for op, arg, _ in pickletools.genops(io.BytesIO(head[:256])):
+            if op.name == "STOP":
+                return value == LEGACY_MAGIC_NUMBER and type(value) is int
+            if op.name in _INT_OPS and value is None:
+                value = arg
+            elif op.name not in _NEUTRAL_OPS:
+                return False
+    except (ValueError, TypeError, EOFError, OverflowError):
+        return False
     return False
+

@@ -12,24 +12,29 @@ Nothing here imports a module named in a pickle or calls anything.
 from __future__ import annotations
 
 import os
-import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CkptError, InputError
 from ..io.blob import Blob
-from ..io.containers import LEGACY_MAGIC, npy_pickle_offset, safetensors_header_length, tar_members
+from ..io.containers import is_legacy_magic, npy_pickle_offset, tar_members
 from ..io.ziparchive import Member
 from ..io.zipsweep import member_blob, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from . import severity
 from .advisories import CVE_2025_32434_SCRIPT, CVE_2025_32434_TAR
+from .members import (
+    BUILTIN_OP_NAMESPACES,
+    classify_members,
+    is_safetensors,
+    other_members,
+    packaged_sources,
+    script_calls,
+    script_class_is_torchs,
+)
 from .walker import BytesRef, Finding, Walk, walk
-
-_ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file
@@ -100,7 +105,8 @@ class Scanner:
             self.zip(blob, "", 0)
             return
         if is_safetensors(head, blob.length):
-            self.format = SAFETENSORS  # no pickle inside: the caller validates the header
+            self.format = SAFETENSORS  # the caller validates the header
+            self.beside_safetensors(blob)
             return
         if head.startswith(b"\x93NUMPY"):
             self.format = NUMPY
@@ -112,7 +118,7 @@ class Scanner:
             self.finding(severity.SAFE, CVE_2025_32434_TAR, "tar")
             for name, sub in members:
                 self.blob(sub, name, 1, lenient=True)
-        legacy = head.startswith(LEGACY_MAGIC)
+        legacy = is_legacy_magic(head)
         found_pickle = self.pickles(blob, "", 0, limit=LEGACY_PICKLES if legacy else MAX_PICKLES, strict=True)
         if found_pickle and self.format == UNKNOWN_FORMAT:
             self.format = TORCH_LEGACY if legacy else PICKLE
@@ -121,6 +127,25 @@ class Scanner:
             found = self.zip_by_directory(blob, "", 0, quiet=True)
             if found and self.format == UNKNOWN_FORMAT:
                 self.format = ZIP
+
+    def beside_safetensors(self, blob: Blob) -> None:
+        """The other readings of a safetensors file: torch.load reads any file not named ``*.safetensors``
+        as a tar, then as a sequence of pickles (pickle.load as one), whatever safetensors sees in it.
+
+        A header length whose bytes start a pickle (or a tar) is no accident: such a polyglot is
+        never written by a tool, and what its pickles call is judged like any other pickle's.
+        """
+        before = len(self.globals) + len(self.findings)
+        members = tar_members(blob)
+        if members is not None:
+            self.finding(severity.SAFE, CVE_2025_32434_TAR, "tar")
+            for name, sub in members:
+                self.blob(sub, name, 1, lenient=True)
+        self.pickles(blob, "", 0, limit=MAX_PICKLES, strict=False)
+        if len(self.globals) + len(self.findings) > before:
+            self.finding(severity.SUSPICIOUS, "valid safetensors that torch.load (for any name but *.safetensors) "
+                         f"reads as a {'tar' if members is not None else 'pickle'} instead: a polyglot file, "
+                         "judged by the worst of its readings", "")
 
     def blob(self, blob: Blob, where: str, depth: int, *, lenient: bool) -> None:
         """Bytes found inside something else: a member, an embedded payload."""
@@ -133,7 +158,8 @@ class Scanner:
         elif head.startswith(b"\x93NUMPY"):
             self.npy(blob, where, depth)
         else:
-            legacy = head.startswith(LEGACY_MAGIC)
+            head = blob.read(0, 256)
+            legacy = is_legacy_magic(head)  # a nested torch file, whatever opcodes spell its magic number
             limit = LEGACY_PICKLES if legacy else (MAX_PICKLES if not lenient else 1)
             if not self.pickles(blob, where, depth, limit=limit, strict=not lenient) and not lenient:
                 self.error(where, "not a readable pickle")
@@ -166,7 +192,9 @@ class Scanner:
         for g in w.globals:
             sev = g.severity
             if self.torchscript and g.module.split(".")[0] == "__torch__":
-                sev = severity.SAFE  # TorchScript classes come from the archive's code/, never an import
+                # TorchScript classes come from the archive's code/, never an import; a custom C++ class
+                # (torch.classes.NS) outside torch's own is an extension's, whose __setstate__ runs at load
+                sev = severity.SAFE if script_class_is_torchs(g.module) else severity.DANGEROUS
             key = (g.module, g.name, g.where)
             if key not in self._seen:
                 self._seen.add(key)
@@ -221,14 +249,69 @@ class Scanner:
                 self.format = TORCHSCRIPT
         for sev, message in classify_members(names, swept):
             self.finding(sev, message, where or "zip")
+        if any(n == ".data/extern_modules" or n.endswith("/.data/extern_modules") for n in names):
+            self.package(names, where)
+        if is_script:
+            self.script_code(blob, entries, where)
         pickles = [e for e in entries if e.name.endswith(".pkl")]
         known = set(self.storage_keys)
         self.storage_keys = set()
         for entry in pickles:  # first: they say which storages exist
             self.member(blob, entry, where, depth + 1 if where else depth, lenient=False)
         named, self.storage_keys = self.storage_keys, known | self.storage_keys
-        for entry in _other_members(entries, named):
+        for entry in other_members(entries, named):
             self.member(blob, entry, where, depth + 1, lenient=True)
+
+    def called(self, module: str, name: str, where: str) -> None:
+        """A callable that no pickle names but a loader runs (an operator, a packaged module): dangerous."""
+        key = (module, name, where)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.globals.append(GlobalRef(module, name, severity.DANGEROUS, where))
+
+    def package(self, names: list[str], where: str) -> None:
+        """torch.package: PackageImporter imports the modules packaged as sources, running their code.
+
+        Each packaged ``.py`` is named as a call of ``MODULE.<module>`` (what
+        an import of it runs); the archive's pickles are walked as any other.
+        """
+        sources = packaged_sources(names)
+        shown = ", ".join(n for _, n in sources[:5]) + (" ..." if len(sources) > 5 else "")
+        self.finding(severity.DANGEROUS, "a torch.package archive (.data/extern_modules): loading it with "
+                     "torch.package.PackageImporter imports the Python modules packaged in it and runs them"
+                     + (f" ({shown})" if sources else ""), where or "zip")
+        for module, n in sources:
+            self.called(module, "<module>", f"{where} > {n}" if where else n)
+
+    def script_code(self, blob: Blob, entries: list[Member], where: str) -> None:
+        """TorchScript source (``code/**.py``): the operators it calls outside torch's own namespaces.
+
+        TorchScript runs this code, ``__setstate__`` at torch.jit.load and
+        ``forward`` on every call, and ``ops.NS.OP`` dispatches to whatever
+        native library registered ``NS`` in the process: code ckpt cannot
+        see. An unknown callable is dangerous (an archive saved with only
+        torch's own operators names none).
+        """
+        calls: dict[tuple[str, str], str] = {}
+        for e in entries:
+            if not (e.name.endswith(".py") and ("/code/" in e.name or e.name.startswith("code/"))):
+                continue
+            label = f"{where} > {e.name}" if where else e.name
+            try:
+                code = member_blob(blob, e, self.limits.max_pickle_bytes)
+                text = code.read(0, code.length).decode("utf-8", "replace")
+            except CkptError as exc:
+                self.error(label, exc.message.replace(f"{self.path}: ", ""))
+                continue
+            for call in script_calls(text):
+                calls.setdefault(call, label)
+        for (module, name), label in sorted(calls.items()):
+            self.called(module, name, label)
+        if calls:
+            shown = ", ".join(f"{m}.{n}" for m, n in sorted(calls)[:5])
+            self.finding(severity.DANGEROUS, f"TorchScript code calls {shown}: operators outside torch's built-in "
+                         f"namespaces ({', '.join(sorted(BUILTIN_OP_NAMESPACES))}), native code of whatever library "
+                         "registered them, run at load (__setstate__) or on a call", where or "zip")
 
     def member(self, blob: Blob, entry: Member, where: str, depth: int, *, lenient: bool) -> None:
         label = f"{where} > {entry.name}" if where else entry.name
@@ -266,50 +349,3 @@ class Scanner:
                 self.blob(sub, where, 1, lenient=False)
             elif sub.read(0, 4) == b"PK\x03\x04":
                 self.zip(sub, where, 1)
-
-
-# Small text records torch.save writes beside data.pkl: never pickles.
-_TEXT_RECORDS = frozenset(["version", ".format_version", ".storage_alignment", "byteorder", "serialization_id"])
-
-
-def _other_members(entries: list[Member], storages: set[str]) -> list[Member]:
-    """Every member besides the pickles that may hold one, judged by what it is, not by its name.
-
-    A protocol-0 pickle has no magic byte and its name may say ``notes.txt``,
-    so every member is walked (leniently: bytes that are no pickle end the walk
-    at once), except torch.save's own text records and the storages the
-    pickles name: raw tensor bytes torch never unpickles. A storage no pickle
-    names is no storage of torch.save's: it is walked like any other member.
-    """
-    out = []
-    for e in entries:
-        name = e.name
-        parts = name.replace("\\", "/").split("/")
-        if name.endswith((".pkl", "/")) or parts[-1] in _TEXT_RECORDS:
-            continue
-        if len(parts) >= 2 and parts[-2] == "data" and parts[-1] in storages:
-            continue
-        out.append(e)
-    return out
-
-
-def classify_members(names: list[str], swept: bool) -> list[tuple[str, str]]:
-    """Findings about the names themselves: path tricks and duplicates never appear in torch.save."""
-    out = []
-    odd = [n for n in names if _ODD_NAME.search(n)]
-    if odd:
-        out.append((severity.SUSPICIOUS,
-                    "odd archive member names (torch.save never writes them): "
-                    + ", ".join(repr(n) for n in odd[:5]) + (" ..." if len(odd) > 5 else "")))
-    if not swept:
-        dup = [n for n, k in Counter(names).items() if k > 1]
-        if dup:
-            out.append((severity.SUSPICIOUS,
-                        "duplicate archive members (readers disagree on which one counts): "
-                        + ", ".join(repr(n) for n in dup[:5])))
-    return out
-
-
-def is_safetensors(head: bytes, size: int) -> bool:
-    n = safetensors_header_length(head)
-    return n is not None and n <= size - 8

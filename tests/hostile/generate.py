@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from . import builders as b
 from .cases_more import add_more
+from .cases_readings import add_readings
 
 CLASSES = (
     "zip-structure", "pickle-opcode", "dangerous-call", "nested", "safetensors-header",
@@ -102,6 +103,7 @@ def build(folder: str) -> list[Case]:
         _nested(c)
         _zip_structure(c)
         add_more(c)
+        add_readings(c)
     return c.cases
 
 

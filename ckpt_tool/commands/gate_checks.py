@@ -53,9 +53,28 @@ def _listing(items: Sequence[str], limit: int = 5) -> str:
 
 
 def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
+    return loads_safely(path, pol, limits).check
+
+
+@dataclass(frozen=True)
+class SafetyVerdict:
+    """The loads_safely check, and what decides the gate's exit code: a call found, or bytes left unread."""
+
+    check: Check
+    dangerous: bool  # a call or construction that can run code: the gate fails (exit 1) even if unreadable
+    unread: str | None  # what could not be scanned (a folder, a file, a broken part), else None: exit 2
+
+
+def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
+    """Scan ``path`` as ``ckpt scan`` does: dangerous names first, then what could not be read."""
+    from ..errors import CkptError
     from .scan import scan
 
-    report = scan([path], strict=pol.strict, limits=limits)
+    try:
+        report = scan([path], strict=pol.strict, limits=limits)
+    except CkptError as exc:  # nothing to scan at all (a folder holding no checkpoint data)
+        return SafetyVerdict(Check("loads_safely", False, f"could not be scanned: {exc.message}"), False,
+                             exc.message)
     dangerous: list[str] = []
     suspicious: list[str] = []
     errors: list[str] = []
@@ -69,15 +88,21 @@ def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
              if g.severity == severity.SUSPICIOUS else []).append(item)
         for x in f.findings:
             (dangerous if x.severity == severity.DANGEROUS else suspicious).append(x.message)
+    unread = _listing(errors, 2) if errors else None
+    also = f"; also could not be read: {unread}" if unread else ""
     if dangerous:
-        return Check("loads_safely", False, "dangerous references (never executed): " + _listing(dangerous))
+        return SafetyVerdict(Check("loads_safely", False, "dangerous references (never executed): "
+                                   + _listing(dangerous) + also), True, unread)
     if errors:
-        return Check("loads_safely", False, "could not be scanned completely: " + _listing(errors, 2))
+        return SafetyVerdict(Check("loads_safely", False, f"could not be scanned completely: {unread}"), False,
+                             unread)
     if suspicious:
         text = ("unknown pickled classes that torch.load(weights_only=True) refuses: "
                 + _listing(sorted(set(suspicious))))
-        return Check("loads_safely", not pol.strict, text + ("" if pol.strict else " (fails with --strict)"))
-    return Check("loads_safely", True, f"no dangerous references ({pickles} pickle(s) scanned)")
+        return SafetyVerdict(Check("loads_safely", not pol.strict, text + ("" if pol.strict else
+                                                                            " (fails with --strict)")), False, None)
+    return SafetyVerdict(Check("loads_safely", True, f"no dangerous references ({pickles} pickle(s) scanned)"),
+                         False, None)
 
 
 def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:

@@ -119,6 +119,8 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     wo = assess(ckpt, pol.weights_only_torch)
     if wo is None:
         return _skip(name, "nothing to predict from (the file was not read by ckpt's own readers)")
+    if wo.files:
+        return _weights_only_files(wo, pol)
     if not wo.applies:
         return _skip(name, wo.reason or "torch.load does not read this input")
     rules = f"torch {wo.torch}"
@@ -141,6 +143,27 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     return Check(name, False, f"torch.load(weights_only=True) refuses it ({rules} rules): needs "
                               f"{_listing(missing, 8)}. Allowlist them where it is loaded ({wo.fix}) and in the "
                               f"policy (weights_only_allow / --allow-global), or convert it: {wo.sanitize_command}")
+
+
+def _weights_only_files(wo: Any, pol: Policy) -> Check:
+    """A folder: torch.load opens none of it; the files its loader hands to torch.load must each load."""
+    name = "weights-only"
+    opened = wo.torch_loaded
+    if not opened:
+        loaders = sorted({f.loader for f in wo.files})
+        return _skip(name, f"{wo.reason}; this check judges files a loader opens with the default "
+                           f"torch.load(weights_only=True), and its files are read by {', '.join(loaders)} with "
+                           "their own settings (inspect lists each file's verdict)")
+    refused = [f for f in opened if not f.loads and (f.reason is not None or f.dangerous
+                                                    or not set(f.needs) <= set(pol.weights_only_allow))]
+    rules = f"torch {wo.torch} rules"
+    if not refused:
+        allowed = sorted({n for f in opened for n in f.needs})
+        extra = f" with the allowed globals {_listing(allowed)}" if allowed else ""
+        return Check(name, True, f"each of the {len(opened)} file(s) its loader opens with torch.load loads with "
+                                 f"weights_only=True{extra} ({rules}); torch.load cannot open the folder itself")
+    return Check(name, False, f"torch.load(weights_only=True) refuses {len(refused)} of its {len(opened)} file(s) "
+                              f"({rules}): " + _listing([f.line() for f in refused], 3))
 
 
 def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -> Check:

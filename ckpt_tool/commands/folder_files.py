@@ -73,7 +73,7 @@ def folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile)
     inp = ck.weights_only
     if inp is not None and inp.container == SHARDED:
         files = tuple(_shard(name, part, torch_version, per_file, part is not None and part.container == ST_INPUT)
-                      for name, part in inp.parts)
+                      for name, part in sorted(inp.parts, key=lambda p: p[0]))  # read in parallel for a URL
         return FolderVerdict(_not_a_file(ck.path, "the files its index names are read one by one"), files)
     if ck.format == "dcp":
         return FolderVerdict(_not_a_file(ck.path, "torch.distributed.checkpoint.load reads it"), _dcp_files(ck))

@@ -160,10 +160,11 @@ class _Temporary:
             return self  # no interrupt can land between here and the with block that owns it
         except BaseException:
             if created:
-                try:
-                    self.discard()
-                finally:
-                    self._lock.release()
+                with deferred_interrupts():  # a second Ctrl-C waits until the temporary is gone
+                    try:
+                        self.discard()
+                    finally:
+                        self._lock.release()
             raise
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:

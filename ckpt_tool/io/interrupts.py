@@ -60,11 +60,15 @@ def deferred_interrupts() -> Iterator[None]:
         yield
         return
     pending: list[int] = []
-
-    def hold(signum: int, frame: object) -> None:
-        pending.append(signum)
-
     previous: dict[int, Any] = {}
+    done = [False]
+
+    def hold(signum: int, frame: Any) -> None:
+        if done[0]:  # still installed while the handlers are put back: act as the old one would
+            _forward(previous[signum], signum, frame)
+        else:
+            pending.append(signum)
+
     for name in _DEFERRED:
         sig = getattr(signal, name, None)
         if sig is None or signal.getsignal(sig) is None:
@@ -76,7 +80,17 @@ def deferred_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
+        done[0] = True
         for sig, old in previous.items():
             signal.signal(sig, old)
         for sig in dict.fromkeys(pending):
             signal.raise_signal(sig)  # the old handler runs now (KeyboardInterrupt, Terminated, ...)
+
+
+def _forward(old: Any, signum: int, frame: Any) -> None:
+    """Run the handler ``old`` (a function, SIG_IGN or SIG_DFL) for a signal that arrived."""
+    if callable(old):
+        old(signum, frame)
+    elif old == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)

@@ -123,7 +123,7 @@ def _deepspeed_files(ck: Checkpoint, torch_version: str | None, per_file: PerFil
     out = []
     for name in meta.get("files") or ():
         full = join(folder, str(name))
-        shown = full if is_url(full) else os.path.relpath(full, ck.path if os.path.isdir(ck.path) else folder)
+        shown = _relative(full, ck.path, folder)
         try:
             loaded = read_file(full, ReadOptions(walk=False))
         except CkptError as exc:
@@ -139,6 +139,17 @@ def _deepspeed_files(ck: Checkpoint, torch_version: str | None, per_file: PerFil
             for source in loaded.sources:
                 source.close()
     return tuple(out)
+
+
+def _relative(full: str, top: str, folder: str) -> str:
+    """``full`` as seen from the input the user named (a run folder or its tag folder), URL or not."""
+    if is_url(full):
+        for base in (top, folder):
+            prefix = base.rstrip("/") + "/"
+            if full.startswith(prefix):
+                return full[len(prefix):]
+        return full
+    return os.path.relpath(full, top if os.path.isdir(top) else folder)
 
 
 __all__ = ["DCP", "DEEPSPEED", "PICKLE_LOAD", "SAFETENSORS", "TORCH_LOAD", "FileVerdict", "FolderVerdict",

@@ -180,8 +180,10 @@ class _Walked:
 
 
 def _skip_reason(path: str) -> str:
-    if is_url(path) or path.endswith("/"):
-        return NOTHING if not path.endswith("/") else "a folder behind a URL (URL folders are not walked)"
+    if path.endswith("/"):  # scan_url_folder's sub-folders
+        return "a sub-folder behind a URL (only the files directly in a URL folder are scanned)"
+    if is_url(path):
+        return NOTHING
     try:
         return EMPTY if os.path.getsize(path) == 0 else NOTHING
     except OSError:

@@ -65,7 +65,8 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     default torch.load, weights_only=True since torch 2.6, loads it), matches_target (strictly, with
     the fix command for key prefixes), no_nan_inf (reads the data), dtype_policy,
     file_size, required_metadata, sha256 and warnings (fails with --strict).
-    Exit code: 0 all passed, 1 a check failed, 2 a file could not be read.
+    Exit code: 0 all passed, 1 a check failed (a dangerous file fails with 1
+    even when it is also unreadable), 2 a file or folder could not be read.
     """
     from ..commands.gate import gate
     from ..commands.policy import Policy, load_policy

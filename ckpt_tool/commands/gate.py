@@ -18,13 +18,13 @@ from .gate_checks import (
     Progress,
     check_dtype_policy,
     check_file_size,
-    check_loads_safely,
     check_matches_target,
     check_no_nan_inf,
     check_required_metadata,
     check_sha256,
     check_warnings,
     check_weights_only,
+    loads_safely,
 )
 from .policy import Policy
 from .remote_counts import counts_remote, with_remote
@@ -37,14 +37,15 @@ CHECKS = ("loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype
 class FileGate:
     path: str
     checks: tuple[Check, ...]
-    error: str | None = None  # the file could not be read: checks that needed it did not run
+    error: str | None = None  # the file (or part of it) could not be read: checks that needed it did not run
+    dangerous: bool = False  # loads_safely found a call: the gate fails (exit 1) even when it is also unreadable
 
     @property
     def passed(self) -> bool:
-        return self.error is None and all(c.passed for c in self.checks)
+        return self.error is None and not self.dangerous and all(c.passed for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "passed": self.passed, "error": self.error,
+        return {"path": self.path, "passed": self.passed, "error": self.error, "dangerous": self.dangerous,
                 "checks": [c.to_json() for c in self.checks]}
 
 
@@ -60,7 +61,9 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        """0 all passed, 2 a file could not be read, else 1."""
+        """1 a file is dangerous (even if also unreadable), else 2 a file could not be read, else 0 or 1."""
+        if any(f.dangerous for f in self.files):
+            return 1
         if any(f.error for f in self.files):
             return 2
         return 0 if self.passed else 1
@@ -115,14 +118,16 @@ def gate(
 
 
 def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Progress | None) -> FileGate:
-    checks = [check_loads_safely(path, pol, limits)]
+    safety = loads_safely(path, pol, limits)
+    checks = [safety.check]
+    danger = safety.dangerous
     try:
         from ..formats import load
 
         ckpt = load(path, key=pol.key, limits=limits)
     except CkptError as exc:
         checks.append(Check("readable", False, exc.message))
-        return FileGate(path, tuple(checks), exc.message)
+        return FileGate(path, tuple(checks), exc.message, danger)
     try:
         checks.append(check_weights_only(ckpt, pol))
         checks.append(check_matches_target(path, ckpt, pol, built))
@@ -134,7 +139,7 @@ def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Prog
         checks.append(check_warnings(ckpt, pol))
     except CkptError as exc:  # data unreadable mid-way (truncated storage): the file is corrupt
         checks.append(Check("readable", False, exc.message))
-        return FileGate(path, tuple(checks), exc.message)
+        return FileGate(path, tuple(checks), exc.message, danger)
     finally:
         ckpt.close()
-    return FileGate(path, tuple(checks))
+    return FileGate(path, tuple(checks), safety.unread, danger)

@@ -53,9 +53,28 @@ def _listing(items: Sequence[str], limit: int = 5) -> str:
 
 
 def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
+    return loads_safely(path, pol, limits).check
+
+
+@dataclass(frozen=True)
+class SafetyVerdict:
+    """The loads_safely check, and what decides the gate's exit code: a call found, or bytes left unread."""
+
+    check: Check
+    dangerous: bool  # a call or construction that can run code: the gate fails (exit 1) even if unreadable
+    unread: str | None  # what could not be scanned (a folder, a file, a broken part), else None: exit 2
+
+
+def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
+    """Scan ``path`` as ``ckpt scan`` does: dangerous names first, then what could not be read."""
+    from ..errors import CkptError
     from .scan import scan
 
-    report = scan([path], strict=pol.strict, limits=limits, allow_globals=pol.weights_only_allow)
+    try:
+        report = scan([path], strict=pol.strict, limits=limits, allow_globals=pol.weights_only_allow)
+    except CkptError as exc:  # nothing to scan at all (a folder holding no checkpoint data)
+        return SafetyVerdict(Check("loads_safely", False, f"could not be scanned: {exc.message}"), False,
+                             exc.message)
     dangerous: list[str] = []
     suspicious: list[str] = []
     errors: list[str] = []
@@ -69,15 +88,21 @@ def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
              if g.severity == severity.SUSPICIOUS else []).append(item)
         for x in f.findings:
             (dangerous if x.severity == severity.DANGEROUS else suspicious).append(x.message)
+    unread = _listing(errors, 2) if errors else None
+    also = f"; also could not be read: {unread}" if unread else ""
     if dangerous:
-        return Check("loads_safely", False, "dangerous references (never executed): " + _listing(dangerous))
+        return SafetyVerdict(Check("loads_safely", False, "dangerous references (never executed): "
+                                   + _listing(dangerous) + also), True, unread)
     if errors:
-        return Check("loads_safely", False, "could not be scanned completely: " + _listing(errors, 2))
+        return SafetyVerdict(Check("loads_safely", False, f"could not be scanned completely: {unread}"), False,
+                             unread)
     if suspicious:
         text = ("globals the pickle names but never calls or constructs (not on the inert allowlist): "
                 + _listing(sorted(set(suspicious))))
-        return Check("loads_safely", not pol.strict, text + ("" if pol.strict else " (fails with --strict)"))
-    return Check("loads_safely", True, f"no dangerous references ({pickles} pickle(s) scanned)")
+        return SafetyVerdict(Check("loads_safely", not pol.strict, text + ("" if pol.strict else
+                                                                            " (fails with --strict)")), False, None)
+    return SafetyVerdict(Check("loads_safely", True, f"no dangerous references ({pickles} pickle(s) scanned)"),
+                         False, None)
 
 
 def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
@@ -94,6 +119,8 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     wo = assess(ckpt, pol.weights_only_torch)
     if wo is None:
         return _skip(name, "nothing to predict from (the file was not read by ckpt's own readers)")
+    if wo.files:
+        return _weights_only_files(wo, pol)
     if not wo.applies:
         return _skip(name, wo.reason or "torch.load does not read this input")
     rules = f"torch {wo.torch}"
@@ -116,6 +143,27 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     return Check(name, False, f"torch.load(weights_only=True) refuses it ({rules} rules): needs "
                               f"{_listing(missing, 8)}. Allowlist them where it is loaded ({wo.fix}) and in the "
                               f"policy (weights_only_allow / --allow-global), or convert it: {wo.sanitize_command}")
+
+
+def _weights_only_files(wo: Any, pol: Policy) -> Check:
+    """A folder: torch.load opens none of it; the files its loader hands to torch.load must each load."""
+    name = "weights-only"
+    opened = wo.torch_loaded
+    if not opened:
+        loaders = sorted({f.loader for f in wo.files})
+        return _skip(name, f"{wo.reason}; this check judges files a loader opens with the default "
+                           f"torch.load(weights_only=True), and its files are read by {', '.join(loaders)} with "
+                           "their own settings (inspect lists each file's verdict)")
+    refused = [f for f in opened if not f.loads and (f.reason is not None or f.dangerous
+                                                    or not set(f.needs) <= set(pol.weights_only_allow))]
+    rules = f"torch {wo.torch} rules"
+    if not refused:
+        allowed = sorted({n for f in opened for n in f.needs})
+        extra = f" with the allowed globals {_listing(allowed)}" if allowed else ""
+        return Check(name, True, f"each of the {len(opened)} file(s) its loader opens with torch.load loads with "
+                                 f"weights_only=True{extra} ({rules}); torch.load cannot open the folder itself")
+    return Check(name, False, f"torch.load(weights_only=True) refuses {len(refused)} of its {len(opened)} file(s) "
+                              f"({rules}): " + _listing([f.line() for f in refused], 3))
 
 
 def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -> Check:

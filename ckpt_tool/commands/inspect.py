@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
+from ..errors import InputError
 from ..formats import load
 from ..formats.deferred import unread
 from ..io.paths import is_url, url_bytes
@@ -172,6 +173,7 @@ def inspect(
     ``torch_version`` picks the torch whose weights_only rules the prediction
     applies (default: the installed torch, else the newest known).
     """
+    _refuse_unread(os.fspath(path))
     ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
     per_tensor = None
     if stats:
@@ -198,6 +200,18 @@ def inspect(
         warnings=ckpt.warnings,
         weights_only=assess(ckpt, torch_version),
     )
+
+
+def _refuse_unread(path: str) -> None:
+    """A local folder with a part that cannot be read is an error naming it: nothing unread is safe,
+    and a silent inspect must never stand for a folder it did not see whole (scan and gate agree)."""
+    if is_url(path) or not os.path.isdir(path):
+        return
+    from ..io.tree import first_unreadable
+
+    problem = first_unreadable(path)
+    if problem is not None:
+        raise InputError(problem.message)
 
 
 def _path_bytes(path: str) -> int:

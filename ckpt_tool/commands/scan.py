@@ -8,12 +8,20 @@ a zip appended (torch reads such files as legacy), a tar, a NumPy ``.npy``
 with an object dtype, DCP ``.metadata`` and the byte items of its ``.distcp``
 files, and bytes that a pickle hands to ``pickle.loads`` or
 ``torch.storage._load_from_bytes``. safetensors headers are validated.
+
+Nothing unread is safe: a folder that cannot be listed or a file that cannot
+be opened is an error naming it (io/tree.py walks folders); symbolic links
+are followed once and listed. A file with nothing to scan (empty, or no
+checkpoint data) is an error when named, skipped and named with
+``--skip-other``; inside a folder it is skipped and named, except an empty
+file with a checkpoint's name (a truncated checkpoint), which is an error
+unless ``--skip-other``.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import CkptError, InputError
@@ -24,6 +32,7 @@ from ..formats.dcp import ItemRegion, dcp_regions
 from ..formats.sharded import read_index
 from ..io.blob import Blob
 from ..io.paths import basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes
+from ..io.tree import Link, walk
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from ..pickles import severity
@@ -69,12 +78,24 @@ class FileScan:
         }
 
 
+EMPTY, NOTHING = "empty file (0 bytes)", "holds no pickle, zip, tar, NumPy or safetensors data"
+# names an empty file cannot have without being a truncated checkpoint (an error inside folders too)
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle", ".dill", ".distcp",
+                       ".metadata", ".npy", ".npz", ".tar", ".zip", ".joblib")
+
+
 @dataclass(frozen=True)
 class ScanReport:
     files: tuple[FileScan, ...]
-    skipped: tuple[str, ...] = ()  # files inside folders that hold no pickle, zip, npy or safetensors
+    skipped: tuple[str, ...] = ()  # files with nothing to scan, in folders or passed with --skip-other
     strict: bool = False
     remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
+    skip_reasons: tuple[str, ...] = ()  # why each of ``skipped`` was skipped (EMPTY or NOTHING), in order
+    links: tuple[Link, ...] = ()  # symbolic links met in folders, and what the walk did with each
+
+    def skipped_files(self) -> list[dict[str, str]]:
+        reasons = list(self.skip_reasons) + [NOTHING] * (len(self.skipped) - len(self.skip_reasons))
+        return [{"path": p, "reason": r} for p, r in zip(self.skipped, reasons)]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -95,6 +116,8 @@ class ScanReport:
         return with_remote({
             "files": [f.to_json() for f in self.files],
             "skipped": list(self.skipped),
+            "skipped_files": self.skipped_files(),
+            "links": [link.to_json() for link in self.links],
             "counts": self.counts,
             "strict": self.strict,
             "passed": self.exit_code == 0,
@@ -131,8 +154,10 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
     """Scan files and folders (recursively) for pickles and judge what they would import.
 
     A file named explicitly that holds nothing to scan (no pickle, zip, tar,
-    NumPy or safetensors data) is an error, unless ``skip_other`` (for hooks
-    that pass every file of a commit); inside folders such files are skipped.
+    NumPy or safetensors data, or nothing at all) is an error, unless
+    ``skip_other`` (for hooks that pass every file of a commit); inside
+    folders such files are skipped (see the module docstring for empty ones).
+    A folder or file that cannot be read is an error, never skipped.
     ``allow_globals`` ("module.name") count as inert (see ``lift``).
     """
     report = _scan(paths, strict=strict, limits=limits, skip_other=skip_other)
@@ -144,29 +169,73 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
 
 def _scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool, limits: Limits,
           skip_other: bool) -> ScanReport:
-    files: list[FileScan] = []
-    skipped: list[str] = []
+    walked = _Walked()
     for raw in paths:
         path = os.fspath(raw)
         if isdir(path):
-            in_folder, skip = scan_folder(path, limits) if not is_url(path) else scan_url_folder(path, limits)
-            files.extend(in_folder)
-            skipped.extend(skip)
-        elif path.endswith(".index.json") and isfile(path):
-            files.extend(_scan_shards(path, limits))
-        elif basename(path) == ".metadata" and not is_url(path) and isfile(path):
-            files.extend(_scan_dcp_metadata(path, limits))
-        else:
-            found = scan_file(path, limits=limits, explicit=not skip_other)
-            if found is None:
-                skipped.append(path)
+            if is_url(path):
+                in_folder, skip = scan_url_folder(path, limits)
+                walked.files.extend(in_folder)
+                walked.skip(skip)
             else:
-                files.append(found)
-    if not files and not skip_other:  # a hook given only other files has nothing to do: not an error
+                scan_local_folder(path, limits, walked, skip_other)
+        elif path.endswith(".index.json") and isfile(path):
+            walked.files.extend(_scan_shards(path, limits))
+        elif basename(path) == ".metadata" and not is_url(path) and isfile(path):
+            walked.files.extend(_scan_dcp_metadata(path, limits))
+        else:
+            found = scan_file(path, limits=limits, explicit=not skip_other, skip_other=skip_other)
+            if found is None:
+                walked.skip([path])
+            else:
+                walked.files.append(found)
+    if not walked.files and not skip_other:  # a hook given only other files has nothing to do: not an error
         where = ", ".join(os.fspath(p) for p in paths)
         raise InputError(f"{where}: nothing to scan: no pickle, zip, tar, NumPy or safetensors data "
-                         f"({len(skipped)} file(s) skipped); nothing scanned is never 'safe'")
-    return ScanReport(tuple(files), tuple(skipped), strict)
+                         f"({len(walked.skipped)} file(s) skipped); nothing scanned is never 'safe'")
+    return ScanReport(tuple(walked.files), tuple(walked.skipped), strict,
+                      skip_reasons=tuple(walked.reasons), links=tuple(walked.links))
+
+
+@dataclass
+class _Walked:
+    """What scan gathers over its inputs."""
+
+    files: list[FileScan] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+
+    def skip(self, paths: Sequence[str]) -> None:
+        for p in paths:
+            self.skipped.append(p)
+            self.reasons.append(_skip_reason(p))
+
+
+def _skip_reason(path: str) -> str:
+    if path.endswith("/"):  # scan_url_folder's sub-folders
+        return "a sub-folder behind a URL (only the files directly in a URL folder are scanned)"
+    if is_url(path):
+        return NOTHING
+    try:
+        return EMPTY if os.path.getsize(path) == 0 else NOTHING
+    except OSError:
+        return NOTHING
+
+
+def scan_local_folder(path: str, limits: Limits, walked: _Walked, skip_other: bool = False) -> None:
+    """Every file under a local folder; a folder or file that cannot be read is an error FileScan."""
+    tree = walk(path)
+    walked.links.extend(tree.links)
+    for u in tree.unreadable:
+        walked.files.append(FileScan(u.path, "folder" if u.kind == "folder" else UNKNOWN_FORMAT, ERROR,
+                                     errors=(u.message,)))
+    for folder, names in tree.folders:
+        in_folder: list[Any] = []
+        skip: list[str] = []
+        _scan_names(folder, names, os.path.join, limits, in_folder, skip, skip_other)
+        walked.files.extend(in_folder)
+        walked.skip(skip)
 
 
 def _scan_shards(index: str, limits: Limits) -> list[FileScan]:
@@ -197,8 +266,12 @@ def _nothing(path: str) -> FileScan:
 
 
 def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = True,
-              hint: str | None = None, regions: list[Any] | None = None) -> FileScan | None:
+              hint: str | None = None, regions: list[Any] | None = None,
+              skip_other: bool = False) -> FileScan | None:
     """Scan one file; None when it holds nothing to scan (only when not ``explicit``).
+
+    An empty file is skipped with ``skip_other``; otherwise it is an error
+    when ``explicit`` or when its name is a checkpoint's (a truncated file).
 
     ``regions`` (the items of a DCP data file, from its ``.metadata``) and
     ``hint`` (DCP_DATA: a data file whose metadata is unreadable) come from
@@ -213,7 +286,10 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
         size = src.size
         blob = Blob.from_source(src)
         if size == 0:
-            scanner.errors.append(f"{path}: empty file (0 bytes)")
+            if skip_other or not (explicit or path.lower().endswith(CHECKPOINT_SUFFIXES)):
+                return None
+            scanner.errors.append(f"{path}: {EMPTY}: nothing to scan" + (
+                "" if explicit else "; a checkpoint's name with nothing in it (truncated?): --skip-other skips it"))
         elif regions is not None:
             scanner.format = DCP_DATA
             scanner.dcp_items(blob, regions)
@@ -259,13 +335,13 @@ def _check_readable(scanner: Scanner, path: str, limits: Limits) -> None:
 
 
 def scan_folder(path: str, limits: Limits) -> tuple[list[Any], list[str]]:
-    """Scan every file under ``path`` (hidden ones too); list those that hold nothing to scan."""
-    files: list[Any] = []
-    skipped: list[str] = []
-    for root, dirs, names in os.walk(path, onerror=None):
-        dirs.sort()
-        _scan_names(root, sorted(names), os.path.join, limits, files, skipped)
-    return files, skipped
+    """Scan every file under a local ``path`` (hidden ones too); list those that hold nothing to scan.
+
+    Unreadable folders and files are error FileScans among the first list.
+    """
+    walked = _Walked()
+    scan_local_folder(path, limits, walked)
+    return list(walked.files), list(walked.skipped)
 
 
 def scan_url_folder(url: str, limits: Limits) -> tuple[list[Any], list[str]]:
@@ -280,7 +356,7 @@ def scan_url_folder(url: str, limits: Limits) -> tuple[list[Any], list[str]]:
 
 
 def _scan_names(root: str, names: list[str], join_path: Callable[[str, str], str], limits: Limits,
-                files: list[Any], skipped: list[str]) -> None:
+                files: list[Any], skipped: list[str], skip_other: bool = False) -> None:
     """Scan the files ``names`` of one folder: a DCP folder's data files by the items its .metadata lists."""
     regions: dict[str, list[ItemRegion]] | None = None
     if ".metadata" in names:
@@ -299,7 +375,7 @@ def _scan_names(root: str, names: list[str], join_path: Callable[[str, str], str
             else:  # the metadata could not be read: look for embedded archives everywhere
                 result = scan_file(full, limits=limits, hint=DCP_DATA)
         else:
-            result = scan_file(full, limits=limits, explicit=False)
+            result = scan_file(full, limits=limits, explicit=False, skip_other=skip_other)
         if result is None:
             skipped.append(full)
         else:

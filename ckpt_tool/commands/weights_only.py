@@ -8,6 +8,12 @@ that does it, or why no allowlist helps. A global that can run code
 allowlisting, and ``weights_only=False`` is never suggested: the other safe
 fix is ``ckpt migrate --sanitize``, which rewrites the metadata into types
 weights_only accepts.
+
+A folder (a sharded set, a DCP or DeepSpeed checkpoint) is not something
+``torch.load`` opens: it raises IsADirectoryError (and an index is JSON,
+not a pickle). Its report says so (``loads`` false, ``applies`` false) and
+gives the verdict file by file (``files``, folder_files.py): which loader
+reads each file, and whether ``torch.load(file, weights_only=True)`` loads it.
 """
 from __future__ import annotations
 
@@ -19,6 +25,9 @@ from typing import Any
 
 from ..model import Checkpoint
 from ..pickles import severity
+from .folder_files import TORCH_LOAD, FileVerdict, FolderVerdict, folder_verdict
+
+MAX_FILE_LINES = 20  # per-file weights_only lines in the text reports (--json has them all)
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class WeightsOnlyReport:
     applies: bool = True
     dangerous: tuple[str, ...] = ()  # in ``needs`` and able to run code: never allowlist them
     imports: tuple[str, ...] = ()  # modules the fix imports, one per need
+    files: tuple[FileVerdict, ...] = ()  # a folder or index: the verdict for each file its loader reads
 
     @property
     def fixable(self) -> bool:
@@ -63,6 +73,11 @@ class WeightsOnlyReport:
         out = f"{root}.weights_only{ext if ext in ('.pth', '.pt', '.bin', '.ckpt') else '.pth'}"
         return f"ckpt migrate {shlex.quote(self.path)} -o {shlex.quote(out)} --sanitize"
 
+    @property
+    def torch_loaded(self) -> tuple[FileVerdict, ...]:
+        """The files of a folder that its loader opens with torch.load itself (a sharded set's .bin shards)."""
+        return tuple(f for f in self.files if f.loader == TORCH_LOAD)
+
     def loads_allowing(self, allowed: Iterable[str]) -> bool:
         """Whether it loads once ``allowed`` are allowlisted (a dangerous global never counts as allowed)."""
         if self.loads:
@@ -75,11 +90,14 @@ class WeightsOnlyReport:
             "applies": self.applies, "default_weights_only": self.default_weights_only,
             "dangerous": list(self.dangerous), "fix": self.fix,
             "fix_imports": self.fix_imports, "sanitize": self.sanitize_command,
+            "files": [f.to_json() for f in self.files],
         }
 
     def headline(self) -> str:
         """One line: does torch.load load it, and if not, what it needs or why it never will."""
         rules = f"torch {self.torch} rules"
+        if not self.applies and self.files:
+            return f"{self.reason}; file by file ({rules}):"
         if not self.applies:
             return f"not applicable: {self.reason}"
         if self.loads:
@@ -95,6 +113,11 @@ class WeightsOnlyReport:
     def lines(self) -> list[str]:
         """The headline and, when there is one, the safe fix (for the text reports)."""
         out = [self.headline()]
+        if self.files:
+            out += [f"  {f.line()}" for f in self.files[:MAX_FILE_LINES]]
+            if len(self.files) > MAX_FILE_LINES:
+                out.append(f"  ... and {len(self.files) - MAX_FILE_LINES} more files (--json lists them all)")
+            return out
         if not self.default_weights_only and self.applies:
             out.append(f"  (torch {self.torch}'s torch.load defaults to weights_only=False; 2.6+ defaults to True)")
         if self.fix is not None:
@@ -114,6 +137,9 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
     """
     from ..pickles.wo_input import predict_input
 
+    folder = folder_verdict(ck, torch_version, _per_file)
+    if folder is not None:
+        return _folder_report(ck.path, folder, torch_version)
     inp = ck.weights_only
     if inp is None:
         return None
@@ -123,6 +149,27 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
     imports = tuple(dict.fromkeys(_import_for(_split(n, modules)[0]) for n in v.needs))
     return WeightsOnlyReport(ck.path, v.loads, v.needs, v.torch, v.reason, v.default_weights_only, v.applies,
                              dangerous, imports)
+
+
+def _per_file(inp: Any, torch_version: str | None) -> tuple[bool, tuple[str, ...], str | None, tuple[str, ...]]:
+    """(loads, needs, reason, dangerous needs) of torch.load(file, weights_only=True) for one file's input."""
+    from ..pickles.wo_input import predict_input
+
+    v = predict_input(inp, torch_version)
+    modules = _modules(inp)
+    dangerous = tuple(n for n in v.needs if severity.severity(*_split(n, modules)) == severity.DANGEROUS)
+    return v.loads, v.needs, v.reason, dangerous
+
+
+def _folder_report(path: str, folder: FolderVerdict, torch_version: str | None) -> WeightsOnlyReport:
+    """torch.load(folder) loads nothing; ``needs`` and ``dangerous`` gather those of its files."""
+    from ..pickles.weights_only import rules_for
+
+    rules = rules_for(torch_version)
+    needs = tuple(sorted({n for f in folder.files for n in f.needs}))
+    dangerous = tuple(sorted({n for f in folder.files for n in f.dangerous}))
+    return WeightsOnlyReport(path, False, needs, f"{rules.version[0]}.{rules.version[1]}", folder.reason,
+                             rules.default_weights_only, False, dangerous, files=folder.files)
 
 
 def _modules(inp: Any) -> dict[str, str]:
@@ -165,4 +212,4 @@ def _py_str(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-__all__ = ["WeightsOnlyReport", "assess"]
+__all__ = ["FileVerdict", "WeightsOnlyReport", "assess"]

@@ -9,6 +9,10 @@ swapped in whole. Temporaries name their writer and stay locked while it
 lives, so those a SIGKILL leaves behind can be told apart and removed
 (staletemp.py).
 
+Creating a temporary and locking it is one step (``_create_locked``): an
+interrupt that arrives in between is held back until both are done and the
+``with`` block owns the temporary, so Ctrl-C at any moment removes it.
+
 Checking where an output may go is destination.py; the renames themselves
 and the folder fsync are renames.py; SIGTERM handling is interrupts.py.
 """
@@ -21,12 +25,15 @@ import shutil
 import stat
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 from ..errors import OutputExists, WriteError
 from . import staletemp
+from .interrupts import deferred_interrupts
 from .renames import exchange, fsync_dir, place_new
 
 TEMP_MARK = staletemp.TEMP_MARK
+_T = TypeVar("_T", bound="_Temporary")
 
 
 def current_umask() -> int:
@@ -90,15 +97,75 @@ class _Background:
             raise self._error
 
 
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def _remove(path: str, folder: bool) -> None:
+    if folder:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _create_locked(path: str, final: str, folder: bool) -> tuple[int | None, staletemp.Lock]:
+    """Create the temporary ``path`` (a file open for writing, or a folder) and lock it, or leave nothing.
+
+    If taking the lock fails in any way (an exception, KeyboardInterrupt
+    included), the new temporary is removed before the error goes on.
+    """
+    try:
+        if folder:
+            os.mkdir(path, 0o700)
+            fd = None
+        else:
+            fd = os.open(path, _CREATE_FLAGS, 0o600)
+    except OSError as exc:
+        raise _write_error(exc, final) from None  # nothing was created
+    try:
+        return fd, staletemp.hold(path)  # until published or removed: it marks a live writer
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        _remove(path, folder)
+        raise
+
+
 class _Temporary:
     """What AtomicFile and AtomicDir share: leaving the block unpublished removes the temporary."""
 
     published: bool
     final: str
+    path: str
     _lock: staletemp.Lock
+    _folder: bool = False
+    fd: int | None = None  # AtomicFile: the temporary, open for writing (AtomicDir: always None)
 
     def discard(self) -> None:
         raise NotImplementedError
+
+    def __enter__(self: _T) -> _T:
+        """Create and lock the temporary as one step (see ``_create_locked``).
+
+        Signals are held back while it runs, so an interrupt lands either
+        before anything exists or once this object holds the temporary; in
+        the second case it is removed here, as ``__exit__`` would (Python
+        calls no ``__exit__`` for a ``with`` whose ``__enter__`` raised).
+        """
+        created = False
+        try:
+            with deferred_interrupts():
+                self.fd, self._lock = _create_locked(self.path, self.final, self._folder)
+                created = True
+            return self  # no interrupt can land between here and the with block that owns it
+        except BaseException:
+            if created:
+                with deferred_interrupts():  # a second Ctrl-C waits until the temporary is gone
+                    try:
+                        self.discard()
+                    finally:
+                        self._lock.release()
+            raise
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
@@ -129,14 +196,6 @@ class AtomicFile(_Temporary):
         if os.path.isfile(self.final):
             # replacing with --force keeps the old file's permissions, as editing it in place would
             self.mode = stat.S_IMODE(os.stat(self.final).st_mode)
-
-    def __enter__(self) -> AtomicFile:
-        try:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-        except OSError as exc:
-            raise _write_error(exc, self.final) from None
-        self._lock = staletemp.hold(self.path)  # until published or removed: it marks a live writer
-        return self
 
     def finish(self, background: bool = False) -> None:
         """Flush to disk and close; the bytes are final from here on.
@@ -208,23 +267,15 @@ class AtomicDir(_Temporary):
     def __init__(self, final: str) -> None:
         self.final = os.path.abspath(final.rstrip("/") or final)
         self.path = temp_name(self.final, suffix=".d")
+        self._folder = True
         self.published = False
         self._sync: _Background | None = None
         self._lock = staletemp.Lock(None)
 
-    def __enter__(self) -> AtomicDir:
-        try:
-            os.mkdir(self.path, 0o700)
-        except OSError as exc:
-            raise _write_error(exc, self.final) from None
-        self._lock = staletemp.hold(self.path)  # until published or removed: it marks a live writer
-        return self
-
     def create(self, name: str) -> int:
         """A new file in the folder, open for writing."""
         try:
-            return os.open(os.path.join(self.path, name),
-                           os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+            return os.open(os.path.join(self.path, name), _CREATE_FLAGS, 0o600)
         except OSError as exc:
             raise _write_error(exc, self.final) from None
 

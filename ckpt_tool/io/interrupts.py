@@ -3,6 +3,8 @@
 A job scheduler that stops ckpt sends SIGTERM; turned into an exception,
 it runs the same cleanup as Ctrl-C, so no temporary is left behind
 (SIGKILL cannot be caught: staletemp.py removes what it leaves).
+``deferred_interrupts`` holds those signals (and Ctrl-C) back for the few
+steps that must not be split, such as creating a temporary and locking it.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 
 class Terminated(KeyboardInterrupt):
@@ -38,3 +41,56 @@ def interrupts_as_exceptions() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+_DEFERRED = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP back while the block runs; one that arrived meanwhile is
+    delivered on leaving it, to the handler that was in force, exactly once per signal.
+
+    Python raises KeyboardInterrupt between any two bytecodes of the main
+    thread, so without this an interrupt can land after a temporary is
+    created and before the code that would remove it knows it exists.
+    Outside the main thread no signal raises anything: nothing to hold.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous: dict[int, Any] = {}
+    done = [False]
+
+    def hold(signum: int, frame: Any) -> None:
+        if done[0]:  # still installed while the handlers are put back: act as the old one would
+            _forward(previous[signum], signum, frame)
+        else:
+            pending.append(signum)
+
+    for name in _DEFERRED:
+        sig = getattr(signal, name, None)
+        if sig is None or signal.getsignal(sig) is None:
+            continue  # a handler installed outside Python: it cannot be put back, so leave it alone
+        try:
+            previous[sig] = signal.signal(sig, hold)
+        except (ValueError, OSError):
+            pass  # not allowed here (embedded interpreter): the signal acts as it would have
+    try:
+        yield
+    finally:
+        done[0] = True
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)  # the old handler runs now (KeyboardInterrupt, Terminated, ...)
+
+
+def _forward(old: Any, signum: int, frame: Any) -> None:
+    """Run the handler ``old`` (a function, SIG_IGN or SIG_DFL) for a signal that arrived."""
+    if callable(old):
+        old(signum, frame)
+    elif old == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)

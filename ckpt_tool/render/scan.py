@@ -18,13 +18,34 @@ def _file_block(f: FileScan, verbose: bool) -> list[str]:
     return lines
 
 
+SHOWN_SKIPPED = 10  # skipped files named without --verbose (all of them with it)
+
+
 def summary(report: ScanReport) -> str:
     c = report.counts
     text = (f"scanned {len(report.files)} file{'s' if len(report.files) != 1 else ''}: "
             f"{c['safe']} safe, {c['suspicious']} suspicious, {c['dangerous']} dangerous, {c['error']} unreadable")
     if report.skipped:
         text += f"; skipped {len(report.skipped)} file(s) with nothing to scan"
+    followed = sum(1 for link in report.links if link.action == "followed")
+    if followed:
+        text += f"; followed {followed} symbolic link(s)"
     return text
+
+
+def _links(report: ScanReport, verbose: bool) -> list[str]:
+    """Links to folders and links not followed always; links to files followed, with --verbose."""
+    return [f"note: {link.describe()}" for link in report.links
+            if link.action != "broken" and (verbose or link.kind == "folder" or link.action != "followed")]
+
+
+def _skipped(report: ScanReport, verbose: bool) -> list[str]:
+    rows = report.skipped_files()
+    shown = rows if verbose else rows[:SHOWN_SKIPPED]
+    out = ["skipped (nothing to scan):"] + [f"    {r['path']}  ({r['reason']})" for r in shown]
+    if len(rows) > len(shown):
+        out.append(f"    ... and {len(rows) - len(shown)} more (--verbose lists them)")
+    return out
 
 
 def render(report: ScanReport, *, verbose: bool = False, quiet: bool = False) -> str:
@@ -33,9 +54,9 @@ def render(report: ScanReport, *, verbose: bool = False, quiet: bool = False) ->
         if quiet and f.verdict == "safe":
             continue
         out.extend(_file_block(f, verbose))
-    if verbose and report.skipped:
-        out.append("skipped (no pickle, zip, tar, NumPy or safetensors data):")
-        out.extend(f"    {p}" for p in report.skipped)
+    out.extend(_links(report, verbose))
+    if report.skipped and not quiet:
+        out.extend(_skipped(report, verbose))
     out.append(summary(report))
     if any(f.verdict == "suspicious" for f in report.files) and not report.strict:
         out.append("suspicious: globals a pickle names but never calls or constructs (not on the inert "

@@ -86,6 +86,7 @@ def migrate(
     rename: Sequence[str | tuple[str, str]] = (),
     drop: Sequence[str] = (),
     dtype: str | None = None,
+    allow_overflow: bool = False,
     rules_file: str | None = None,
     target: str | None = None,
     target_kwargs: dict[str, Any] | None = None,
@@ -117,6 +118,9 @@ def migrate(
     ``torch.load(weights_only=True)`` accepts (writers/sanitize.py) and proves
     the output loads that way in a fresh process; without it, objects read
     as placeholders are written back exactly as they were.
+    ``allow_overflow`` writes an output even when a cast turned finite values
+    into inf/NaN (the counts are in the report); without it that fails, and
+    nothing is published.
     ``workers`` (default: the cores, for DeepSpeed/DCP sources) write a safetensors or sharded output from
     several processes; under ``torchrun`` every rank writes its share (commands/consolidate.py).
     """
@@ -147,7 +151,8 @@ def migrate(
                         state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run,
                         verify=verify,
                         limits=limits, progress=progress, on_rules=on_rules, on_cleaned=on_cleaned,
-                        after_write=_after_write, parallel=(workers, dist, key, unsafe))
+                        after_write=_after_write, parallel=(workers, dist, key, unsafe),
+                        allow_overflow=allow_overflow)
     finally:
         ck.close()
 
@@ -158,8 +163,8 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
              force: bool,
              dry_run: bool, verify: bool, limits: Limits, progress: Progress,
              on_rules: Callable[[RuleSet], None] | None, on_cleaned: Callable[[staletemp.CleanReport], None] | None,
-             after_write: Callable[[str], None] | None, parallel: tuple[Any, ...] = (None, None, None, False)
-             ) -> MigrateReport:
+             after_write: Callable[[str], None] | None, parallel: tuple[Any, ...] = (None, None, None, False),
+             allow_overflow: bool = False) -> MigrateReport:
     # ties are handled (kept, or stored once with aliases) and reported by migrate itself
     warnings = [w for w in ck.warnings if not _SHARED_NOTE.match(w)]
     if not ck.tensors:
@@ -276,7 +281,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     job = Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
                allow_missing, verify, limits, progress, after_write, report_args, warnings, force,
                choose_workers(workers, ck.format, fmt, sum(t.nbytes for t in tensors)),
-               dist if fmt in PARALLEL_FORMATS else None, (src, key, unsafe))
+               dist if fmt in PARALLEL_FORMATS else None, (src, key, unsafe), allow_overflow)
     # 6. write, verify, publish
     with interrupts.interrupts_as_exceptions():
         return write_and_publish(job)

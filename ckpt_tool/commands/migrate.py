@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import dtypes, writers
-from ..errors import RuleConflict, UsageError
+from ..errors import InputError, UsageError
 from ..formats import load
 from ..formats.locate import resolve_key
 from ..io import destination, freespace, interrupts, staletemp
-from ..keys.rules import RuleSet, load_rules_file, make_plan, parse_rename
+from ..keys.rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
 from ..writers.base import OutTensor, require_data
@@ -62,6 +62,22 @@ def check_target(spec: str, tensors: Sequence[OutTensor], target_tensors: Sequen
         spec, tuple(k for k in missing if k not in allowed), tuple(t.key for t in tensors if t.key not in want),
         tuple(shape_bad), tuple(allowed),
     )
+
+
+_PACKED_MEMBER = re.compile(r".*_packed_params\.\d+")
+
+
+def keep_packed_dtypes(plan: Plan) -> tuple[Plan, list[str]]:
+    """The plan without casts of the tensors inside packed params (formats/locate.packed_items), and their keys.
+
+    A quantized Linear's packed bias must stay float32: torch's prepack
+    refuses another dtype when the output is loaded.
+    """
+    kept = [e.source for e in plan.entries if e.cast and _PACKED_MEMBER.fullmatch(e.source)]
+    if not kept:
+        return plan, []
+    entries = tuple(e._replace(cast=None) if e.source in set(kept) else e for e in plan.entries)
+    return Plan(entries, plan.rules), kept
 
 
 def _source_paths(src: str, ck: Checkpoint) -> list[str]:
@@ -195,6 +211,10 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
                     on_rules(inferred)
     # 2. the plan; every conflict raises here, before anything is written
     plan = make_plan(ck.tensors, rules)
+    plan, kept_dtype = keep_packed_dtypes(plan)
+    if kept_dtype:
+        warnings.append(f"not cast: {len(kept_dtype)} tensor(s) inside quantized layers' packed params keep their "
+                        f"dtype, which the quantized kernels require ({', '.join(kept_dtype[:3])})")
     by_key = ck.by_key
     tensors = tuple(OutTensor(e.output, by_key[e.source], e.cast or e.dtype) for e in plan.entries
                     if e.output is not None)
@@ -203,10 +223,15 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     for t in tensors:
         require_data(t)
     quantized = [t.key for t in tensors if dtypes.lookup(t.dtype).is_quantized]
-    if quantized:
-        raise RuleConflict(f"quantized tensors cannot be migrated yet ({', '.join(repr(k) for k in quantized[:3])}"
-                           f"{' ...' if len(quantized) > 3 else ''}): ckpt reads them, but writing them back needs "
-                           "their scale and zero point; drop them with --drop, or keep the file as it is")
+    if quantized and fmt != writers.TORCH_ZIP:
+        shown = ", ".join(repr(k) for k in quantized[:5]) + (f" and {len(quantized) - 5} more" if len(quantized) > 5
+                                                              else "")
+        raise UsageError(f"a {fmt} output cannot hold quantized tensors (their scale and zero point): {shown}; "
+                         "write a .pth, or leave them out with --drop")
+    unquantized = [t.key for t in tensors if dtypes.lookup(t.dtype).is_quantized and t.source.quantizer is None]
+    if unquantized:
+        raise InputError(f"quantized tensor {unquantized[0]!r} was read without its quantizer; it cannot be "
+                         "written back")
     if any(t.source.device not in ("cpu", "meta") for t in tensors):
         warnings.append("tensors saved on a GPU are written as CPU tensors (torch.load needs no map_location)")
     check = None

@@ -49,6 +49,7 @@ def verify_output(path: str, fmt: str, tensors: Sequence[OutTensor], *, pickled_
 
     p = progress
     results: dict[str, bool] = {}
+    extras: tuple[Any, Any] = ({}, None)
     try:
         loaded = read_file(path, ReadOptions(limits=limits))
     except CkptError as exc:
@@ -67,6 +68,10 @@ def verify_output(path: str, fmt: str, tensors: Sequence[OutTensor], *, pickled_
             if not problems:
                 problems = compare_keys(tensors, keys)
             actual = tensors_in(held) if list(devices) != ["cpu"] or target else {}
+            if target:
+                from ..tensors.quantized import load_extras
+
+                extras = load_extras(held)
         elif fmt == writers.DCP:
             ck = build(loaded, path)
             actual = ck.by_key
@@ -93,7 +98,7 @@ def verify_output(path: str, fmt: str, tensors: Sequence[OutTensor], *, pickled_
             if device != "cpu":
                 found = roundtrip_device(actual, tensors, device, p.advance)
             if module is not None and not found:
-                found = load_into_target(module, actual, device, allow_missing, p.advance)
+                found = load_into_target(module, actual, device, allow_missing, p.advance, extras)
             p.done()
             results[device] = not found
             if found:

@@ -100,6 +100,7 @@ class MigrateReport:
             "weights_only_load": self.weights_only_load,
             "cast_loss": [c.to_json() for c in self.cast_loss],
             "new_nonfinite": sum(c.loss.new_nonfinite for c in self.cast_loss),
+            "saturated": sum(c.loss.saturated for c in self.cast_loss),
             "flushed_to_zero": sum(c.loss.flushed for c in self.cast_loss),
             "overflow_allowed": self.overflow_allowed,
             "verified_checks": list(self.checks),

@@ -170,9 +170,9 @@ def checks_done(job: Job) -> tuple[str, ...]:
         out.append(f"{quantized} quantized tensor(s) with their scales and zero points")
     losses = job.report_args.get("cast_loss") or ()
     if losses:
-        bad = sum(c.loss.new_nonfinite for c in losses)
+        bad = sum(c.loss.overflowed for c in losses)
         flushed = sum(c.loss.flushed for c in losses)
-        out.append(f"{len(losses)} cast(s) counted: {bad} value(s) became inf/NaN"
+        out.append(f"{len(losses)} cast(s) counted: {bad} value(s) became inf/NaN or were clamped"
                    + (" (--allow-overflow)" if bad else "") + f", {flushed} flushed to zero")
     return tuple(out)
 

@@ -30,7 +30,8 @@ class CastReport:
 
     def to_json(self) -> dict[str, object]:
         return {"key": self.key, "from": self.source_dtype, "to": self.dtype, "numel": self.numel,
-                "new_nonfinite": self.loss.new_nonfinite, "flushed_to_zero": self.loss.flushed,
+                "new_nonfinite": self.loss.new_nonfinite, "saturated": self.loss.saturated,
+                "flushed_to_zero": self.loss.flushed,
                 "subnormal": self.loss.subnormal}
 
 
@@ -64,17 +65,22 @@ def cast_findings(tensors: Sequence[OutTensor], allow_overflow: bool
     reports = cast_reports(tensors)
     warnings: list[str] = []
     failures: list[str] = []
-    overflow = [c for c in reports if c.loss.new_nonfinite]
+    overflow = [c for c in reports if c.loss.overflowed]
     if overflow:
-        total = sum(c.loss.new_nonfinite for c in overflow)
-        what = (f"the cast to {overflow[0].dtype} turned {total} finite value(s) into inf/NaN in "
-                f"{len(overflow)} tensor(s): {_sample(overflow, 'new_nonfinite')}")
+        bad = sum(c.loss.new_nonfinite for c in overflow)
+        clamped = sum(c.loss.saturated for c in overflow)
+        to = sorted({c.dtype for c in overflow})
+        kinds = " and ".join(part for part in (f"turned {bad} finite value(s) into inf/NaN" if bad else "",
+                                              f"clamped {clamped} out-of-range value(s) to the largest finite "
+                                              "value" if clamped else "") if part)
+        what = (f"the cast to {', '.join(to)} {kinds} in {len(overflow)} tensor(s): "
+                f"{_sample(overflow, 'overflowed')}")
         if allow_overflow:
             warnings.append(f"{what}; written anyway ({OVERFLOW_OPTION})")
         else:
             failures.append(f"{what}; nothing was written. Keep those tensors in their dtype (a rules file "
                             f"[cast] entry), cast to a dtype with a wider range (bf16), or pass "
-                            f"{OVERFLOW_OPTION} to write the inf/NaN anyway")
+                            f"{OVERFLOW_OPTION} to write them anyway")
     flushed = [c for c in reports if c.loss.flushed]
     if flushed:
         warnings.append(f"the cast flushed {sum(c.loss.flushed for c in flushed)} nonzero value(s) to zero in "

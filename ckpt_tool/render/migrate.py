@@ -74,10 +74,13 @@ def cast_line(report: MigrateReport) -> str | None:
     to = sorted({e.cast for e in casts if e.cast})
     line = f"cast:     {len(casts)} tensor(s) to {', '.join(to)}"
     if report.cast_loss:
-        bad = sum(c.loss.new_nonfinite for c in report.cast_loss)
+        bad = sum(c.loss.overflowed for c in report.cast_loss)
         flushed = sum(c.loss.flushed for c in report.cast_loss)
-        line += (f"; {bad} value(s) became inf/NaN" + (" (accepted: --allow-overflow)" if report.overflow_allowed
-                                                         else "") if bad else "; no value became inf/NaN")
+        if bad:
+            line += f"; {bad} value(s) became inf/NaN or were clamped"
+            line += " (accepted: --allow-overflow)" if report.overflow_allowed else ""
+        else:
+            line += "; no value became inf/NaN or was clamped"
         line += f", {flushed} nonzero value(s) became 0" if flushed else ", none flushed to zero"
     return line
 
@@ -115,7 +118,7 @@ def render(report: MigrateReport) -> str:
     if report.dry_run:
         out.append("")
         out.append(plan_table(report))
-    elif report.failures and any(c.loss.new_nonfinite for c in report.cast_loss) and not report.overflow_allowed:
+    elif report.failures and any(c.loss.overflowed for c in report.cast_loss) and not report.overflow_allowed:
         out.append("CAST FAILED: values became inf/NaN; nothing was written (an existing output was left as it was)")
         out.extend(f"  - {f}" for f in report.failures)
     elif report.failures:

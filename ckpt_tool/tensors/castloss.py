@@ -8,6 +8,7 @@ source are not counted as new.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +18,18 @@ class CastLoss:
     """Per tensor: how many values the cast changed in kind (not merely rounded)."""
 
     new_nonfinite: int = 0  # finite in the source, inf or NaN in the output (overflow)
+    saturated: int = 0  # beyond the output's range but stored finite (float8_e4m3fn clamps to 448; inf too)
     flushed: int = 0  # nonzero in the source, zero in the output (underflow)
     subnormal: int = 0  # normal in the source, subnormal in the output (precision lost near zero)
 
     @property
     def any(self) -> bool:
-        return bool(self.new_nonfinite or self.flushed or self.subnormal)
+        return bool(self.new_nonfinite or self.saturated or self.flushed or self.subnormal)
+
+    @property
+    def overflowed(self) -> int:
+        """Values the cast did not merely round: turned inf/NaN, or clamped to the largest finite value."""
+        return self.new_nonfinite + self.saturated
 
 
 NONE = CastLoss()
@@ -43,6 +50,23 @@ def _widens(src: Any, out: Any) -> bool:
         return False
     a, b = torch.finfo(src), torch.finfo(out)
     return b.max >= a.max and b.smallest_normal <= a.smallest_normal and b.eps <= a.eps
+
+
+@functools.lru_cache(maxsize=16)
+def _rounds_to_max(dtype: Any) -> float:
+    """The magnitude from which a value no longer rounds to ``dtype``'s largest finite value (its max plus
+    half the step below it): a larger source value stored finite was clamped, not rounded."""
+    import torch
+
+    top = torch.finfo(dtype).max
+    if torch.finfo(dtype).bits <= 16:  # every value of the dtype, to find the one below the max
+        raw = torch.arange(1 << torch.finfo(dtype).bits, dtype=torch.int32)
+        values = raw.to(torch.uint8 if torch.finfo(dtype).bits == 8 else torch.int16).view(dtype).to(torch.float64)
+        finite = values[torch.isfinite(values) & (values < top)]
+        below = float(finite.max())
+    else:
+        below = float(torch.nextafter(torch.tensor(top, dtype=dtype), torch.tensor(0.0, dtype=dtype)))
+    return float(top) + (float(top) - below) / 2
 
 
 def cast_with_loss(x: Any, dtype: Any, count: bool = True) -> tuple[Any, CastLoss]:
@@ -72,5 +96,9 @@ def cast_with_loss(x: Any, dtype: Any, count: bool = True) -> tuple[Any, CastLos
     tiny_out = torch.finfo(y.dtype).smallest_normal
     tiny_src = torch.finfo(x.dtype).smallest_normal
     ya = yw.abs()
-    subnormal = int(((ya < tiny_out) & (ya > 0) & (xw.abs() >= tiny_src)).sum())
-    return y, CastLoss(max(0, after - before), max(0, out_zero - src_zero), subnormal)
+    xa = xw.abs()
+    subnormal = int(((ya < tiny_out) & (ya > 0) & (xa >= tiny_src)).sum())
+    saturated = 0
+    if float(xa.max()) >= float(torch.finfo(y.dtype).max):  # NaN sources compare False, inf ones True
+        saturated = int(((xa.to(torch.float64) >= _rounds_to_max(y.dtype)) & torch.isfinite(yw)).sum())
+    return y, CastLoss(max(0, after - before), saturated, max(0, out_zero - src_zero), subnormal)

@@ -156,3 +156,19 @@ def test_a_source_tensor_missing_from_the_output_fails_naming_it(tmp_path):
     report = migrate(src, out2, add_prefix="m.", _after_write=lose_renamed)
     assert not report.ok and not out2.exists()
     assert any("'b' is missing from the output (it should be 'm.b')" in f for f in report.failures)
+
+
+@pytest.mark.parametrize("out_name, extra", [("par.safetensors", []), ("shards", ["--max-shard-size", "5KB"])])
+def test_casts_written_by_worker_processes_are_counted_too(run_cli, tmp_path, out_name, extra):
+    src = tmp_path / "many.pth"
+    torch.save({f"w{i}": torch.full((1000,), 1e5 if i == 4 else 1.0) for i in range(6)}, src)
+    out = tmp_path / out_name
+    r = run_cli("migrate", str(src), "-o", str(out), "--dtype", "fp16", "--workers", "3", *extra)
+    assert r.code == 1, r
+    assert "'w4' (1000 of 1000)" in r.out and not out.exists()
+    r = run_cli("migrate", str(src), "-o", str(out), "--dtype", "fp16", "--workers", "3", *extra,
+                "--allow-overflow", "--json")
+    assert r.code == 0, r
+    doc = json.loads(r.out)
+    assert doc["new_nonfinite"] == 1000 and len(doc["cast_loss"]) == 6
+    assert any("all 6 kept source tensors present" in c for c in doc["verified_checks"])

@@ -76,7 +76,10 @@ def write_and_publish(job: Job) -> MigrateReport:
         src, key, unsafe = job.source
         spec = Spec(src, key, unsafe, job.limits, job.report_args["rules"], job.fmt, job.shard_bytes,
                     dict(job.payload["meta"]), count=job.workers)
-        return MigrateReport(**job.report_args, **write_parallel(job, spec, job.dist))
+        result = write_parallel(job, spec, job.dist)  # it adds what the casts did to report_args
+        if job.verify and result.get("written"):
+            job.report_args["checks"] = checks_done(job)
+        return MigrateReport(**job.report_args, **result)
     folder = job.fmt in writers.FOLDER_FORMATS
     shards: list[str] = []
     p = job.progress
@@ -111,6 +114,8 @@ def write_and_publish(job: Job) -> MigrateReport:
             p.start("writing", sum(t.nbytes for t in job.tensors))
             write_dcp(tmp.path, job.tensors, p.advance)
         p.done()
+        from .verify_casts import judge_casts
+
         refused = judge_casts(job)
         if refused:  # values lost to a cast: nothing is verified or published
             return MigrateReport(**job.report_args, verified={"cpu": False}, device_status={"cpu": "failed"},
@@ -141,17 +146,6 @@ def write_and_publish(job: Job) -> MigrateReport:
         job.report_args["checks"] = checks_done(job)
     return MigrateReport(**job.report_args, written=True, verified=verified, device_status=status,
                          shards=tuple(shards), bytes_written=size, warnings=tuple(job.warnings))
-
-
-def judge_casts(job: Job) -> list[str]:
-    """What the casts did, into the report (and warnings); the failures when new inf/NaN are not accepted."""
-    from .verify_casts import cast_findings
-
-    losses, warnings, failures = cast_findings(job.tensors, job.allow_overflow)
-    job.report_args["cast_loss"] = losses
-    job.report_args["overflow_allowed"] = job.allow_overflow
-    job.warnings.extend(warnings)
-    return failures
 
 
 def checks_done(job: Job) -> tuple[str, ...]:

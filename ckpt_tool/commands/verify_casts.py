@@ -8,8 +8,9 @@ stop the output from being published.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..tensors.castloss import CastLoss
 from ..writers.base import OutTensor
@@ -90,3 +91,25 @@ def cast_findings(tensors: Sequence[OutTensor], allow_overflow: bool
         warnings.append(f"the cast stored {sum(c.loss.subnormal for c in sub)} normal value(s) as subnormals "
                         f"(reduced precision) in {len(sub)} tensor(s): {_sample(sub, 'subnormal')}")
     return reports, warnings, failures
+
+
+def judge_casts(job: Any) -> list[str]:
+    """Put what ``job``'s casts did (migrate_write.Job) into its report and warnings; the failures when
+    new inf/NaN (or clamped values) are not accepted by --allow-overflow."""
+    losses, warnings, failures = cast_findings(job.tensors, job.allow_overflow)
+    job.report_args["cast_loss"] = losses
+    job.report_args["overflow_allowed"] = job.allow_overflow
+    job.warnings.extend(warnings)
+    return failures
+
+
+def share_losses(tensors: Sequence[OutTensor]) -> list[tuple[str, CastLoss]]:
+    """(key, counts) of the cast tensors a worker wrote, to send to the process that owns the output."""
+    return [(t.key, t.loss) for t in tensors if t.cast and t.loss is not None]
+
+
+def apply_losses(tensors: Sequence[OutTensor], losses: Mapping[str, CastLoss]) -> None:
+    """Counts taken by other processes, onto the owner's tensors of the same keys."""
+    for t in tensors:
+        if t.cast and t.loss is None and t.key in losses:
+            t.loss = losses[t.key]

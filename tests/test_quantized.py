@@ -209,3 +209,53 @@ def test_dynamic_quantized_to_safetensors_refuses_instead_of_dropping(run_cli, d
     assert not out.exists()
     r = run_cli("migrate", str(path), "-o", str(out), "--target", f"{models}:dynamic")
     assert r.code == 2 and "bug in ckpt" not in r.err
+
+
+LSTM_MODELS = """
+import torch
+from torch import nn
+
+
+class Seq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 3)
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(self.lstm(x)[0])
+
+
+def dynamic(seed=0):
+    torch.manual_seed(seed)
+    return torch.ao.quantization.quantize_dynamic(Seq(), {nn.LSTM, nn.Linear}, dtype=torch.qint8)
+"""
+
+
+def test_dynamic_quantized_lstm_round_trips_through_pth_and_is_never_dropped(run_cli, tmp_path):
+    """The LSTM's packed weights are a torch.ScriptObject: written back as read, refused where they would be lost."""
+    import importlib.util
+
+    warnings.simplefilter("ignore")
+    models = tmp_path / "lstm_models.py"
+    models.write_text(LSTM_MODELS)
+    spec = importlib.util.spec_from_file_location("lstm_models_test", models)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = mod.dynamic(0)
+    src = tmp_path / "lstm.pth"
+    torch.save(model.state_dict(), src)
+    out = tmp_path / "out.pth"
+    r = run_cli("migrate", str(src), "-o", str(out))
+    assert r.code == 0, r
+    fresh = mod.dynamic(3)
+    fresh.load_state_dict(torch.load(out, weights_only=False), strict=True)  # a ScriptObject: not weights_only
+    x = torch.randn(2, 1, 4)
+    assert torch.equal(fresh(x), model(x))
+    st = tmp_path / "out.safetensors"
+    r = run_cli("migrate", str(src), "-o", str(st), "--drop", "fc._packed*")
+    assert r.code == 2 and "'lstm._all_weight_values.0.param'" in r.err and "would be lost" in r.err
+    assert not st.exists()
+    r = run_cli("migrate", str(src), "-o", str(tmp_path / "t.pth"), "--target", f"{models}:dynamic")
+    assert r.code == 2 and "bug in ckpt" not in r.err and "torch.ScriptObject" in r.err
+    assert not (tmp_path / "t.pth").exists()

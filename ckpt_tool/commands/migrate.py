@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import dtypes, writers
@@ -27,8 +27,9 @@ from ..io import destination, freespace, interrupts, staletemp
 from ..keys.rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
+from ..pickles.placeholders import Placeholder
 from ..writers.base import OutTensor, require_data
-from ..writers.layout import dedupe, safetensors_metadata, torch_root
+from ..writers.layout import dedupe, entries_holding_tensors, safetensors_metadata, torch_root
 from .migrate_report import MigrateReport, TargetCheck
 from .migrate_write import Job, NoProgress, Progress, write_and_publish
 from .remote_counts import counts_remote
@@ -241,7 +242,23 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
                                        tensors=tensors, rules=rules, inferred=inferred, target=check)
     # 3. the output's shape: container, metadata, ties
     chosen = resolve_key(ck.root, ck.state_dict_key or "", src) if ck.state_dict_key else ck.root
+    if built is not None and built.extra_state and isinstance(chosen, Mapping):
+        opaque = [k for k, v in chosen.items() if isinstance(v, Placeholder) and rules.new_key(str(k))
+                  in built.extra_state]
+        if opaque:
+            raise UsageError(f"--target cannot load {', '.join(map(repr, opaque[:3]))}: "
+                             f"{chosen[opaque[0]].qualname} "
+                             "objects are read as inert placeholders and never rebuilt (ckpt runs no code from "
+                             "the file), so the target check cannot hand them to the module; migrate without "
+                             "--target, and load the output with torch.load(weights_only=False) only if you "
+                             "trust the file")
     payload: dict[str, Any] = {}
+    held = [k for k in entries_holding_tensors(chosen) if rules.new_key(k) is not None] \
+        if fmt != writers.TORCH_ZIP else []
+    if held:  # never dropped silently: they are tensors of the source too
+        raise UsageError(f"a {fmt} output holds a flat mapping of tensors; these state_dict entries hold tensors "
+                         f"inside another object and would be lost: {', '.join(map(repr, held[:5]))}"
+                         f"{' ...' if len(held) > 5 else ''}; write a .pth, or leave them out with --drop")
     if fmt == writers.TORCH_ZIP:
         root, sd_key, kept, more = torch_root(ck, chosen, tensors, rules, state_dict_only)
         warnings += more

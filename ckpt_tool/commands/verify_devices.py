@@ -131,6 +131,9 @@ def load_into_target(module: Any, actual: Mapping[str, TensorMeta], device: str,
     except RuntimeError as exc:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         return [f"load_state_dict(strict=True) on {device} failed: " + " ".join(lines[:3])[:600]]
+    except Exception as exc:  # noqa: BLE001 - a module's own _load_from_state_dict may raise anything
+        return [f"load_state_dict(strict=True) on {device} failed: the target's loader raised "
+                f"{type(exc).__name__}: {str(exc)[:300]}"]
     if allow_missing:
         bad_missing = [k for k in result.missing_keys if not _allowed(k, allow_missing)]
         if bad_missing or result.unexpected_keys:

@@ -197,6 +197,29 @@ def torch_root(ck: Checkpoint, chosen: Any, tensors: Sequence[OutTensor], rules:
     return new_root, ".".join(str(p) for p in path), kept, warnings
 
 
+def entries_holding_tensors(chosen: Any) -> list[str]:
+    """Non-tensor entries of a state_dict mapping that hold tensors inside (a TorchBind object's state,
+    a tuple of tensors): a format that stores only a flat mapping of tensors would lose them."""
+    if not isinstance(chosen, Mapping) or is_module_placeholder(chosen):
+        return []
+    return [str(k) for k, v in chosen.items()
+            if not is_tensor(v) and packed_items(str(k), v) is None and _holds_tensor(v, 0)]
+
+
+def _holds_tensor(obj: Any, depth: int) -> bool:
+    if is_tensor(obj):
+        return True
+    if depth > 32:
+        return False
+    if isinstance(obj, Placeholder):
+        obj = list(obj.__dict__.values())
+    if isinstance(obj, Mapping):
+        return any(_holds_tensor(v, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return any(_holds_tensor(v, depth + 1) for v in obj)
+    return False
+
+
 def placeholders_in(obj: Any, skip: Any = None, path: str = "", depth: int = 0) -> list[tuple[str, str]]:
     """(where, class) of every placeholder a torch output would have to write."""
     if obj is skip or depth > 64:

@@ -253,7 +253,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
                              "--target, and load the output with torch.load(weights_only=False) only if you "
                              "trust the file")
     payload: dict[str, Any] = {}
-    held = [k for k in entries_holding_tensors(chosen) if rules.new_key(k) is not None] \
+    held = [k for k in entries_holding_tensors(chosen, ck.keys) if rules.new_key(k) is not None] \
         if fmt != writers.TORCH_ZIP else []
     if held:  # never dropped silently: they are tensors of the source too
         raise UsageError(f"a {fmt} output holds a flat mapping of tensors; these state_dict entries hold tensors "

@@ -197,13 +197,18 @@ def torch_root(ck: Checkpoint, chosen: Any, tensors: Sequence[OutTensor], rules:
     return new_root, ".".join(str(p) for p in path), kept, warnings
 
 
-def entries_holding_tensors(chosen: Any) -> list[str]:
+def entries_holding_tensors(chosen: Any, keys: Sequence[str]) -> list[str]:
     """Non-tensor entries of a state_dict mapping that hold tensors inside (a TorchBind object's state,
-    a tuple of tensors): a format that stores only a flat mapping of tensors would lose them."""
+    a tuple of tensors) that are not among its tensors ``keys`` (a nested tree of tensors is flattened
+    into them): a format that stores only a flat mapping of tensors would lose them."""
     if not isinstance(chosen, Mapping) or is_module_placeholder(chosen):
         return []
-    return [str(k) for k, v in chosen.items()
-            if not is_tensor(v) and packed_items(str(k), v) is None and _holds_tensor(v, 0)]
+    found = [str(k) for k, v in chosen.items()
+             if not is_tensor(v) and packed_items(str(k), v) is None and _holds_tensor(v, 0)]
+    if not found:
+        return found  # the common case: no prefix set to build
+    prefixes = {key[:i] for key in keys for i, ch in enumerate(key) if ch == "."}
+    return [k for k in found if k not in prefixes]
 
 
 def _holds_tensor(obj: Any, depth: int) -> bool:

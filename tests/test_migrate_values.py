@@ -172,3 +172,31 @@ def test_casts_written_by_worker_processes_are_counted_too(run_cli, tmp_path, ou
     doc = json.loads(r.out)
     assert doc["new_nonfinite"] == 1000 and len(doc["cast_loss"]) == 6
     assert any("all 6 kept source tensors present" in c for c in doc["verified_checks"])
+
+
+_SPECIALS = [0.0, -0.0, 1e-45, 1e-40, 1e-30, 1e-8, 6e-5, 1e-3, 1.0, 240.0, 448.0, 460.0, 470.0, 1e3, 6e4, 65504.0,
+             65519.0, 65521.0, 1e5, 3e38, float("inf"), -float("inf"), float("nan")]
+
+
+@pytest.mark.parametrize("src", ["float64", "float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("out", ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz"])
+def test_cast_counts_equal_a_value_by_value_comparison(src, out):
+    """The bit-level counts (tensors/castloss.py) agree with comparing every value before and after the cast."""
+    from ckpt_tool.tensors.castloss import _rounds_to_max, cast_with_loss
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.tensor(_SPECIALS + [-v for v in _SPECIALS], dtype=torch.float64)
+    rand = torch.randn(5000, generator=g, dtype=torch.float64) * torch.logspace(-45, 6, 5000, dtype=torch.float64)
+    x = torch.cat([base, rand]).to(getattr(torch, src))
+    y, loss = cast_with_loss(x, getattr(torch, out))
+    assert torch.equal(y.view(torch.uint8), x.to(getattr(torch, out)).view(torch.uint8))
+    xd, yd = x.double(), y.double()
+    tiny_out, tiny_src = torch.finfo(y.dtype).smallest_normal, torch.finfo(x.dtype).smallest_normal
+    if torch.finfo(y.dtype).max >= torch.finfo(x.dtype).max and tiny_out <= tiny_src \
+            and torch.finfo(y.dtype).eps <= torch.finfo(x.dtype).eps:
+        assert not loss.any  # a widening cast loses nothing
+        return
+    assert loss.new_nonfinite == int((torch.isfinite(xd) & ~torch.isfinite(yd)).sum())
+    assert loss.flushed == int(((xd != 0) & ~torch.isnan(xd) & (yd == 0)).sum())
+    assert loss.subnormal == int(((yd.abs() < tiny_out) & (yd != 0) & (xd.abs() >= tiny_src)).sum())
+    assert loss.saturated == int(((xd.abs() >= _rounds_to_max(y.dtype)) & torch.isfinite(yd)).sum())

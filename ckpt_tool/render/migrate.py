@@ -119,7 +119,8 @@ def render(report: MigrateReport) -> str:
         out.append("")
         out.append(plan_table(report))
     elif report.failures and any(c.loss.overflowed for c in report.cast_loss) and not report.overflow_allowed:
-        out.append("CAST FAILED: values became inf/NaN; nothing was written (an existing output was left as it was)")
+        out.append("CAST FAILED: values became inf/NaN or were clamped; nothing was written "
+                   "(an existing output was left as it was)")
         out.extend(f"  - {f}" for f in report.failures)
     elif report.failures:
         out.append("VERIFICATION FAILED: the output was removed (an existing output was left as it was)")

@@ -183,6 +183,11 @@ def _verify(job: Job, path: str) -> tuple[dict[str, bool], list[str]]:
         return {}, []
     from .verify import verify_output
 
+    others = [d for d in job.devices if d != "cpu"]
+    if others and any(t.source.quantizer is not None for t in job.tensors):
+        job.warnings.append(f"quantized tensors have CPU kernels only: on {', '.join(others)} they were not "
+                            "round-tripped" + (" and the target was loaded on the CPU only" if job.target else ""))
+
     return verify_output(path, job.fmt, job.tensors, pickled_root=job.payload.get("root"),
                          sd_key=job.payload.get("sd_key", ""), devices=job.devices, target=job.target,
                          target_kwargs=job.target_kwargs, allow_missing=job.allow_missing, limits=job.limits,

@@ -112,10 +112,14 @@ class TensorMeta:
     numel: int = field(default=0, init=False, repr=False, compare=False)
     nbytes: int = field(default=0, init=False, repr=False, compare=False)
     storage_id: tuple[int, str] | None = field(default=None, init=False, repr=False, compare=False)
+    # a quantized tensor's quantizer as torch pickles it: (qscheme name, scale, zero_point) or
+    # (qscheme name, scales TensorMeta, zero_points TensorMeta, axis); None otherwise
+    quantizer: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
     def __init__(
         self, key: str, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...] | None = None,
         storage_offset: int = 0, storage: StorageRef | None = None, device: str = "cpu",
+        quantizer: tuple[Any, ...] | None = None,
     ) -> None:
         self.key = key
         self.dtype = dtype
@@ -135,6 +139,7 @@ class TensorMeta:
         else:  # inlined DType.nbytes for whole-byte dtypes: built once per tensor, 200,000 times in some files
             self.nbytes = numel * dt.itemsize if dt.per_byte == 1 else dt.nbytes(numel)
         self.storage_id = None if storage is None else (id(storage.source), storage.key)
+        self.quantizer = quantizer
 
     @property
     def itemsize(self) -> int:

@@ -342,8 +342,17 @@ def test_migrate_dtype_casts_floating_tensors_exactly_as_torch_does(tmp_path_fac
     d = tmp_path_factory.mktemp("p")
     torch.save(sd, d / "src.pth")
     report = migrate(d / "src.pth", d / out, dtype=target, devices=["cpu"])
-    assert report.written and report.ok
     want = {k: (t.to(getattr(torch, target)) if t.is_floating_point() else t) for k, t in sd.items()}
+    # Changed deliberately in issue 21: a cast that makes new inf/NaN fails unless allow_overflow accepts it
+    # (it used to be written silently); with it, the output is still exactly torch's cast.
+    overflow = sum(int((torch.isfinite(t.double()) & ~torch.isfinite(want[k].double())).sum())
+                   for k, t in sd.items() if t.is_floating_point())
+    assert report.ok == (not overflow) and report.written == (not overflow)
+    assert sum(c.loss.new_nonfinite for c in report.cast_loss) == overflow
+    if overflow:
+        assert not (d / out).exists()
+        report = migrate(d / "src.pth", d / out, dtype=target, devices=["cpu"], allow_overflow=True)
+    assert report.written and report.ok
     assert_ckpt_reads(want, str(d / out))
 
 

@@ -65,6 +65,9 @@ class _Bars:
               help="Rename keys matching REGEX (whole key, Python re; \\1 for groups). Repeatable, in order.")
 @click.option("--drop", multiple=True, metavar="GLOB", help="Leave out keys matching GLOB (repeatable).")
 @click.option("--dtype", default=None, metavar="DTYPE", help="Cast floating tensors to DTYPE (bf16, fp16, fp32, ...).")
+@click.option("--allow-overflow", is_flag=True,
+              help="Write the output even when a cast turns finite values into inf/NaN (counted per tensor in the "
+                   "report); without it such a cast fails and nothing is written.")
 @click.option("--rules", "rules_file", default=None, metavar="FILE",
               help="A TOML rules file (applied before the options above; see docs/migrate.md).")
 @click.option("--target", default=None, metavar="SPEC",
@@ -98,7 +101,8 @@ class _Bars:
 @limit_options
 def migrate_command(src: str, out: str | None, to: str | None, key: str | None, strip_prefix: tuple[str, ...],
                     add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
-                    rules_file: str | None, target: str | None, target_kwargs: str | None, auto: bool,
+                    allow_overflow: bool, rules_file: str | None, target: str | None, target_kwargs: str | None,
+                    auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
                     workers: int | None, state_dict_only: bool, sanitize: bool, force: bool, dry_run: bool,
                     verify: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool, verbose: bool,
@@ -142,7 +146,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
         with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
             report = migrate(
                 src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
-                drop=drop, dtype=dtype, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
+                drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
+                target_kwargs=kw, auto=auto,
                 allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
                 state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify,
                 unsafe=unsafe,

@@ -34,6 +34,7 @@ from ..model import TensorMeta
 from ..writers.base import OutTensor
 from ..writers.parallel import Unit, assign, safetensors_units, shard_units, write_unit
 from .consolidate_dist import Dist
+from .verify_casts import apply_losses, judge_casts, share_losses
 
 PARALLEL_FORMATS = (writers.SAFETENSORS, writers.SHARDED)
 CONSOLIDATION_SOURCES = ("deepspeed", "dcp")
@@ -159,7 +160,8 @@ def _child(conn: Connection, spec: Spec, index: int) -> None:
             units, ck = replan(spec)
             indices = assign(units, spec.count)[index]
             written = write_share(spec.path, units, indices, sync=False)  # the owner fsyncs
-        conn.send(("written", written, counted.stats() if counted is not None else None))
+        losses = share_losses([t for i in indices for t in units[i].tensors])  # what its casts did to the values
+        conn.send(("written", written, counted.stats() if counted is not None else None, losses))
         if conn.recv() == "verify":
             conn.send(("verified", verify_share(spec.path, spec.fmt, units, indices, spec.limits)
                        if spec.verify else []))
@@ -184,6 +186,7 @@ class _Workers:
     def __init__(self, spec: Spec) -> None:
         self.procs: list[Any] = []
         self.conns: list[Connection] = []
+        self.losses: list[Any] = []  # (key, CastLoss) of the casts the workers wrote
         ctx = _context()
         for index in range(1, spec.count):
             parent, child = ctx.Pipe()
@@ -211,6 +214,9 @@ class _Workers:
                 if msg[0] != what:
                     raise CkptError(f"worker {i + 1} answered {msg[0]!r}, expected {what!r}")
                 answers[i] = msg[1]
+                if what == "written" and len(msg) > 3:
+                    counted: Any = msg[3]
+                    self.losses.extend(counted)
                 fetched: Any = msg[2] if len(msg) > 2 else None  # the requests a worker made for a URL source
                 if fetched:
                     count_remote(fetched["requests"], fetched["bytes"])
@@ -286,6 +292,13 @@ def _run(job: Any, spec: Spec, units: list[Unit], mine: list[int], dist: Dist | 
             if errors:
                 raise errors[0][0](errors[0][1])
         p.done()
+        losses = share_losses([t for i in mine for t in units[i].tensors]) + (workers.losses if workers else [])
+        if dist is not None:
+            losses = [x for part in dist.gather(losses) for x in part]
+        apply_losses(job.tensors, dict(losses))
+        refused = judge_casts(job)
+        if refused:  # values lost to a cast: nothing is verified or published
+            return {"failures": refused}
         if dist is None:
             tmp.finish(background=job.verify)  # one fsync of every writer's pages, overlapping the verification
         if (dist is None or dist.leader) and job.after_write is not None:

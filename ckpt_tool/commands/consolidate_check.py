@@ -17,6 +17,7 @@ def check_whole(job: Any, path: str) -> tuple[dict[str, bool], list[str]]:
     from ..errors import CkptError
     from ..formats import read_file
     from ..formats.base import ReadOptions
+    from .verify import missing_from_output
 
     try:
         loaded = read_file(path, ReadOptions(limits=job.limits))
@@ -24,7 +25,8 @@ def check_whole(job: Any, path: str) -> tuple[dict[str, bool], list[str]]:
         return {"cpu": False}, [f"the output cannot be read back: {exc.message}"]
     try:
         actual = dict(loaded.root)
-        problems = []
+        plan = job.report_args.get("plan")
+        problems = missing_from_output(plan, actual) if plan is not None else []
         for t in job.tensors:
             found = actual.get(t.key)
             if found is None:

@@ -102,7 +102,9 @@ _DEVICE = attrgetter("device")
 
 
 def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
-    """Per-tensor notes: non-contiguous, channels_last, shared storage, saved device."""
+    """Per-tensor notes: non-contiguous, channels_last, shared storage, saved device, quantizer."""
+    from ..formats.metas import quantizer_note
+
     tensors = list(tensors)
     by_storage: dict[Any, list[str]] = {}
     ids = [t.storage_id for t in tensors]
@@ -115,9 +117,9 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
         # the common case: only odd layouts or devices get a note (each distinct layout checked once)
         odd = {ss for ss in set(map(_LAYOUT, tensors)) if not is_contiguous_layout(*ss)}
         if odd or set(map(_DEVICE, tensors)) != {"cpu"}:
-            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd]
+            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer]
         else:
-            tensors = []
+            tensors = [t for t in tensors if t.quantizer is not None]
     notes: dict[str, tuple[str, ...]] = {}
     for t in tensors:
         n: list[str] = []
@@ -130,6 +132,8 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
                 n.append("shares storage with " + ", ".join(others))
         if t.device != "cpu":
             n.append(f"saved on {t.device}")
+        if t.quantizer is not None:
+            n.append(quantizer_note(t.quantizer))
         if n:
             notes[t.key] = tuple(n)
     return notes

@@ -16,19 +16,20 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import dtypes, writers
-from ..errors import RuleConflict, UsageError
+from ..errors import InputError, UsageError
 from ..formats import load
 from ..formats.locate import resolve_key
 from ..io import destination, freespace, interrupts, staletemp
-from ..keys.rules import RuleSet, load_rules_file, make_plan, parse_rename
+from ..keys.rules import Plan, RuleSet, load_rules_file, make_plan, parse_rename
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
+from ..pickles.placeholders import Placeholder
 from ..writers.base import OutTensor, require_data
-from ..writers.layout import dedupe, safetensors_metadata, torch_root
+from ..writers.layout import dedupe, entries_holding_tensors, safetensors_metadata, torch_root
 from .migrate_report import MigrateReport, TargetCheck
 from .migrate_write import Job, NoProgress, Progress, write_and_publish
 from .remote_counts import counts_remote
@@ -64,6 +65,22 @@ def check_target(spec: str, tensors: Sequence[OutTensor], target_tensors: Sequen
     )
 
 
+_PACKED_MEMBER = re.compile(r".*_packed_params\.\d+")
+
+
+def keep_packed_dtypes(plan: Plan) -> tuple[Plan, list[str]]:
+    """The plan without casts of the tensors inside packed params (formats/locate.packed_items), and their keys.
+
+    A quantized Linear's packed bias must stay float32: torch's prepack
+    refuses another dtype when the output is loaded.
+    """
+    kept = [e.source for e in plan.entries if e.cast and _PACKED_MEMBER.fullmatch(e.source)]
+    if not kept:
+        return plan, []
+    entries = tuple(e._replace(cast=None) if e.source in set(kept) else e for e in plan.entries)
+    return Plan(entries, plan.rules), kept
+
+
 def _source_paths(src: str, ck: Checkpoint) -> list[str]:
     paths = {os.path.abspath(src)}
     for s in ck.sources:
@@ -86,6 +103,7 @@ def migrate(
     rename: Sequence[str | tuple[str, str]] = (),
     drop: Sequence[str] = (),
     dtype: str | None = None,
+    allow_overflow: bool = False,
     rules_file: str | None = None,
     target: str | None = None,
     target_kwargs: dict[str, Any] | None = None,
@@ -117,6 +135,9 @@ def migrate(
     ``torch.load(weights_only=True)`` accepts (writers/sanitize.py) and proves
     the output loads that way in a fresh process; without it, objects read
     as placeholders are written back exactly as they were.
+    ``allow_overflow`` writes an output even when a cast turned finite values
+    into inf/NaN (the counts are in the report); without it that fails, and
+    nothing is published.
     ``workers`` (default: the cores, for DeepSpeed/DCP sources) write a safetensors or sharded output from
     several processes; under ``torchrun`` every rank writes its share (commands/consolidate.py).
     """
@@ -147,7 +168,8 @@ def migrate(
                         state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run,
                         verify=verify,
                         limits=limits, progress=progress, on_rules=on_rules, on_cleaned=on_cleaned,
-                        after_write=_after_write, parallel=(workers, dist, key, unsafe))
+                        after_write=_after_write, parallel=(workers, dist, key, unsafe),
+                        allow_overflow=allow_overflow)
     finally:
         ck.close()
 
@@ -158,8 +180,8 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
              force: bool,
              dry_run: bool, verify: bool, limits: Limits, progress: Progress,
              on_rules: Callable[[RuleSet], None] | None, on_cleaned: Callable[[staletemp.CleanReport], None] | None,
-             after_write: Callable[[str], None] | None, parallel: tuple[Any, ...] = (None, None, None, False)
-             ) -> MigrateReport:
+             after_write: Callable[[str], None] | None, parallel: tuple[Any, ...] = (None, None, None, False),
+             allow_overflow: bool = False) -> MigrateReport:
     # ties are handled (kept, or stored once with aliases) and reported by migrate itself
     warnings = [w for w in ck.warnings if not _SHARED_NOTE.match(w)]
     if not ck.tensors:
@@ -190,6 +212,10 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
                     on_rules(inferred)
     # 2. the plan; every conflict raises here, before anything is written
     plan = make_plan(ck.tensors, rules)
+    plan, kept_dtype = keep_packed_dtypes(plan)
+    if kept_dtype:
+        warnings.append(f"not cast: {len(kept_dtype)} tensor(s) inside quantized layers' packed params keep their "
+                        f"dtype, which the quantized kernels require ({', '.join(kept_dtype[:3])})")
     by_key = ck.by_key
     tensors = tuple(OutTensor(e.output, by_key[e.source], e.cast or e.dtype) for e in plan.entries
                     if e.output is not None)
@@ -198,10 +224,15 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     for t in tensors:
         require_data(t)
     quantized = [t.key for t in tensors if dtypes.lookup(t.dtype).is_quantized]
-    if quantized:
-        raise RuleConflict(f"quantized tensors cannot be migrated yet ({', '.join(repr(k) for k in quantized[:3])}"
-                           f"{' ...' if len(quantized) > 3 else ''}): ckpt reads them, but writing them back needs "
-                           "their scale and zero point; drop them with --drop, or keep the file as it is")
+    if quantized and fmt != writers.TORCH_ZIP:
+        shown = ", ".join(repr(k) for k in quantized[:5]) + (f" and {len(quantized) - 5} more" if len(quantized) > 5
+                                                              else "")
+        raise UsageError(f"a {fmt} output cannot hold quantized tensors (their scale and zero point): {shown}; "
+                         "write a .pth, or leave them out with --drop")
+    unquantized = [t.key for t in tensors if dtypes.lookup(t.dtype).is_quantized and t.source.quantizer is None]
+    if unquantized:
+        raise InputError(f"quantized tensor {unquantized[0]!r} was read without its quantizer; it cannot be "
+                         "written back")
     if any(t.source.device not in ("cpu", "meta") for t in tensors):
         warnings.append("tensors saved on a GPU are written as CPU tensors (torch.load needs no map_location)")
     check = None
@@ -211,7 +242,23 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
                                        tensors=tensors, rules=rules, inferred=inferred, target=check)
     # 3. the output's shape: container, metadata, ties
     chosen = resolve_key(ck.root, ck.state_dict_key or "", src) if ck.state_dict_key else ck.root
+    if built is not None and built.extra_state and isinstance(chosen, Mapping):
+        opaque = [k for k, v in chosen.items() if isinstance(v, Placeholder) and rules.new_key(str(k))
+                  in built.extra_state]
+        if opaque:
+            raise UsageError(f"--target cannot load {', '.join(map(repr, opaque[:3]))}: "
+                             f"{chosen[opaque[0]].qualname} "
+                             "objects are read as inert placeholders and never rebuilt (ckpt runs no code from "
+                             "the file), so the target check cannot hand them to the module; migrate without "
+                             "--target, and load the output with torch.load(weights_only=False) only if you "
+                             "trust the file")
     payload: dict[str, Any] = {}
+    held = [k for k in entries_holding_tensors(chosen, ck.keys) if rules.new_key(k) is not None] \
+        if fmt != writers.TORCH_ZIP else []
+    if held:  # never dropped silently: they are tensors of the source too
+        raise UsageError(f"a {fmt} output holds a flat mapping of tensors; these state_dict entries hold tensors "
+                         f"inside another object and would be lost: {', '.join(map(repr, held[:5]))}"
+                         f"{' ...' if len(held) > 5 else ''}; write a .pth, or leave them out with --drop")
     if fmt == writers.TORCH_ZIP:
         root, sd_key, kept, more = torch_root(ck, chosen, tensors, rules, state_dict_only)
         warnings += more
@@ -276,7 +323,7 @@ def _migrate(ck: Checkpoint, src: str, out: str | None, fmt: str, rules: RuleSet
     job = Job(out, fmt, tensors, payload, shard_bytes, run_devices, status, target, target_kwargs,
                allow_missing, verify, limits, progress, after_write, report_args, warnings, force,
                choose_workers(workers, ck.format, fmt, sum(t.nbytes for t in tensors)),
-               dist if fmt in PARALLEL_FORMATS else None, (src, key, unsafe))
+               dist if fmt in PARALLEL_FORMATS else None, (src, key, unsafe), allow_overflow)
     # 6. write, verify, publish
     with interrupts.interrupts_as_exceptions():
         return write_and_publish(job)

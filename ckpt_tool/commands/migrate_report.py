@@ -8,6 +8,7 @@ from ..io import staletemp
 from ..keys.rules import Plan, RuleSet
 from ..writers.base import OutTensor
 from .remote_counts import with_remote
+from .verify_casts import CastReport
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class MigrateReport:
     sanitized: tuple[str, ...] | None = None  # --sanitize: "where: what -> what" for each conversion
     weights_only_load: str | None = None  # --sanitize: "passed", "failed: ..." or "not checked: ..."
     remote: dict[str, int] | None = None  # requests and bytes fetched, when SRC is a URL
+    cast_loss: tuple[CastReport, ...] = ()  # per cast tensor: values turned inf/NaN, flushed to zero, subnormal
+    overflow_allowed: bool = False  # --allow-overflow: new inf/NaN from a cast were accepted
+    checks: tuple[str, ...] = ()  # what verification proved, in words (the verified: line)
 
     @property
     def ok(self) -> bool:
@@ -94,6 +98,12 @@ class MigrateReport:
             "cleaned_bytes": sum(t.bytes for t in self.cleaned),
             "sanitized": list(self.sanitized) if self.sanitized is not None else None,
             "weights_only_load": self.weights_only_load,
+            "cast_loss": [c.to_json() for c in self.cast_loss],
+            "new_nonfinite": sum(c.loss.new_nonfinite for c in self.cast_loss),
+            "saturated": sum(c.loss.saturated for c in self.cast_loss),
+            "flushed_to_zero": sum(c.loss.flushed for c in self.cast_loss),
+            "overflow_allowed": self.overflow_allowed,
+            "verified_checks": list(self.checks),
         }, self.remote)
 
 

@@ -65,6 +65,7 @@ class Job:
     workers: int = 1
     dist: Any = None  # consolidate_dist.Dist under torchrun
     source: tuple[str, str | None, bool] = ("", None, False)  # (src, --key, --unsafe): how workers re-read it
+    allow_overflow: bool = False  # --allow-overflow: a cast may turn finite values into inf/NaN
 
 
 def write_and_publish(job: Job) -> MigrateReport:
@@ -75,7 +76,10 @@ def write_and_publish(job: Job) -> MigrateReport:
         src, key, unsafe = job.source
         spec = Spec(src, key, unsafe, job.limits, job.report_args["rules"], job.fmt, job.shard_bytes,
                     dict(job.payload["meta"]), count=job.workers)
-        return MigrateReport(**job.report_args, **write_parallel(job, spec, job.dist))
+        result = write_parallel(job, spec, job.dist)  # it adds what the casts did to report_args
+        if job.verify and result.get("written"):
+            job.report_args["checks"] = checks_done(job)
+        return MigrateReport(**job.report_args, **result)
     folder = job.fmt in writers.FOLDER_FORMATS
     shards: list[str] = []
     p = job.progress
@@ -110,6 +114,12 @@ def write_and_publish(job: Job) -> MigrateReport:
             p.start("writing", sum(t.nbytes for t in job.tensors))
             write_dcp(tmp.path, job.tensors, p.advance)
         p.done()
+        from .verify_casts import judge_casts
+
+        refused = judge_casts(job)
+        if refused:  # values lost to a cast: nothing is verified or published
+            return MigrateReport(**job.report_args, verified={"cpu": False}, device_status={"cpu": "failed"},
+                                 failures=tuple(refused), warnings=tuple(job.warnings))
         tmp.finish(background=job.verify)  # the fsync overlaps the verification's reads
         size = _size(tmp.path)
         if job.after_write is not None:
@@ -132,8 +142,33 @@ def write_and_publish(job: Job) -> MigrateReport:
             return MigrateReport(**job.report_args, verified=verified, device_status=status,
                                  failures=tuple(failures), shards=tuple(shards), warnings=tuple(job.warnings))
         tmp.publish(replace=job.force)
+    if job.verify:
+        job.report_args["checks"] = checks_done(job)
     return MigrateReport(**job.report_args, written=True, verified=verified, device_status=status,
                          shards=tuple(shards), bytes_written=size, warnings=tuple(job.warnings))
+
+
+def checks_done(job: Job) -> tuple[str, ...]:
+    """What a passed verification proved, in words, for the ``verified:`` line (the target load is added there)."""
+    from .. import dtypes
+
+    plan = job.report_args.get("plan")
+    out = []
+    if plan is not None:
+        dropped = len(plan.dropped)
+        out.append(f"all {len(plan.entries) - dropped} kept source tensors present"
+                   + (f", {dropped} dropped by your rules" if dropped else ""))
+    out.append("every tensor re-read and compared bit for bit")
+    quantized = sum(1 for t in job.tensors if dtypes.lookup(t.dtype).is_quantized)
+    if quantized:
+        out.append(f"{quantized} quantized tensor(s) with their scales and zero points")
+    losses = job.report_args.get("cast_loss") or ()
+    if losses:
+        bad = sum(c.loss.overflowed for c in losses)
+        flushed = sum(c.loss.flushed for c in losses)
+        out.append(f"{len(losses)} cast(s) counted: {bad} value(s) became inf/NaN or were clamped"
+                   + (" (--allow-overflow)" if bad else "") + f", {flushed} flushed to zero")
+    return tuple(out)
 
 
 def _size(path: str) -> int:
@@ -148,7 +183,12 @@ def _verify(job: Job, path: str) -> tuple[dict[str, bool], list[str]]:
         return {}, []
     from .verify import verify_output
 
+    others = [d for d in job.devices if d != "cpu"]
+    if others and any(t.source.quantizer is not None for t in job.tensors):
+        job.warnings.append(f"quantized tensors have CPU kernels only: on {', '.join(others)} they were not "
+                            "round-tripped" + (" and the target was loaded on the CPU only" if job.target else ""))
+
     return verify_output(path, job.fmt, job.tensors, pickled_root=job.payload.get("root"),
                          sd_key=job.payload.get("sd_key", ""), devices=job.devices, target=job.target,
                          target_kwargs=job.target_kwargs, allow_missing=job.allow_missing, limits=job.limits,
-                         progress=job.progress)
+                         progress=job.progress, plan=job.report_args.get("plan"))

@@ -87,15 +87,10 @@ def _small_nonfinite_counts(tensors: list[TensorMeta]) -> dict[int, tuple[int, i
 
 
 def _count_chunk(raw: Any, dtype: str) -> tuple[int, int]:
-    """(NaN count, Inf count) of raw little-endian ``dtype`` values, with torch."""
-    import torch
+    """(NaN count, Inf count) of raw little-endian ``dtype`` values (tensordata.count_raw_nonfinite)."""
+    from ..tensors.tensordata import count_raw_nonfinite
 
-    from ..tensors.tensordata import torch_dtype
-
-    x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch_dtype(dtype))
-    if x.dtype.is_floating_point and x.element_size() == 1:  # float8: no isnan kernels everywhere
-        x = x.to(torch.float32)
-    return int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
+    return count_raw_nonfinite(raw, dtype)
 
 
 def count_nonfinite(t: TensorMeta, buffer: bytearray | None = None) -> tuple[int, int]:

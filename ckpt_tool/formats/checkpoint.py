@@ -16,7 +16,7 @@ from ..model import Candidate, Checkpoint, Deferred, GlobalRef, TensorMeta
 from ..pickles import severity
 from ..pickles.placeholders import LazyTensor, NumpyArray, NumpyScalar, Placeholder, is_module_placeholder
 from .base import Loaded
-from .locate import all_tensors_str_keys, choose, is_real_module, is_tensor, module_tensors, tensors_of
+from .locate import all_tensors_str_keys, choose, is_real_module, is_tensor, module_tensors, packed_items, tensors_of
 from .metas import layout_warnings, metas_of
 
 SUMMARY_NODES = 100_000  # values rendered by one summarize() call
@@ -171,7 +171,8 @@ def _checkpoint(
     elif chosen == "" and isinstance(root, Mapping) and len(held) < len(root):
         # a top-level dict mixing tensors with other values ({"w": ..., "epoch": 3}): keep the others
         metadata.update((str(k), summarize(v)) for k, v in root.items()
-                        if not is_tensor(v) and str(k) not in held and not str(k).endswith("_extra_state"))
+                        if not is_tensor(v) and str(k) not in held and not str(k).endswith("_extra_state")
+                        and packed_items(str(k), v) is None)  # packed params' tensors are in held
     warnings.extend(reference_warnings(loaded.references))
     warnings.extend(layout_warnings(tensors))
     sources = tuple(loaded.sources) + ((memory,) if memory.buffers else ())

@@ -84,6 +84,24 @@ def module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth:
             out.setdefault("\0plain:" + prefix + name, value)
 
 
+PACKED_SUFFIX = "_packed_params"
+
+
+def packed_items(key: str, value: Any) -> list[tuple[str, Any]] | None:
+    """The tensors inside a quantized module's packed params entry, under ``KEY.0``, ``KEY.1``, or None.
+
+    ``torch.ao`` quantized and dynamic-quantized Linear layers save
+    ``PREFIX._packed_params._packed_params`` as a tuple (qint8 weight, float
+    bias or None): these are tensors of the state_dict like any other, listed,
+    migrated and compared by their position in the tuple.
+    """
+    if not key.endswith(PACKED_SUFFIX) or type(value) not in (tuple, list) or not value or len(value) > 8:
+        return None
+    if not all(v is None or is_tensor(v) for v in value) or all(v is None for v in value):
+        return None
+    return [(f"{key}.{i}", v) for i, v in enumerate(value) if v is not None]
+
+
 def real_module_tensors(module: Any) -> OrderedDict[str, Any]:
     return OrderedDict(module.state_dict())
 
@@ -100,8 +118,18 @@ def tensors_of(obj: Any) -> Mapping[str, Any] | None:
     if isinstance(obj, Mapping):
         if all_tensors_str_keys(obj):
             return obj  # the common flat state_dict (callers only read it)
-        found = OrderedDict((str(k), v) for k, v in obj.items() if is_tensor(v))
-        if len(found) < len(obj):
+        found: OrderedDict[str, Any] = OrderedDict()
+        other = False
+        for k, v in obj.items():
+            if is_tensor(v):
+                found[str(k)] = v
+                continue
+            packed = packed_items(str(k), v)
+            if packed is not None:
+                found.update(packed)
+            else:
+                other = True
+        if other:
             tree: OrderedDict[str, Any] = OrderedDict()
             if _tensor_tree(obj, "", tree, 0) and tree:
                 return tree

@@ -70,7 +70,7 @@ def metas_of(held: Mapping[str, Any], memory: MemorySource) -> list[TensorMeta]:
     out: list[TensorMeta] = []
     append = out.append
     for key, obj in held.items():
-        st = obj.storage if type(obj) is LazyTensor else None
+        st = obj.storage if type(obj) is LazyTensor and obj.quantizer is None else None
         if st is None:
             append(to_meta(key, obj, memory))
             continue
@@ -110,10 +110,11 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
             dt = obj.dtype
             if ((last + 1) * dt.itemsize if dt.per_byte == 1 else dt.nbytes(last + 1)) > st.nbytes:
                 raise InputError(f"tensor {key!r} reaches past the end of its storage ({st.nbytes} bytes)")
-        return TensorMeta(key, obj.dtype.name, shape, stride, offset, st.ref, st.location)
+        quantizer = quantizer_meta(key, obj.quantizer, memory) if obj.quantizer is not None else None
+        return TensorMeta(key, obj.dtype.name, shape, stride, offset, st.ref, st.location, quantizer)
     if isinstance(obj, TensorMeta):
         return obj if obj.key == key else TensorMeta(key, obj.dtype, obj.shape, obj.stride,
-                                                      obj.storage_offset, obj.storage, obj.device)
+                                                      obj.storage_offset, obj.storage, obj.device, obj.quantizer)
     if isinstance(obj, NumpyArray):
         if obj.dtype is None:
             raise InputError(f"NumPy array {key!r} has an unsupported dtype {obj.type_string!r}")
@@ -131,6 +132,41 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
     from .torchsource import torch_tensor_meta  # only reached for --unsafe loads
 
     return torch_tensor_meta(key, obj, memory)
+
+
+def quantizer_meta(key: str, params: tuple[Any, ...], memory: MemorySource) -> tuple[Any, ...]:
+    """A quantized tensor's quantizer with its per-channel scales and zero points as TensorMetas.
+
+    The scheme is kept by name, scalars as pickled (a float scale, an int zero
+    point), so a torch output writes back exactly what the source held.
+    """
+    scheme = str(params[0])
+    if len(params) == 3:
+        _, scale, zero = params
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not isinstance(zero, int):
+            raise InputError(f"quantized tensor {key!r} has a scale or zero point that is not a number")
+        return (scheme, scale, zero)
+    if len(params) == 4:
+        _, scales, zeros, axis = params
+        if not isinstance(axis, int) or isinstance(axis, bool):
+            raise InputError(f"quantized tensor {key!r} has a per-channel axis that is not an int")
+        return (scheme, _quantizer_part(f"{key}<scales>", scales, memory),
+                _quantizer_part(f"{key}<zero_points>", zeros, memory), axis)
+    raise InputError(f"quantized tensor {key!r} has a quantizer of {len(params)} parts; expected 3 or 4")
+
+
+def quantizer_note(q: tuple[Any, ...]) -> str:
+    """inspect's note for a quantized tensor: its scheme with the scale and zero point, or the axis."""
+    if len(q) == 3:
+        return f"{q[0]} scale={q[1]:.6g} zero_point={q[2]}"
+    count = q[1].numel if isinstance(q[1], TensorMeta) else len(q[1])
+    return f"{q[0]} axis={q[3]} ({count} scales and zero points)"
+
+
+def _quantizer_part(key: str, value: Any, memory: MemorySource) -> Any:
+    if isinstance(value, list):  # torch accepts lists of numbers here (_rebuild_qtensor)
+        return list(value)
+    return to_meta(key, value, memory)
 
 
 def layout_warnings(tensors: list[TensorMeta]) -> list[str]:

@@ -63,7 +63,8 @@ class LazyTensor(metaclass=_FunctionStandIn):
     files); ``meta`` builds the storage-less tensors of other rebuilds.
     """
 
-    __slots__ = ("storage", "storage_offset", "shape", "stride", "dtype", "requires_grad", "is_parameter", "subclass")
+    __slots__ = ("storage", "storage_offset", "shape", "stride", "dtype", "requires_grad", "is_parameter", "subclass",
+                 "quantizer")
 
     def __init__(
         self, storage: Any, storage_offset: int, size: Any, stride: Any, requires_grad: Any = False,
@@ -79,6 +80,9 @@ class LazyTensor(metaclass=_FunctionStandIn):
         self.requires_grad = bool(requires_grad)
         self.is_parameter = False
         self.subclass: str | None = None
+        # _rebuild_qtensor's quantizer_params as pickled: (qscheme, scale, zero_point) or
+        # (qscheme, scales, zero_points, axis); None for a tensor that is not quantized
+        self.quantizer: tuple[Any, ...] | None = None
 
     @classmethod
     def meta(cls, dtype: dtypes.DType, shape: tuple[int, ...], stride: tuple[int, ...],
@@ -86,7 +90,7 @@ class LazyTensor(metaclass=_FunctionStandIn):
         """A tensor without a storage (saved on the meta device)."""
         t = cls.__new__(cls)
         t.storage, t.storage_offset, t.shape, t.stride, t.dtype = None, 0, shape, stride, dtype
-        t.requires_grad, t.is_parameter, t.subclass = requires_grad, False, None
+        t.requires_grad, t.is_parameter, t.subclass, t.quantizer = requires_grad, False, None, None
         return t
 
     @property

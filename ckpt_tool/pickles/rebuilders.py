@@ -46,12 +46,14 @@ def _rebuild_tensor_v3(
 
 def _rebuild_qtensor(storage: Any, storage_offset: int, size: Any, stride: Any, quantizer_params: Any,
                      requires_grad: Any = False, backward_hooks: Any = None) -> LazyTensor:
-    """A quantized tensor: its integer data as metadata; the scale and zero point stay in the pickle."""
+    """A quantized tensor: its integer data as metadata, its quantizer kept as pickled (migrate writes it back)."""
     if not isinstance(storage, LazyStorage) or not storage.dtype.is_quantized:
         raise pickle.UnpicklingError("a quantized tensor rebuilt from a storage that is not quantized")
     if not isinstance(quantizer_params, tuple) or not quantizer_params or not isinstance(quantizer_params[0], QScheme):
         raise pickle.UnpicklingError("a quantized tensor without a known quantization scheme")
-    return LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride), requires_grad)
+    t = LazyTensor(storage, int(storage_offset), tuple(size), tuple(stride), requires_grad)
+    t.quantizer = quantizer_params
+    return t
 
 
 class QScheme(str):

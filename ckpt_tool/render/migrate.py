@@ -60,11 +60,29 @@ def verification_line(report: MigrateReport) -> str:
     if not report.verified:
         return "verified: NO (--no-verify)"
     parts = [f"{dev} {state}" for dev, state in report.device_status.items()]
-    what = "bit-for-bit re-read"
+    checks = list(report.checks) or ["bit-for-bit re-read"]
     if report.target is not None:
-        what += " + load_state_dict into the target" + (
-            " (strict but for --allow-missing)" if report.target.allowed_missing else " (strict=True)")
-    return f"verified: {', '.join(parts)} ({what})"
+        checks.append("load_state_dict into the target" + (
+            " (strict but for --allow-missing)" if report.target.allowed_missing else " (strict=True)"))
+    return f"verified: {', '.join(parts)} ({'; '.join(checks)})"
+
+
+def cast_line(report: MigrateReport) -> str | None:
+    casts = [e for e in report.plan.entries if e.cast and e.output]
+    if not casts:
+        return None
+    to = sorted({e.cast for e in casts if e.cast})
+    line = f"cast:     {len(casts)} tensor(s) to {', '.join(to)}"
+    if report.cast_loss:
+        bad = sum(c.loss.overflowed for c in report.cast_loss)
+        flushed = sum(c.loss.flushed for c in report.cast_loss)
+        if bad:
+            line += f"; {bad} value(s) became inf/NaN or were clamped"
+            line += " (accepted: --allow-overflow)" if report.overflow_allowed else ""
+        else:
+            line += "; no value became inf/NaN or was clamped"
+        line += f", {flushed} nonzero value(s) became 0" if flushed else ", none flushed to zero"
+    return line
 
 
 def render(report: MigrateReport) -> str:
@@ -80,9 +98,9 @@ def render(report: MigrateReport) -> str:
     dropped = report.plan.dropped
     if dropped:
         out.append(f"dropped:  {len(dropped)}: {_sample(dropped)}")
-    casts = [e for e in report.plan.entries if e.cast and e.output]
-    if casts:
-        out.append(f"cast:     {len(casts)} tensor(s) to {casts[0].cast}")
+    line = cast_line(report)
+    if line is not None:
+        out.append(line)
     total = sum(t.nbytes for t in report.tensors)
     out.append(f"tensors:  {len(report.tensors)} ({human_bytes(total)})"
                + (f", {len(report.aliases)} tied (stored once)" if report.aliases else ""))
@@ -100,6 +118,10 @@ def render(report: MigrateReport) -> str:
     if report.dry_run:
         out.append("")
         out.append(plan_table(report))
+    elif report.failures and any(c.loss.overflowed for c in report.cast_loss) and not report.overflow_allowed:
+        out.append("CAST FAILED: values became inf/NaN or were clamped; nothing was written "
+                   "(an existing output was left as it was)")
+        out.extend(f"  - {f}" for f in report.failures)
     elif report.failures:
         out.append("VERIFICATION FAILED: the output was removed (an existing output was left as it was)")
         out.extend(f"  - {f}" for f in report.failures)

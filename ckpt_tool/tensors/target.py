@@ -289,7 +289,10 @@ def state_dict_meta(module: Any) -> tuple[list[TensorMeta], list[str], list[str]
     tensors: list[TensorMeta] = []
     lazy: list[str] = []
     extra: list[str] = []
-    for key, value in module.state_dict(keep_vars=True).items():
+    from .quantized import flat_state
+
+    state = module.state_dict(keep_vars=True)
+    for key, value in flat_state(state).items():  # packed params' tensors under KEY.0, KEY.1 (as ckpt reads them)
         if not isinstance(value, torch.Tensor):
             extra.append(key)
         elif is_lazy(value):

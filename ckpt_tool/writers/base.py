@@ -12,6 +12,7 @@ from math import prod
 from .. import dtypes
 from ..errors import InputError
 from ..model import TensorMeta, contiguous_strides
+from ..tensors.castloss import CastLoss
 
 CHUNK = 4 << 20  # bytes per read/write: large enough for disk speed, small enough to stay in cache
 _BY_NAME = dtypes.BY_NAME
@@ -25,7 +26,7 @@ class OutTensor:
     """
 
     __slots__ = ("key", "source", "dtype", "shape", "numel", "nbytes", "cast", "streamable", "itemsize", "_view",
-                 "_loc")
+                 "_loc", "loss")
 
     def __init__(self, key: str, source: TensorMeta, dtype: str) -> None:
         self.key = key
@@ -43,6 +44,7 @@ class OutTensor:
         self.streamable = not self.cast and source.storage is not None and source.is_contiguous
         self._view: object = False
         self._loc: object = False  # sourcebytes.small_location's answer, once asked (writing and verifying both ask)
+        self.loss: CastLoss | None = None  # what the cast did to the values, counted when it was first cast
 
     def view_key(self) -> tuple[object, ...] | None:
         """Identity of the exact values: equal keys mean the same view of the same storage."""

@@ -19,6 +19,7 @@ def materialise(tensors: Sequence[OutTensor]) -> dict[str, Any]:
     """Torch tensors for the output, one object per tied group."""
     import torch
 
+    from ..tensors.castloss import cast_with_loss
     from ..tensors.tensordata import to_torch
 
     out: dict[str, Any] = {}
@@ -29,7 +30,8 @@ def materialise(tensors: Sequence[OutTensor]) -> dict[str, Any]:
         if x is None:
             x = to_torch(t.source)
             if t.cast:
-                x = x.to(getattr(torch, t.dtype))
+                x, loss = cast_with_loss(x, getattr(torch, t.dtype))
+                t.loss = loss
             if vk is not None:
                 by_view[vk] = x
         out[t.key] = x

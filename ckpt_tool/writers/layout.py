@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import RuleConflict
-from ..formats.locate import is_tensor
+from ..formats.locate import is_tensor, packed_items
 from ..keys.rules import RuleSet
 from ..model import Checkpoint
 from ..pickles.placeholders import Placeholder, is_module_placeholder
@@ -124,6 +124,15 @@ def new_state_dict(chosen: Any, tensors: Sequence[OutTensor], by_source: dict[st
                 items.append((t.key, t))
                 seen[t.key] = key
             continue
+        packed = packed_items(key, v)
+        if packed is not None:
+            group = _packed_group(key, v, packed, by_source, rules)
+            if group is not None:
+                if group[0] in seen:
+                    raise RuleConflict(f"{seen[group[0]]!r} and {key!r} would both become {group[0]!r}")
+                seen[group[0]] = key
+                items.append(group)
+            continue
         new = rules.new_key(key)
         if new is None:
             continue
@@ -136,6 +145,28 @@ def new_state_dict(chosen: Any, tensors: Sequence[OutTensor], by_source: dict[st
     if md is not None and isinstance(sd, OrderedDict):
         sd._metadata = md  # type: ignore[attr-defined]
     return sd
+
+
+def _packed_group(key: str, value: Any, members: list[tuple[str, Any]], by_source: dict[str, OutTensor],
+                  rules: RuleSet) -> tuple[str, Any] | None:
+    """(new key, tuple) of a quantized module's packed params, its tensors replaced; None when the rules
+    dropped all of them. They are one object to torch: renamed and dropped together, or refused."""
+    kept = [by_source.get(k) for k, _ in members]
+    new = rules.new_key(key)
+    if all(t is None for t in kept) and new is None:
+        return None
+    if new is None or any(t is None for t in kept):
+        raise RuleConflict(f"{key!r} holds a quantized layer's packed weight and bias, which load together: "
+                           f"drop all of {', '.join(repr(k) for k, _ in members)} (e.g. --drop '{key}*') or none")
+    by_member = {k: t for (k, _), t in zip(members, kept)}
+    out = []
+    for i, item in enumerate(value):
+        t = by_member.get(f"{key}.{i}")
+        if item is not None and (t is None or t.key != f"{new}.{i}"):
+            raise RuleConflict(f"{key}.{i} would become {t.key if t else None!r}, but its packed params "
+                               f"{key!r} become {new!r}: rename them with one rule on the module's prefix")
+        out.append(t if item is not None else None)
+    return new, tuple(out) if isinstance(value, tuple) else out
 
 
 def torch_root(ck: Checkpoint, chosen: Any, tensors: Sequence[OutTensor], rules: RuleSet,
@@ -164,6 +195,34 @@ def torch_root(ck: Checkpoint, chosen: Any, tensors: Sequence[OutTensor], rules:
     new_root = _replace_at(root, path, sd)
     kept = [str(k) for k in root.keys() if str(k) != str(path[0])] if isinstance(root, Mapping) else []
     return new_root, ".".join(str(p) for p in path), kept, warnings
+
+
+def entries_holding_tensors(chosen: Any, keys: Sequence[str]) -> list[str]:
+    """Non-tensor entries of a state_dict mapping that hold tensors inside (a TorchBind object's state,
+    a tuple of tensors) that are not among its tensors ``keys`` (a nested tree of tensors is flattened
+    into them): a format that stores only a flat mapping of tensors would lose them."""
+    if not isinstance(chosen, Mapping) or is_module_placeholder(chosen):
+        return []
+    found = [str(k) for k, v in chosen.items()
+             if not is_tensor(v) and packed_items(str(k), v) is None and _holds_tensor(v, 0)]
+    if not found:
+        return found  # the common case: no prefix set to build
+    prefixes = {key[:i] for key in keys for i, ch in enumerate(key) if ch == "."}
+    return [k for k in found if k not in prefixes]
+
+
+def _holds_tensor(obj: Any, depth: int) -> bool:
+    if is_tensor(obj):
+        return True
+    if depth > 32:
+        return False
+    if isinstance(obj, Placeholder):
+        obj = list(obj.__dict__.values())
+    if isinstance(obj, Mapping):
+        return any(_holds_tensor(v, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return any(_holds_tensor(v, depth + 1) for v in obj)
+    return False
 
 
 def placeholders_in(obj: Any, skip: Any = None, path: str = "", depth: int = 0) -> list[tuple[str, str]]:

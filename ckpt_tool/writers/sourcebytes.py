@@ -19,6 +19,7 @@ from .. import dtypes
 from ..errors import InputError
 from ..io.source import FileSource, pread_exact
 from ..model import StorageRef, TensorMeta
+from ..tensors.castloss import CastLoss, cast_with_loss
 from ..tensors.tensordata import tensor_bytes
 from .base import CHUNK, OutTensor
 
@@ -28,20 +29,32 @@ _GAP = 1 << 20  # bytes of other data a coalesced read may skip over
 
 def cast_bytes(meta: TensorMeta, dtype: str) -> bytes:
     """The tensor's values converted to ``dtype`` (torch is imported only here)."""
+    return _cast(meta, dtype)[0]
+
+
+def _cast(meta: TensorMeta, dtype: str, count: bool = True) -> tuple[bytes, CastLoss]:
     import torch
 
     from ..tensors.tensordata import to_torch
 
-    x = to_torch(meta).to(getattr(torch, dtypes.lookup(dtype).name)).contiguous()
+    x, loss = cast_with_loss(to_torch(meta), getattr(torch, dtypes.lookup(dtype).name), count=count)
     if x.numel() == 0:
-        return b""
-    return x.reshape(-1).view(torch.uint8).numpy().tobytes()
+        return b"", loss
+    return x.reshape(-1).view(torch.uint8).numpy().tobytes(), loss
 
 
 def out_bytes(t: OutTensor) -> bytes:
-    """All of ``t``'s output bytes, C-contiguous and little-endian."""
+    """All of ``t``'s output bytes, C-contiguous and little-endian.
+
+    A cast counts what it did to the values the first time (``t.loss``), in
+    the same pass that converts them; re-computing it (verification) does
+    not count again.
+    """
     if t.cast:
-        return cast_bytes(t.source, t.dtype)
+        data, loss = _cast(t.source, t.dtype, count=t.loss is None)
+        if t.loss is None:
+            t.loss = loss
+        return data
     return tensor_bytes(t.source)
 
 

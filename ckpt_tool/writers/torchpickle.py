@@ -240,6 +240,10 @@ class TorchPickler(_PurePickler):
             return
         storage, offset, stride = self.table.place(t)
         dt = _BY_NAME.get(t.dtype) or dtypes.lookup(t.dtype)
+        if t.source.quantizer is not None and not t.cast:
+            self._qtensor(t, storage, offset, stride, dt, requires_grad)
+            self.memoize(ident)
+            return
         v3 = dt.storage is None
         g = self._global
         numel = storage.nbytes if v3 else storage.nbytes // dt.itemsize
@@ -259,6 +263,30 @@ class TorchPickler(_PurePickler):
             g("torch", dt.name) if v3 else b"", _P.TUPLE, _P.REDUCE,
         )))
         self.memoize(ident)
+
+    def _qtensor(self, t: OutTensor, storage: Storage, offset: int, stride: tuple[int, ...], dt: dtypes.DType,
+                 requires_grad: bool) -> None:
+        """``torch._utils._rebuild_qtensor`` as torch.save writes it: the integer storage, then the
+        quantizer as the source pickled it (scheme, scale and zero point, or per-channel tensors and axis)."""
+        g = self._global
+        key = storage.key.encode("ascii")
+        self.write(b"".join((
+            g("torch._utils", "_rebuild_qtensor"), _P.MARK, _P.MARK,
+            self._constant("storage"), g("torch", dt.storage),  # type: ignore[arg-type]
+            _P.BINUNICODE, _pack_I(len(key)), key, self._constant("cpu"),
+            _int(storage.nbytes // dt.itemsize), _P.TUPLE, _P.BINPERSID,
+            _int(offset), _int_tuple(tuple(t.shape)), _int_tuple(tuple(stride)),
+        )))
+        q = t.source.quantizer or ("per_tensor_affine",)
+        self.write(_P.MARK + g("torch", str(q[0])))
+        for part in q[1:]:
+            if isinstance(part, TensorMeta):
+                self._tensor(OutTensor("", part, part.dtype), part)
+            else:
+                self.save(part)
+        self.write(_P.TUPLE)
+        self.write((_P.NEWTRUE if requires_grad else _P.NEWFALSE)
+                   + g("collections", "OrderedDict") + _P.EMPTY_TUPLE + _P.REDUCE + _P.TUPLE + _P.REDUCE)
 
     def _numpy(self, arr: NumpyArray) -> None:
         """Re-emit a NumPy array the way NumPy pickles it (metadata only; never a state_dict tensor)."""
@@ -300,7 +328,15 @@ def _as_meta(obj: LazyTensor | TensorMeta) -> TensorMeta:
         return obj
     st = obj.storage
     ref = st.ref if st is not None else None
-    return TensorMeta("", obj.dtype.name, obj.shape, obj.stride, obj.storage_offset, ref, obj.device)
+    quantizer = None
+    if obj.quantizer is not None:
+        from ..formats.metas import quantizer_meta
+
+        quantizer = quantizer_meta("", obj.quantizer, _NO_MEMORY)
+    return TensorMeta("", obj.dtype.name, obj.shape, obj.stride, obj.storage_offset, ref, obj.device, quantizer)
+
+
+_NO_MEMORY = MemorySource("<quantizer>")  # quantizers hold tensors and numbers, never NumPy arrays
 
 
 def as_meta(obj: LazyTensor | TensorMeta) -> TensorMeta:

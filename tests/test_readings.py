@@ -389,3 +389,22 @@ def test_dcp_metadata_given_alone_walks_the_files_it_names(tmp_path, run_cli):
     report = scan([str(folder / ".metadata")])
     assert {os.path.basename(f.path) for f in report.files} >= {".metadata", next(folder.glob("*.distcp")).name}
     assert report.exit_code == 1 and any(g.qualname == "posix.system" for f in report.files for g in f.globals)
+
+
+def test_no_safetensors_header_length_reads_as_a_pickle_that_names_anything(tmp_path):
+    """Whatever byte a header length starts with (a pickle opcode or not), a plain file stays safe."""
+    data = torch.arange(64, dtype=torch.float32).numpy().tobytes() + b"\n".join([b"cos", b"system"]) * 4
+    base = {"w": {"dtype": "U8", "shape": [len(data)], "data_offsets": [0, len(data)]},
+            "__metadata__": {"format": "pt"}}
+    text = json.dumps(base, separators=(",", ":")).encode()
+    paths = []
+    for low in range(256):
+        n = 512 + low if 512 + low >= len(text) else 768 + low
+        path = tmp_path / f"h{low:03d}.bin"
+        path.write_bytes(len(text.ljust(n)).to_bytes(8, "little") + text.ljust(n) + data)
+        paths.append(path)
+    with safe_open(str(paths[0x63]), "pt") as f:  # 'c' (GLOBAL) as the first byte: still plain safetensors
+        assert list(f.keys()) == ["w"]
+    report = scan([str(p) for p in paths])
+    assert report.exit_code == 0
+    assert [f.path for f in report.files if f.verdict != "safe" or f.findings] == []

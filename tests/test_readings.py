@@ -359,6 +359,24 @@ def test_distributed_safetensors_shards_are_refused(tmp_path, run_cli):
         assert_one_line_error(run_cli("inspect", str(target)), "distributed safetensors", "DCP_SHARDING_INFO")
     assert run_cli("diff", str(shards[0]), str(shards[1])).code == 2
     assert run_cli("scan", str(out)).code == 2  # never read as a whole model, so never "safe"
+    renamed = tmp_path / "model.safetensors"  # rank 1's slices, at nonzero offsets, whatever the name
+    renamed.write_bytes(shards[1].read_bytes())
+    assert_one_line_error(run_cli("inspect", str(renamed)), "distributed safetensors")
+
+
+def test_rank0_save_of_the_hf_writer_is_read_as_whole_tensors(tmp_path, run_cli):
+    """save_distributed=False writes DCP_SHARDING_INFO too (every offset zero) beside an index: a model."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    out = tmp_path / "hf"
+    with pytest.warns(UserWarning):  # "torch.distributed is disabled ... assuming ... a single process"
+        dcp.save({"w": torch.arange(6.0).reshape(2, 3)}, storage_writer=HuggingFaceStorageWriter(str(out)))
+    (shard,) = out.glob("*.safetensors")
+    with safe_open(str(shard), "pt") as f:
+        assert "DCP_SHARDING_INFO" in (f.metadata() or {})
+    r = run_cli("inspect", "--json", str(out))
+    assert r.code == 0 and [(t["key"], t["shape"]) for t in json.loads(r.out)["tensors"]] == [("w", [2, 3])]
 
 
 def test_torch_zip_reader_rule_matches_torch_for_a_real_archive(tmp_path):

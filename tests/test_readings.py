@@ -426,3 +426,19 @@ def test_no_safetensors_header_length_reads_as_a_pickle_that_names_anything(tmp_
     report = scan([str(p) for p in paths])
     assert report.exit_code == 0
     assert [f.path for f in report.files if f.verdict != "safe" or f.findings] == []
+
+
+def test_scripted_quantized_model_lists_what_torch_jit_load_lists(tmp_path, run_cli):
+    """Packed params are a C++ class with no code/ source: torch.jit.load reads the archive, and so does ckpt."""
+    model = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(),
+                                                                       torch.nn.Linear(4, 2)),
+                                                   {torch.nn.Linear}, dtype=torch.qint8)
+    path = tmp_path / "scripted_quantized.pt"
+    torch.jit.save(torch.jit.script(model), str(path))
+    expected = sorted(torch.jit.load(str(path)).state_dict())
+    r = run_cli("inspect", "--json", str(path))
+    assert r.code == 0, r
+    doc = json.loads(r.out)
+    assert sorted(t["key"] for t in doc["tensors"]) == expected
+    packed = [w for w in doc["warnings"] if "packed params" in w]
+    assert packed and "0._packed_params._packed_params" in packed[0] and "2._packed_params" in packed[0]

@@ -139,7 +139,7 @@ def test_legacy_files_of_every_pickle_protocol_are_read_as_torch_reads_them(tmp_
     assert r.code == 0 and [t["key"] for t in json.loads(r.out)["tensors"]] == ["w"]
 
 
-@pytest.mark.parametrize("spelling", ["long4", "int_text", "proto0"])
+@pytest.mark.parametrize("spelling", ["long4", "int_text", "proto0", "computed"])
 def test_nested_legacy_file_with_another_magic_spelling_is_walked(tmp_path, spelling):
     nested = legacy_magic_bytes(spelling, _evil(tmp_path / "ran"))
     path = tmp_path / "nested.pth"

@@ -172,7 +172,9 @@ class Scanner:
         else:
             head = blob.read(0, 256)
             legacy = is_legacy_magic(head)  # a nested torch file, whatever opcodes spell its magic number
-            limit = LEGACY_PICKLES if legacy else (MAX_PICKLES if not lenient else 1)
+            # every consecutive pickle, even in a member: a magic number torch computes by a call (int("...")) is
+            # no spelling to recognise, and the pickles after it run all the same
+            limit = LEGACY_PICKLES if legacy else MAX_PICKLES
             if not self.pickles(blob, where, depth, limit=limit, strict=not lenient) and not lenient:
                 self.error(where, "not a readable pickle")
 

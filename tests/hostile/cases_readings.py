@@ -123,6 +123,7 @@ def legacy_magic_bytes(spelling: str, obj_pickle: bytes) -> bytes:
         "long4": b"\x8b" + struct.pack("<I", 10) + m.to_bytes(10, "little") + b".",
         "int_text": b"I%d\n." % m,
         "proto0": pickle.dumps(m, protocol=0),
+        "computed": b"cbuiltins\nint\n(V%x\nK\x10tR." % m,  # int("1950a8...", 16): a call, no constant
     }[spelling]
     sys_info = b.dumps({"protocol_version": 1001, "little_endian": True,
                         "type_sizes": {"short": 2, "int": 4, "long": 8}})
@@ -151,7 +152,7 @@ def _hidden_members(c: Corpus) -> None:
         z.writestr("arr.npy", npy_bytes("'O'", evil("zip_npz_member")))
     c.add("zip_npz_member", "nested", _with_member("archive/extra/arrays.npz", npz.getvalue()),
           "torch zip holding an .npz whose array has an object dtype", flag=SYSTEM)
-    for spelling in ("long4", "int_text"):
+    for spelling in ("long4", "int_text", "computed"):
         name = f"zip_nested_legacy_{spelling}"
         c.add(name, "nested", _with_member("archive/extra/nested.pt", legacy_magic_bytes(spelling, evil(name))),
               f"torch zip with a nested legacy torch file whose magic number is pickled as {spelling}; "

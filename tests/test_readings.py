@@ -139,7 +139,7 @@ def test_legacy_files_of_every_pickle_protocol_are_read_as_torch_reads_them(tmp_
     assert r.code == 0 and [t["key"] for t in json.loads(r.out)["tensors"]] == ["w"]
 
 
-@pytest.mark.parametrize("spelling", ["long4", "int_text", "proto0"])
+@pytest.mark.parametrize("spelling", ["long4", "int_text", "proto0", "computed"])
 def test_nested_legacy_file_with_another_magic_spelling_is_walked(tmp_path, spelling):
     nested = legacy_magic_bytes(spelling, _evil(tmp_path / "ran"))
     path = tmp_path / "nested.pth"
@@ -359,6 +359,24 @@ def test_distributed_safetensors_shards_are_refused(tmp_path, run_cli):
         assert_one_line_error(run_cli("inspect", str(target)), "distributed safetensors", "DCP_SHARDING_INFO")
     assert run_cli("diff", str(shards[0]), str(shards[1])).code == 2
     assert run_cli("scan", str(out)).code == 2  # never read as a whole model, so never "safe"
+    renamed = tmp_path / "model.safetensors"  # rank 1's slices, at nonzero offsets, whatever the name
+    renamed.write_bytes(shards[1].read_bytes())
+    assert_one_line_error(run_cli("inspect", str(renamed)), "distributed safetensors")
+
+
+def test_rank0_save_of_the_hf_writer_is_read_as_whole_tensors(tmp_path, run_cli):
+    """save_distributed=False writes DCP_SHARDING_INFO too (every offset zero) beside an index: a model."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    out = tmp_path / "hf"
+    with pytest.warns(UserWarning):  # "torch.distributed is disabled ... assuming ... a single process"
+        dcp.save({"w": torch.arange(6.0).reshape(2, 3)}, storage_writer=HuggingFaceStorageWriter(str(out)))
+    (shard,) = out.glob("*.safetensors")
+    with safe_open(str(shard), "pt") as f:
+        assert "DCP_SHARDING_INFO" in (f.metadata() or {})
+    r = run_cli("inspect", "--json", str(out))
+    assert r.code == 0 and [(t["key"], t["shape"]) for t in json.loads(r.out)["tensors"]] == [("w", [2, 3])]
 
 
 def test_torch_zip_reader_rule_matches_torch_for_a_real_archive(tmp_path):
@@ -389,3 +407,38 @@ def test_dcp_metadata_given_alone_walks_the_files_it_names(tmp_path, run_cli):
     report = scan([str(folder / ".metadata")])
     assert {os.path.basename(f.path) for f in report.files} >= {".metadata", next(folder.glob("*.distcp")).name}
     assert report.exit_code == 1 and any(g.qualname == "posix.system" for f in report.files for g in f.globals)
+
+
+def test_no_safetensors_header_length_reads_as_a_pickle_that_names_anything(tmp_path):
+    """Whatever byte a header length starts with (a pickle opcode or not), a plain file stays safe."""
+    data = torch.arange(64, dtype=torch.float32).numpy().tobytes() + b"\n".join([b"cos", b"system"]) * 4
+    base = {"w": {"dtype": "U8", "shape": [len(data)], "data_offsets": [0, len(data)]},
+            "__metadata__": {"format": "pt"}}
+    text = json.dumps(base, separators=(",", ":")).encode()
+    paths = []
+    for low in range(256):
+        n = 512 + low if 512 + low >= len(text) else 768 + low
+        path = tmp_path / f"h{low:03d}.bin"
+        path.write_bytes(len(text.ljust(n)).to_bytes(8, "little") + text.ljust(n) + data)
+        paths.append(path)
+    with safe_open(str(paths[0x63]), "pt") as f:  # 'c' (GLOBAL) as the first byte: still plain safetensors
+        assert list(f.keys()) == ["w"]
+    report = scan([str(p) for p in paths])
+    assert report.exit_code == 0
+    assert [f.path for f in report.files if f.verdict != "safe" or f.findings] == []
+
+
+def test_scripted_quantized_model_lists_what_torch_jit_load_lists(tmp_path, run_cli):
+    """Packed params are a C++ class with no code/ source: torch.jit.load reads the archive, and so does ckpt."""
+    model = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(),
+                                                                       torch.nn.Linear(4, 2)),
+                                                   {torch.nn.Linear}, dtype=torch.qint8)
+    path = tmp_path / "scripted_quantized.pt"
+    torch.jit.save(torch.jit.script(model), str(path))
+    expected = sorted(torch.jit.load(str(path)).state_dict())
+    r = run_cli("inspect", "--json", str(path))
+    assert r.code == 0, r
+    doc = json.loads(r.out)
+    assert sorted(t["key"] for t in doc["tensors"]) == expected
+    packed = [w for w in doc["warnings"] if "packed params" in w]
+    assert packed and "0._packed_params._packed_params" in packed[0] and "2._packed_params" in packed[0]

@@ -1,7 +1,9 @@
 """Format detection from bytes: magic numbers and layout, never the file name."""
 from __future__ import annotations
 
+import json
 import os
+import re
 
 from ..errors import InputError, UnsupportedFormat
 from ..io import paths
@@ -99,8 +101,35 @@ def distributed_message(shard: str) -> str:
             "DCP_SHARDING_INFO, not a whole model; ckpt does not consolidate them yet")
 
 
+_DISTRIBUTED_NAME = re.compile(r"shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")
+
+
+def is_distributed_shard(name: str, sharding_info: object) -> bool:
+    """Whether a safetensors file with DCP_SHARDING_INFO holds one rank's slices, not whole tensors.
+
+    DCP's HuggingFaceStorageWriter writes DCP_SHARDING_INFO into every file:
+    with ``save_distributed=True`` each rank writes ``shard-RRRRR-model-...``
+    holding its slices (no index); rank-0 saves (``model-0000N-of-...`` and
+    an index) hold whole tensors, every ``saved_offsets`` zero. A slice at a
+    nonzero offset is one rank's, whatever the file is called.
+    """
+    if _DISTRIBUTED_NAME.search(name):
+        return True
+    try:
+        info = json.loads(sharding_info) if isinstance(sharding_info, str) else None
+    except ValueError:
+        return True  # unreadable placement: never read as whole tensors
+    if not isinstance(info, dict):
+        return True
+    for entry in info.values():
+        offsets = entry.get("saved_offsets") if isinstance(entry, dict) else None
+        if not isinstance(offsets, list) or any(o != 0 for o in offsets):
+            return True
+    return False
+
+
 def distributed_safetensors_shard(folder: str) -> str | None:
-    """A ``*.safetensors`` file of ``folder`` whose header carries DCP_SHARDING_INFO (None: none does)."""
+    """A ``*.safetensors`` file of ``folder`` that holds one rank's slices (None: none does)."""
     try:
         names = sorted(n for n in paths.listdir(folder) if n.endswith(".safetensors"))
     except InputError:
@@ -110,10 +139,14 @@ def distributed_safetensors_shard(folder: str) -> str | None:
             with paths.open_bytes(paths.join(folder, name)) as data:
                 head = data.read_upto(0, 8)
                 n = int.from_bytes(head, "little") if len(head) == 8 else 0
-                if b'"DCP_SHARDING_INFO"' in data.read_upto(8, min(n, 1 << 20)):
-                    return name
-        except InputError:
+                raw = data.read_upto(8, min(n, 1 << 20))
+            if b'"DCP_SHARDING_INFO"' not in raw:
+                continue
+            meta = json.loads(raw.decode("utf-8", "replace")).get("__metadata__") or {}
+        except (InputError, ValueError, AttributeError):
             continue
+        if isinstance(meta, dict) and is_distributed_shard(name, meta.get("DCP_SHARDING_INFO")):
+            return name
     return None
 
 

@@ -68,15 +68,17 @@ def walk_dcp(path: str, limits: Limits) -> Scanner | None:
     (torch.load(weights_only=False)); tensor items are torch.load(weights_only=True)'d (scan walks those too)."""
     from .dcp import METADATA, dcp_regions
 
-    folder = path if isdir(path) else os.path.dirname(path)
-    meta = os.path.join(folder, METADATA) if not is_url(path) else path.rstrip("/") + "/" + METADATA
+    if is_url(path):  # a remote folder is answered from .metadata alone (one request); scan walks it whole
+        return None
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    meta = os.path.join(folder, METADATA)
     scanner = walk_file(meta, limits)
     if scanner is None:
         return None
     regions = dcp_regions(meta, limits) or {}
     for rel, items in sorted(regions.items()):
         wanted = [r for r in items if r.is_bytes]
-        if not wanted or is_url(meta):
+        if not wanted:
             continue
         try:
             data = open_bytes(os.path.join(folder, rel))

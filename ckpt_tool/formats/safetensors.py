@@ -16,7 +16,7 @@ from ..io.paths import open_bytes
 from ..io.source import storage_source
 from ..model import StorageRef, TensorMeta
 from .base import Loaded, ReadOptions
-from .detect import SAFETENSORS
+from .detect import SAFETENSORS, is_distributed_shard
 
 
 class _Duplicates(dict):  # type: ignore[type-arg]
@@ -92,7 +92,7 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     if len(header) > options.limits.max_tensors:
         raise LimitExceeded(f"safetensors header lists {len(header)} tensors, over the limit of "
                             f"{options.limits.max_tensors} (raise it with --max-tensors)", path)
-    if isinstance(meta, dict) and "DCP_SHARDING_INFO" in meta:
+    if isinstance(meta, dict) and "DCP_SHARDING_INFO" in meta and is_distributed_shard(path, meta["DCP_SHARDING_INFO"]):
         raise InputError("a shard of a distributed safetensors save (torch.distributed.checkpoint's "
                          "HuggingFaceStorageWriter(save_distributed=True)): it holds slices of tensors placed by "
                          "its DCP_SHARDING_INFO metadata, not a whole model; ckpt does not consolidate such "

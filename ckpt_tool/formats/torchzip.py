@@ -167,7 +167,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
                                             [(data, seen, result.references, pkl)], str(version).encode())
         if is_script:
             loaded.warnings.append(CVE_2025_32434_SCRIPT)
-            loaded.root = torchscript_state_dict(archive, prefix, result.obj, path)
+            loaded.root = torchscript_state_dict(archive, prefix, result.obj, path, loaded.warnings)
             loaded.layout = "torchscript"
         return loaded
     finally:
@@ -234,9 +234,11 @@ def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, di
 MAX_SCRIPT_MODULES = 1_000_000
 
 
-def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: str) -> OrderedDict[str, Any]:
+def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: str,
+                           notes: list[str] | None = None) -> OrderedDict[str, Any]:
     classes = _script_classes(archive, prefix, path)
     out: OrderedDict[str, Any] = OrderedDict()
+    packed: set[str] = set()
     visits = [0]
 
     def walk(obj: Any, at: str, depth: int) -> None:
@@ -245,6 +247,9 @@ def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: st
         visits[0] += 1
         if visits[0] > MAX_SCRIPT_MODULES:  # modules shared exponentially by a hostile data.pkl
             raise LimitExceeded(f"TorchScript archive lists over {MAX_SCRIPT_MODULES} submodules", path)
+        if obj.qualname.startswith("__torch__.torch.classes."):
+            packed.add(f"{at.rstrip('.')} ({obj.qualname.removeprefix('__torch__.')})")
+            return  # a C++ class (packed params): no code/, no state_dict entry, as torch.jit.load's state_dict()
         attrs = obj.attributes
         info = classes.get(obj.qualname)
         if info is None:
@@ -263,4 +268,7 @@ def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: st
     if not isinstance(root, Placeholder):
         raise InputError("TorchScript archive's data.pkl does not hold a module", path)
     walk(root, "", 0)
+    if packed and notes is not None:
+        notes.append("TorchScript C++ objects (packed params) hold tensors that torch.jit.load(...).state_dict() "
+                     f"does not list either, so neither does ckpt: {', '.join(sorted(packed)[:5])}")
     return out

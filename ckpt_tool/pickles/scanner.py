@@ -141,7 +141,19 @@ class Scanner:
             self.finding(severity.SAFE, CVE_2025_32434_TAR, "tar")
             for name, sub in members:
                 self.blob(sub, name, 1, lenient=True)
-        self.pickles(blob, "", 0, limit=MAX_PICKLES, strict=False)
+        probe = Scanner(self.path, self.limits)
+        probe.pickles(blob, "", 0, limit=MAX_PICKLES, strict=False)
+        # A header length's bytes start a pickle by chance 1 time in a few: an extension code (0x82-0x84)
+        # that breaks on the next byte names nothing a loader would reach. A reading counts when its
+        # pickle ends, or when it names a global before it breaks (a loader runs what comes before).
+        if probe.walked and (not probe.errors or any(g.module != "?" for g in probe.globals)):
+            for g in probe.globals:
+                if (g.module, g.name, g.where) not in self._seen:
+                    self._seen.add((g.module, g.name, g.where))
+                    self.globals.append(g)
+            self.findings.extend(probe.findings)
+            self.errors.extend(probe.errors)
+            self.walked += probe.walked
         if len(self.globals) + len(self.findings) > before:
             self.finding(severity.SUSPICIOUS, "valid safetensors that torch.load (for any name but *.safetensors) "
                          f"reads as a {'tar' if members is not None else 'pickle'} instead: a polyglot file, "
@@ -160,7 +172,9 @@ class Scanner:
         else:
             head = blob.read(0, 256)
             legacy = is_legacy_magic(head)  # a nested torch file, whatever opcodes spell its magic number
-            limit = LEGACY_PICKLES if legacy else (MAX_PICKLES if not lenient else 1)
+            # every consecutive pickle, even in a member: a magic number torch computes by a call (int("...")) is
+            # no spelling to recognise, and the pickles after it run all the same
+            limit = LEGACY_PICKLES if legacy else MAX_PICKLES
             if not self.pickles(blob, where, depth, limit=limit, strict=not lenient) and not lenient:
                 self.error(where, "not a readable pickle")
 

@@ -74,30 +74,20 @@ def safetensors_pickle_polyglot(payload: bytes) -> bytes:
     size = 600
     tail = json.dumps({"dtype": "U8", "shape": [size], "data_offsets": [0, size]}, separators=(",", ":"))
     tail_b = ('":' + tail + "}").encode()
-    key_len = n - 2 - len(tail_b)
-    key = bytearray(b"a" * key_len)
-    pos = 14  # the first opcode after the swallowed 12 bytes: offset 4 of the key (key starts at 10)
-    last = 100
-    stop = end + 2 - last - 2  # the last chain link starts here and swallows past the header
-    while stop - pos > 0:
-        gap = stop - pos
-        length = min(100, gap - 2) if gap - 2 >= 32 + 100 or gap - 2 <= 126 else 100
-        if gap - 2 < 32:  # too short for a printable length: lengthen the landing instead
-            stop += 40
-            continue
-        if length in (34, 92):  # '"' and '\\' would end or escape the key
-            length -= 1
-        key[pos - 10] = ord("C")
-        key[pos - 10 + 1] = length
-        pos += 2 + length
-    key[pos - 10] = ord("C")
-    landing = pos + 2 + last  # absolute position where the pickle resumes
-    key[pos - 10 + 1] = last
+    key = bytearray(b"a" * (n - 2 - len(tail_b)))  # the key starts at byte 10
+    pos = 14  # the first opcode after the 12 swallowed bytes
+    while True:
+        rest = end - (pos + 2)  # from after this link's length byte to the tensor data
+        last = len(tail_b) <= rest <= 126 and rest not in (34, 92)
+        step = rest if last else min(100, rest - 2 - len(tail_b))
+        step -= step in (34, 92)  # '"' and '\\' would end or escape the key
+        key[pos - 10 : pos - 8] = b"C" + bytes([step])
+        if last:
+            break
+        pos += 2 + step
     header = b'{"' + bytes(key) + tail_b
-    assert len(header) == n and landing >= end, (len(header), n, landing, end)
-    data = bytearray(b"\0" * size)
-    body = payload[2:] if payload.startswith(b"\x80") else payload
-    data[landing - end : landing - end + len(body)] = body
+    body = payload[2:] if payload.startswith(b"\x80") else payload  # no PROTO needed mid-stream
+    data = body + b"\0" * (size - len(body))
     return struct.pack("<Q", n) + header + bytes(data)
 
 
@@ -133,6 +123,7 @@ def legacy_magic_bytes(spelling: str, obj_pickle: bytes) -> bytes:
         "long4": b"\x8b" + struct.pack("<I", 10) + m.to_bytes(10, "little") + b".",
         "int_text": b"I%d\n." % m,
         "proto0": pickle.dumps(m, protocol=0),
+        "computed": b"cbuiltins\nint\n(V%x\nK\x10tR." % m,  # int("1950a8...", 16): a call, no constant
     }[spelling]
     sys_info = b.dumps({"protocol_version": 1001, "little_endian": True,
                         "type_sizes": {"short": 2, "int": 4, "long": 8}})
@@ -161,7 +152,7 @@ def _hidden_members(c: Corpus) -> None:
         z.writestr("arr.npy", npy_bytes("'O'", evil("zip_npz_member")))
     c.add("zip_npz_member", "nested", _with_member("archive/extra/arrays.npz", npz.getvalue()),
           "torch zip holding an .npz whose array has an object dtype", flag=SYSTEM)
-    for spelling in ("long4", "int_text"):
+    for spelling in ("long4", "int_text", "computed"):
         name = f"zip_nested_legacy_{spelling}"
         c.add(name, "nested", _with_member("archive/extra/nested.pt", legacy_magic_bytes(spelling, evil(name))),
               f"torch zip with a nested legacy torch file whose magic number is pickled as {spelling}; "

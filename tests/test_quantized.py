@@ -128,16 +128,22 @@ def dynamic(seed=0):
 @pytest.fixture
 def dynamic(tmp_path):
     """A quantize_dynamic state_dict (packed qint8 weights) and the factory file that builds the model."""
+    path, models, mod, model = _saved_dynamic(tmp_path, MODELS, "qmodels", "dynamic.pth")
+    return path, models, mod, model
+
+
+def _saved_dynamic(tmp_path, source: str, name: str, saved: str):
+    """Write the factory file ``source``, import it, build ``dynamic(0)`` and torch.save its state_dict."""
     import importlib.util
 
     warnings.simplefilter("ignore")
-    models = tmp_path / "qmodels.py"
-    models.write_text(MODELS)
-    spec = importlib.util.spec_from_file_location("qmodels_test", models)
+    models = tmp_path / f"{name}.py"
+    models.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"{name}_test", models)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     model = mod.dynamic(0)
-    path = tmp_path / "dynamic.pth"
+    path = tmp_path / saved
     torch.save(model.state_dict(), path)
     return path, models, mod, model
 
@@ -234,17 +240,7 @@ def dynamic(seed=0):
 
 def test_dynamic_quantized_lstm_round_trips_through_pth_and_is_never_dropped(run_cli, tmp_path):
     """The LSTM's packed weights are a torch.ScriptObject: written back as read, refused where they would be lost."""
-    import importlib.util
-
-    warnings.simplefilter("ignore")
-    models = tmp_path / "lstm_models.py"
-    models.write_text(LSTM_MODELS)
-    spec = importlib.util.spec_from_file_location("lstm_models_test", models)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    model = mod.dynamic(0)
-    src = tmp_path / "lstm.pth"
-    torch.save(model.state_dict(), src)
+    src, models, mod, model = _saved_dynamic(tmp_path, LSTM_MODELS, "lstm_models", "lstm.pth")
     out = tmp_path / "out.pth"
     r = run_cli("migrate", str(src), "-o", str(out))
     assert r.code == 0, r

@@ -119,8 +119,14 @@ class _Walker(WalkState):
 
     def call_global(self, func: Glob, args: object, how: str) -> object:
         key = (func.module, func.name)
-        if args.__class__ is tuple and args:
-            self.pass_args(key, args, 0)  # a global passed to a callee is judged as called (trampolines)
+        if args.__class__ is tuple and args:  # a global passed to a callee is judged as called (trampolines)
+            if key in SHALLOW:  # the 400k tensor rebuilds: only their direct arguments count
+                for a in args:
+                    if a.__class__ is Glob:
+                        self.pass_args(key, args, 0)
+                        break
+            else:
+                self.pass_args(key, args, 0)
         made = self.plain.get(key) if how == "call" else None
         if made is not None:  # judged before, and no rule below looks at it: 400k tensor rebuilds
             self.escape(args)
@@ -168,10 +174,12 @@ class _Walker(WalkState):
         args are applied); the tensor rebuilds' tuples are sizes and strides.
         """
         deep = depth < 6 and callee not in SHALLOW
+        called = self.called
         for a in args:
             cls = a.__class__
             if cls is Glob:
-                self.judge_arg(a, callee)  # type: ignore[arg-type]  # cls is Glob
+                if (a.module, a.name) not in called:  # type: ignore[attr-defined]  # cls is Glob
+                    self.judge_arg(a, callee)  # type: ignore[arg-type]
             elif cls is tuple and deep:
                 self.pass_args(callee, a, depth + 1)  # type: ignore[arg-type]  # cls is tuple
 
@@ -295,7 +303,15 @@ class _Walker(WalkState):
         if type(pid) is tuple:
             if len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[2], str):
                 self.w.storage_keys.add(pid[2])
-            self.pass_args(PERSISTENT_LOAD, pid, 0)  # torch's persistent_load uses the storage type it names
+            for a in pid:  # torch's persistent_load uses the storage type it names: judged as called
+                cls = a.__class__  # inline: one persistent id per tensor, naming the memoized storage type
+                if cls is Glob:
+                    if a is not self.pid_glob:
+                        self.pid_glob = a  # held here, so its identity stays its own
+                        if (a.module, a.name) not in self.called:
+                            self.judge_arg(a, PERSISTENT_LOAD)
+                elif cls is tuple:
+                    self.pass_args(PERSISTENT_LOAD, a, 1)
         self.stack.append(RESOLVED)
 
     def load_stop(self) -> None:

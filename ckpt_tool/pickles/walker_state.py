@@ -63,6 +63,7 @@ class WalkState:
         self.watching = False  # an idiom global has been named: track where it flows
         self.called: set[tuple[str, str]] = set()
         self.plain: dict[tuple[str, str], Made] = {}  # callees the walk has nothing more to say about
+        self.pid_glob: object = None  # the global the last persistent id named (judged already)
         self.opcodes = 0
         self.done = False
 

@@ -212,6 +212,12 @@ def _trampolines(mylab):
         ("_rebuild_from_type_v2 (nested args)", via(torch._tensor._rebuild_from_type_v2, copyreg._reconstructor,
                                                      torch.Tensor, (mylab.Net, object, None), {}), 2, "mylab.Net",
          "passes mylab.Net to torch._tensor._rebuild_from_type_v2"),
+        ("_rebuild_from_type_v2 (a list of args)", via(torch._tensor._rebuild_from_type_v2, copyreg._reconstructor,
+                                                        torch.Tensor, [mylab.Net, object, None], {}), 2,
+         "mylab.Net", "passes mylab.Net to torch._tensor._rebuild_from_type_v2"),
+        ("_rebuild_tensor_v2 (hooks in a dict)", via(torch._utils._rebuild_tensor_v2, storage, 0, (2,), (1,), False,
+                                                      {0: mylab.make}), 2,
+         "mylab.make", "passes mylab.make to torch._utils._rebuild_tensor_v2"),
         ("_rebuild_from_type", via(torch._tensor._rebuild_from_type, mylab.make, torch.Tensor, (), {}), 2,
          "mylab.make", "passes mylab.make to torch._tensor._rebuild_from_type"),
         ("_rebuild_wrapper_subclass", via(torch._utils._rebuild_wrapper_subclass, mylab.MyTensor, torch.float32,
@@ -237,7 +243,7 @@ def _trampolines(mylab):
     ]
 
 
-@pytest.mark.parametrize("index", range(15))
+@pytest.mark.parametrize("index", range(17))
 def test_a_global_handed_to_an_inert_trampoline_is_judged_as_called(mylab, tmp_path, index):
     case, obj, protocol, qualname, message = _trampolines(mylab)[index]
     path = save(tmp_path, "trampoline.pth", {"w": torch.ones(1), "x": obj}, pickle_protocol=protocol)

@@ -36,6 +36,7 @@ from .values import (
     SETATTR,
     UNKNOWN,
     BytesRef,
+    Container,
     Finding,
     Glob,
     Made,
@@ -122,7 +123,8 @@ class _Walker(WalkState):
         if args.__class__ is tuple and args:  # a global passed to a callee is judged as called (trampolines)
             if key in SHALLOW:  # the 400k tensor rebuilds: only their direct arguments count
                 for a in args:
-                    if a.__class__ is Glob:
+                    cls = a.__class__
+                    if cls is Glob or cls is Container:
                         self.pass_args(key, args, 0)
                         break
             else:
@@ -182,6 +184,8 @@ class _Walker(WalkState):
                     self.judge_arg(a, callee)  # type: ignore[arg-type]
             elif cls is tuple and deep:
                 self.pass_args(callee, a, depth + 1)  # type: ignore[arg-type]  # cls is tuple
+            elif cls is Container and a.globs and depth < 6:  # type: ignore[attr-defined]  # cls is Container
+                self.pass_args(callee, a.globs, depth + 1)  # type: ignore[attr-defined]
 
     def judge_arg(self, arg: Glob, callee: tuple[str, str] | None) -> None:
         key = (arg.module, arg.name)

@@ -300,36 +300,55 @@ class WalkState:
         stack[-3:] = [(stack[-3], stack[-2], stack[-1])]
 
     def load_list(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("list"))
+        items = self.pop_mark()
+        self.escape(items)
+        self.stack.append(Container("list", items))
 
     def load_dict(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("dict"))
+        items = self.pop_mark()
+        self.escape(items)
+        self.stack.append(Container("dict", items))
 
     def load_frozenset(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("frozenset"))
+        items = self.pop_mark()
+        self.escape(items)
+        self.stack.append(Container("frozenset", items))
 
     def load_append(self) -> None:
-        self.escape(self.pop())
+        item = self.pop()
+        self.escape(item)
+        self.hold(self.top(), (item,))
         self.mutate(self.top(), "APPEND")
 
     def load_appends(self) -> None:
-        self.escape(self.pop_mark())
+        items = self.pop_mark()
+        self.escape(items)
+        self.hold(self.top(), items)
         self.mutate(self.top(), "APPENDS")
 
     def load_additems(self) -> None:
-        self.escape(self.pop_mark())
+        items = self.pop_mark()
+        self.escape(items)
+        self.hold(self.top(), items)
         self.mutate(self.top(), "ADDITEMS")
 
     def load_setitem(self) -> None:
-        self.escape((self.pop(), self.pop()))
+        pair = (self.pop(), self.pop())
+        self.escape(pair)
+        self.hold(self.top(), pair)
         self.set_items("SETITEM")
 
     def load_setitems(self) -> None:
-        self.escape(self.pop_mark())
+        items = self.pop_mark()
+        self.escape(items)
+        self.hold(self.top(), items)
         self.set_items("SETITEMS")
+
+    @staticmethod
+    def hold(target: object, items: list[object] | tuple[object, ...]) -> None:
+        """Globals put into a container the pickle built: judged as called if it is handed to a call."""
+        if target.__class__ is Container:
+            target.hold(items)  # type: ignore[attr-defined]  # the class is Container
 
     # -- opcodes: stack and memo ------------------------------------------------------
     def load_mark(self) -> None:

@@ -299,56 +299,45 @@ class WalkState:
             raise WalkStop("stack underflow")
         stack[-3:] = [(stack[-3], stack[-2], stack[-1])]
 
-    def load_list(self) -> None:
+    def built(self, kind: str) -> None:
         items = self.pop_mark()
         self.escape(items)
-        self.stack.append(Container("list", items))
+        self.stack.append(Container(kind, items))
+
+    def load_list(self) -> None:
+        self.built("list")
 
     def load_dict(self) -> None:
-        items = self.pop_mark()
-        self.escape(items)
-        self.stack.append(Container("dict", items))
+        self.built("dict")
 
     def load_frozenset(self) -> None:
-        items = self.pop_mark()
+        self.built("frozenset")
+
+    def put_items(self, items: list[object] | tuple[object, ...], how: str) -> None:
+        """APPEND(S), ADDITEMS, SETITEM(S); a container remembers the globals put in it (Container.hold)."""
         self.escape(items)
-        self.stack.append(Container("frozenset", items))
-
-    def load_append(self) -> None:
-        item = self.pop()
-        self.escape(item)
-        self.hold(self.top(), (item,))
-        self.mutate(self.top(), "APPEND")
-
-    def load_appends(self) -> None:
-        items = self.pop_mark()
-        self.escape(items)
-        self.hold(self.top(), items)
-        self.mutate(self.top(), "APPENDS")
-
-    def load_additems(self) -> None:
-        items = self.pop_mark()
-        self.escape(items)
-        self.hold(self.top(), items)
-        self.mutate(self.top(), "ADDITEMS")
-
-    def load_setitem(self) -> None:
-        pair = (self.pop(), self.pop())
-        self.escape(pair)
-        self.hold(self.top(), pair)
-        self.set_items("SETITEM")
-
-    def load_setitems(self) -> None:
-        items = self.pop_mark()
-        self.escape(items)
-        self.hold(self.top(), items)
-        self.set_items("SETITEMS")
-
-    @staticmethod
-    def hold(target: object, items: list[object] | tuple[object, ...]) -> None:
-        """Globals put into a container the pickle built: judged as called if it is handed to a call."""
+        target = self.top()
         if target.__class__ is Container:
             target.hold(items)  # type: ignore[attr-defined]  # the class is Container
+        if how.startswith("SETITEM"):
+            self.set_items(how)
+        else:
+            self.mutate(target, how)
+
+    def load_append(self) -> None:
+        self.put_items((self.pop(),), "APPEND")
+
+    def load_appends(self) -> None:
+        self.put_items(self.pop_mark(), "APPENDS")
+
+    def load_additems(self) -> None:
+        self.put_items(self.pop_mark(), "ADDITEMS")
+
+    def load_setitem(self) -> None:
+        self.put_items((self.pop(), self.pop()), "SETITEM")
+
+    def load_setitems(self) -> None:
+        self.put_items(self.pop_mark(), "SETITEMS")
 
     # -- opcodes: stack and memo ------------------------------------------------------
     def load_mark(self) -> None:

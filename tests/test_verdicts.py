@@ -440,7 +440,8 @@ def test_inert_entries_have_a_reason_and_are_not_known_dangerous():
     for key, why in inert.REVIEWED.items():
         assert why and len(why) < 120, key
         assert severity.severity(*key) == "safe", key
-    assert inert.WEIGHTS_ONLY <= {k for k in inert.WEIGHTS_ONLY if severity.severity(*k) == "safe"}
+    unsafe = sorted(k for k in inert.WEIGHTS_ONLY if severity.severity(*k) != "safe")
+    assert not unsafe and len(inert.WEIGHTS_ONLY) > 100, unsafe  # torch's defaults are inert as they stand
 
 
 # --------------------------------------------------------------- --allow-global

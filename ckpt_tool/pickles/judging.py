@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..model import GlobalRef
 from . import severity as levels
 from .inert import SHALLOW, TRAMPOLINES
-from .values import IDIOM, Container, Glob
+from .values import Container, Glob
 from .walker_state import WalkState
 
 FULL_UNPICKLE = "a full unpickle (torch.load with weights_only off, pickle.load)"
@@ -58,13 +58,12 @@ class Judging(WalkState):
         Judged once per distinct global. ``how`` is "calls", "constructs", or
         the sentence of a trampoline ("passes {name} to copyreg._reconstructor,
         which constructs it"). TorchScript's ``__torch__`` classes come from the
-        archive's own code (the scanner judges them), and a name only dill's
-        closure idiom uses keeps its idiom rule.
+        archive's own code (the scanner judges them; Python has no such module).
         """
         index = next((i for i, g in enumerate(self.w.globals) if (g.module, g.name) == key), None)
         if index is None or self.w.globals[index].severity != levels.SUSPICIOUS:
             return
-        if key[0].split(".", 1)[0] == "__torch__" or key in IDIOM:
+        if key[0].split(".", 1)[0] == "__torch__":
             return
         g = self.w.globals[index]
         self.w.globals[index] = GlobalRef(g.module, g.name, levels.DANGEROUS, g.where)

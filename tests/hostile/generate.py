@@ -22,12 +22,18 @@ import zipfile
 from dataclasses import dataclass, field
 
 from . import builders as b
+from .cases_benign import add_benign
+from .cases_bypass import add_bypasses
 from .cases_more import add_more
 
 CLASSES = (
     "zip-structure", "pickle-opcode", "dangerous-call", "nested", "safetensors-header",
     "legacy/tar", "quantized", "folder/special-file", "weights-only-metadata", "clean-control",
+    # issue 21: scanner-bypass techniques (tests/hostile/cases_bypass.py) and benign features (cases_benign.py)
+    "constructor-call", "trampoline", "gadget", "other-loader", "benign-feature",
 )
+# Classes whose cases are harmless by construction: ckpt must not flag them (issue 21).
+BENIGN_CLASSES = ("benign-feature",)
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,8 @@ def build(folder: str) -> list[Case]:
         _nested(c)
         _zip_structure(c)
         add_more(c)
+        add_bypasses(c)
+        add_benign(c)
     return c.cases
 
 

@@ -243,6 +243,14 @@ def _names_call(found: set[str], calls: tuple[str, ...]) -> bool:
     return bool(found) and (not calls or bool(found & set(calls)))
 
 
+def _refused_as_promised(case: Case, scan: dict[str, Any]) -> bool:
+    """scan exits 2 with an error containing ``case.error_ok``: as good as naming the call (gate must still fail)."""
+    if not case.error_ok or scan["code"] != 2:
+        return False
+    text = json.dumps(scan["entry"] if scan["entry"] is not None else scan["json"]) + scan.get("err", "")
+    return case.error_ok in text.lower()
+
+
 def _gate_failed(gate: dict[str, Any]) -> bool:
     return gate["code"] in (1, 2)
 
@@ -265,7 +273,7 @@ def parity_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list
                 problems.append("(b) every reference loader refuses it but scan calls it safe (exit 0)")
     if v["ran"]:
         names = _scan_names(scan)
-        if scan["code"] != 1 or not _names_call(names, case.calls):
+        if (scan["code"] != 1 or not _names_call(names, case.calls)) and not _refused_as_promised(case, scan):
             problems.append(f"(c) the payload ran but scan exits {scan['code']} naming {sorted(names) or 'nothing'}"
                             f" (expected one of {list(case.calls) or 'any dangerous global'})")
         if not _gate_failed(gate):

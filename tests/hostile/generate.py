@@ -47,6 +47,9 @@ class Case:
     flag: tuple[str, ...] = ()
     advisory: str | None = None
     kind: str = "file"  # file | folder | special (FIFO, device: never opened by the reference loaders)
+    # A refusal that is as good as naming the call: scan exits 2 with an error containing this text
+    # (issue 21: a shard an index names outside its folder is an error that says so).
+    error_ok: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
 
@@ -72,7 +75,8 @@ class Corpus:
 
     def add(self, name: str, cls: str, data: bytes | None, note: str, *, ext: str = ".pth",
             payload: bool = False, calls: tuple[str, ...] = (), flag: tuple[str, ...] = (),
-            advisory: str | None = None, path: str | None = None, kind: str = "file") -> Case:
+            advisory: str | None = None, path: str | None = None, kind: str = "file",
+            error_ok: str | None = None) -> Case:
         if cls not in CLASSES:
             raise ValueError(cls)
         if any(c.name == name for c in self.cases):
@@ -81,7 +85,8 @@ class Corpus:
         if data is not None:
             with open(target, "wb") as f:
                 f.write(data)
-        case = Case(name, target, cls, note, self.marker(name) if payload else None, calls, flag, advisory, kind)
+        case = Case(name, target, cls, note, self.marker(name) if payload else None, calls, flag, advisory, kind,
+                    error_ok)
         self.cases.append(case)
         return case
 

@@ -9,7 +9,9 @@ its PyTorch-zip analysis, and typing_extensions, neither of which it pulls in):
         typing_extensions torch
 
 How each one is driven (one subprocess per case, ``TIMEOUT_S`` each: a FIFO
-blocks some of them), and how its answer becomes an outcome:
+blocks some of them; fickling, which imports torch, in one process for all
+cases with an alarm of ``TIMEOUT_S`` per case), and how its answer becomes an
+outcome:
 
 - **picklescan** ``picklescan -p PATH`` (a folder is scanned recursively). Its
   CLI exits 1 when a dangerous global was found, 2 on a scan error, else 0;
@@ -58,11 +60,12 @@ MEMORY_LIMIT = 6 << 30
 
 # Run by the scanners' interpreter: fickling's per-file decision of its --huggingface mode, on local paths.
 _FICKLING = r"""
-import json, os, sys
+import json, os, signal, sys
 from pathlib import PurePosixPath
 import fickling
 from fickling.cli import HF_RAW_PICKLE_EXTENSIONS, HF_ZIP_PICKLE_EXTENSIONS
 from fickling.polyglot import find_file_properties
+TIMEOUT = int(sys.argv[1])
 
 def one(path):
     ext = PurePosixPath(path).suffix.lower()
@@ -73,23 +76,38 @@ def one(path):
         return [fickling.scan_file(path, graceful=True)]
     return None
 
-path = sys.argv[1]
-walk = sorted(os.walk(path)) if os.path.isdir(path) else []
-files = [os.path.join(r, f) for r, _, fs in walk for f in sorted(fs)] if walk else [path]
-results, scanned, errors = [], 0, []
-for f in files:
+def verdict(path):
+    walk = sorted(os.walk(path)) if os.path.isdir(path) else []
+    files = [os.path.join(r, f) for r, _, fs in walk for f in sorted(fs)] if walk else [path]
+    results, scanned, errors = [], 0, []
+    for f in files:
+        try:
+            got = one(f)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}"[:200]); continue
+        if got is None:
+            continue
+        scanned += 1
+        results += got
+    unsafe = [r for r in results if not r.is_safe]
+    errors += [str(e)[:200] for r in results for e in (r.errors or [])]
+    outcome = "dangerous" if unsafe else "error" if errors else "clean" if scanned else "skipped"
+    return {"outcome": outcome, "detail": "; ".join(errors)[:300]}
+
+def on_alarm(signum, frame):
+    raise TimeoutError("no answer in time")
+
+signal.signal(signal.SIGALRM, on_alarm)
+for path in json.loads(sys.stdin.read()):  # one process for every case: importing torch costs seconds
+    signal.alarm(TIMEOUT)
     try:
-        got = one(f)
-    except Exception as exc:
-        errors.append(f"{type(exc).__name__}: {exc}"[:200]); continue
-    if got is None:
-        continue
-    scanned += 1
-    results += got
-unsafe = [r for r in results if not r.is_safe]
-errors += [str(e)[:200] for r in results for e in (r.errors or [])]
-outcome = "dangerous" if unsafe else "error" if errors else "clean" if scanned else "skipped"
-print(json.dumps({"outcome": outcome, "detail": "; ".join(errors)[:300]}))
+        res = verdict(path)
+    except TimeoutError:
+        res = {"outcome": "hangs"}
+    except BaseException as exc:
+        res = {"outcome": "error", "detail": f"{type(exc).__name__}: {exc}"[:300]}
+    signal.alarm(0)
+    print(json.dumps({"path": path, **res}), flush=True)
 """
 
 
@@ -132,14 +150,23 @@ def modelscan(venv: str, path: str, work: str) -> dict[str, Any]:
     return {"outcome": outcome, "code": code, "detail": out.strip()[-300:]}
 
 
-def fickling(venv: str, path: str, work: str) -> dict[str, Any]:
-    code, out = _run([os.path.join(venv, "bin", "python"), "-c", _FICKLING, path], work)
-    if code == "timeout":
-        return {"outcome": "hangs"}
+def fickling(venv: str, paths: list[str], work: str) -> dict[str, dict[str, Any]]:
+    """All paths in one process (per path an alarm of TIMEOUT_S); a path it never answered is an error."""
     try:
-        return {**json.loads(out.strip().splitlines()[-1]), "code": code}
-    except (ValueError, IndexError):
-        return {"outcome": "error", "code": code, "detail": out.strip()[-300:]}
+        p = subprocess.run([os.path.join(venv, "bin", "python"), "-c", _FICKLING, str(TIMEOUT_S)],
+                           input=json.dumps(paths), capture_output=True, text=True, cwd=work,
+                           timeout=TIMEOUT_S * (len(paths) + 1), preexec_fn=_limit)
+        out = p.stdout
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    got: dict[str, dict[str, Any]] = {}
+    for line in out.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        got[rec.pop("path")] = rec
+    return {p: got.get(p, {"outcome": "error", "detail": "no answer (the process died)"}) for p in paths}
 
 
 def hayward(venv: str, path: str, work: str) -> dict[str, Any]:
@@ -162,6 +189,7 @@ def hayward(venv: str, path: str, work: str) -> dict[str, Any]:
 
 
 DRIVERS = {"picklescan": picklescan, "modelscan": modelscan, "fickling": fickling, "hayward": hayward}
+BATCHED = ("fickling",)
 
 
 def run_all(venv: str, names: list[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
@@ -172,12 +200,14 @@ def run_all(venv: str, names: list[str] | None = None) -> dict[str, dict[str, di
     work = tempfile.mkdtemp(prefix="ckpt-hostile-scanners-work-")
     try:
         cases = build(os.path.join(folder, "corpus"))
+        cases = [c for c in cases if names is None or c.name in names]
         out: dict[str, dict[str, dict[str, Any]]] = {s: {} for s in DRIVERS}
         for case in cases:
-            if names is not None and case.name not in names:
-                continue
             for scanner, drive in DRIVERS.items():
-                out[scanner][case.name] = drive(venv, case.path, work)
+                if scanner not in BATCHED:
+                    out[scanner][case.name] = drive(venv, case.path, work)
+        by_path = fickling(venv, [c.path for c in cases], work)
+        out["fickling"] = {c.name: by_path[c.path] for c in cases}
         leftover = os.listdir(os.path.join(folder, "corpus", "markers"))
         if leftover:  # a scanner that runs payloads would make its column meaningless
             raise RuntimeError(f"a scanner ran payloads: {sorted(leftover)}")

@@ -28,7 +28,8 @@ crashing load costs only its own timeout) and reports, one JSON line per case:
   ``constants.pkl``), ``package`` (``torch.package.PackageImporter`` of a zip holding
   ``.data/extern_modules``, every ``.pkl`` resource through ``load_pickle``), and for
   folders ``dcp`` (``FileSystemReader(folder).read_metadata()`` when ``.metadata`` is
-  there) and ``index`` (every shard a ``*.index.json`` names, joined to the folder
+  there, then ``dcp_to_torch_save``, which torch.loads bytes items with
+  ``weights_only=False``) and ``index`` (every shard a ``*.index.json`` names, joined to the folder
   as transformers joins them, through ``torch.load(weights_only=False)`` or
   safetensors);
 - ``at_exit``: the child's exit hooks (``atexit``, what ``weakref.finalize``
@@ -246,10 +247,16 @@ def _package(path: str, marker: str | None) -> dict[str, Any]:
 
 
 def _dcp(torch: Any, folder: str, marker: str | None) -> dict[str, Any]:
+    """read_metadata, then every item through dcp_to_torch_save (bytes items: load_bytes, weights_only=False)."""
     def load() -> None:
+        import tempfile
+
         from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
         FileSystemReader(folder).read_metadata()
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(folder, os.path.join(tmp, "out.pt"))
     return _guarded(marker, load)
 
 

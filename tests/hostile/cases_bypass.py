@@ -314,6 +314,21 @@ def _other_loaders(c: Corpus) -> None:
                                                                      "extra/stats.npy": _npy("'=O'", b.dumps(
                                                                          [b.Reduce(os.system, "touch /x")]))}),
           "an object .npy (descr '=O') stored as a member torch never reads", flag=("posix.system", "os.system"))
+    lfb = pk.glob("torch.storage", "_load_from_bytes")
+    add("load_from_bytes_plain_pickle",
+        inject(pk.call(lfb, b.proto0_call("os", "system", c.touch("load_from_bytes_plain_pickle")))),
+        "torch.storage._load_from_bytes (allowlisted: how pickle.dumps(tensor) stores storages) of a protocol-0 "
+        "pickle with no torch magic: torch.load reads it as the legacy format and runs it", calls=("os.system",))
+    add("load_from_bytes_alt_magic",
+        inject(pk.call(lfb, _legacy_with_magic(b"L119547037146038801333356L\n.",
+                                               c.touch("load_from_bytes_alt_magic")))),
+        "_load_from_bytes of a legacy torch file whose magic number is pickled in protocol 0")
+    members = b.zip_members(b.tsave({"fc.weight": _sd()["fc.weight"]}))  # one tensor: which twin torch reads
+    # depends on where miniz's search over the case-folded names lands; with this member list it is the last
+    evil_pkl = b.proto0_call("os", "system", c.touch("zip_case_folded_data_pkl"))
+    add("zip_case_folded_data_pkl", b.py_zip(members + [("archive/DATA.PKL", evil_pkl)]),
+        "a second data.pkl spelled archive/DATA.PKL after the clean one: torch's case-insensitive lookup reads it, "
+        "zipfile's exact lookup reads the clean one", calls=("os.system",))
     _dcp_cases(c, add)
     _package_cases(c, add)
     _index_cases(c, add)
@@ -383,6 +398,12 @@ def _dcp_cases(c: Corpus, add) -> None:
         with open(os.path.join(d, ".metadata"), "wb") as f:
             f.write(payload)
         add(name, None, note, calls=calls, path=d, kind="folder")
+    d = os.path.join(base, "dcp_bytes_item_payload")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": _sd(), "extra": b.Reduce(os.system, c.touch("dcp_bytes_item_payload"))}, checkpoint_id=d)
+    add("dcp_bytes_item_payload", None, "DCP folder whose non-tensor item (a bytes item of __0_0.distcp) calls "
+        "posix.system: DefaultLoadPlanner.load_bytes torch.loads it with weights_only=False", path=d, kind="folder")
 
 
 def _package_cases(c: Corpus, add) -> None:

@@ -462,6 +462,9 @@ def test_allow_global_lifts_exactly_that_global(mylab, tmp_path, run_cli):
     assert checks["loads_safely"].passed and checks["warnings"].passed, checks
     assert not next(c for c in gate([str(path)], allow_globals=["mylab.Net"]).files[0].checks
                     if c.name == "loads_safely").passed
+    assert run_cli("gate", str(path), *both, "--strict").code == 0
+    failed = run_cli("gate", str(path), "--allow-global", "mylab.Net")
+    assert failed.code == 1 and "constructs mylab.WithState" in failed.out and "constructs mylab.Net" not in failed.out
 
 
 def test_allow_global_never_lifts_a_name_that_runs_code(tmp_path, run_cli):

@@ -21,7 +21,21 @@ crashing load costs only its own timeout) and reports, one JSON line per case:
   nor is a file whose pickle is torch's legacy magic number);
   ``ran`` as above. ckpt's contract names plain pickle files as inputs, and
   torch.load does not read them (it expects the legacy magic number);
-- ``wo_false``: ``torch.load(weights_only=False)``, ``ran`` as above (runs last).
+- ``wo_false``: ``torch.load(weights_only=False)``, ``ran`` as above;
+- the loaders a file's name or bytes select besides torch.load (issue 21), each only
+  where it applies: ``numpy`` (``np.load(allow_pickle=True)`` of a ``.npy``/``.npz``,
+  every member of an ``.npz`` read), ``jit`` (``torch.jit.load`` of a zip holding
+  ``constants.pkl``), ``package`` (``torch.package.PackageImporter`` of a zip holding
+  ``.data/extern_modules``, every ``.pkl`` resource through ``load_pickle``), and for
+  folders ``dcp`` (``FileSystemReader(folder).read_metadata()`` when ``.metadata`` is
+  there, then ``dcp_to_torch_save``, which torch.loads bytes items with
+  ``weights_only=False``) and ``index`` (every shard a ``*.index.json`` names, joined to the folder
+  as transformers joins them, through ``torch.load(weights_only=False)`` or
+  safetensors);
+- ``at_exit``: the child's exit hooks (``atexit``, what ``weakref.finalize``
+  registered) run after every other step, then the marker is checked (``ok`` is
+  None: running exit hooks reads nothing). Before every marker check the child
+  collects garbage and joins the threads a payload started (``threading.Timer``).
 
 Folders are reported file by file (``files``: relative path -> the same steps).
 Special files (``kind == "special"``: FIFOs, devices) are never opened: torch
@@ -50,9 +64,11 @@ PREIMPORT = (
     "torch.utils.collect_env", "torch.jit.unsupported_tensor_ops", "torch.fx.graph_module",
     "torch.utils.cpp_extension", "torch.hub", "torch._dynamo.config", "torch.utils._config_module",
     "torch._inductor.cpp_builder", "timeit", "cProfile", "pkgutil",
+    "torch.fx.graph_module", "torch.utils.data.datapipes.utils.decoder", "torch.distributed.checkpoint",
+    "torch.package", "numpy.lib._format_impl", "numpy.lib._npyio_impl", "wave", "mailbox", "codecs",
 )
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
-CLEAN_CLASSES = {"weights-only-metadata", "clean-control", "quantized"}
+CLEAN_CLASSES = {"weights-only-metadata", "clean-control", "quantized", "benign-feature"}
 UNSUPPORTED = re.compile(r"GLOBAL (\S+) was not an allowed global by default")
 BLOCKED = re.compile(r"unsupported GLOBAL (\S+) whose module (\S+) is blocked")
 
@@ -65,7 +81,19 @@ def _error(exc: BaseException) -> dict[str, Any]:
     return {"ok": False, "type": type(exc).__name__, "error": str(exc)[:3000]}
 
 
+def _settle() -> None:
+    """Let what a payload scheduled happen: finalizers of dead objects, threads it started."""
+    import gc
+    import threading
+
+    gc.collect()
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join(5)
+
+
 def _marker_ran(marker: str | None) -> bool:
+    _settle()
     if marker and os.path.exists(marker):
         os.remove(marker)
         return True
@@ -169,6 +197,104 @@ def _wo_false(torch: Any, path: str, marker: str | None) -> dict[str, Any]:
     return out
 
 
+def _guarded(marker: str | None, load) -> dict[str, Any]:
+    try:
+        out: dict[str, Any] = {"ok": True, **(load() or {})}
+    except BaseException as exc:  # noqa: BLE001 - every refusal is a verdict
+        out = _error(exc)
+    out["ran"] = _marker_ran(marker)
+    return out
+
+
+def _zip_names(path: str) -> list[str]:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.namelist()
+    except Exception:  # noqa: BLE001 - not a zip: no zip-based loader applies
+        return []
+
+
+def _numpy(path: str, marker: str | None) -> dict[str, Any]:
+    def load() -> dict[str, Any]:
+        import numpy as np
+
+        obj = np.load(path, allow_pickle=True)
+        if hasattr(obj, "files"):  # an NpzFile: members are read when indexed
+            with obj:
+                for k in obj.files:
+                    obj[k]
+            return {"members": len(obj.files)}
+        return {}
+    return _guarded(marker, load)
+
+
+def _package(path: str, marker: str | None) -> dict[str, Any]:
+    def load() -> dict[str, Any]:
+        from torch.package import PackageImporter
+
+        imp = PackageImporter(path)
+        n = 0
+        for name in _zip_names(path):
+            rel = name.split("/", 1)[1] if "/" in name else name
+            if rel.endswith(".pkl") and not rel.startswith(".data/"):
+                pkg, _, res = rel.rpartition("/")
+                imp.load_pickle(pkg.replace("/", "."), res)
+                n += 1
+        return {"pickles": n}
+    return _guarded(marker, load)
+
+
+def _dcp(torch: Any, folder: str, marker: str | None) -> dict[str, Any]:
+    """read_metadata, then every item through dcp_to_torch_save (bytes items: load_bytes, weights_only=False)."""
+    def load() -> None:
+        import tempfile
+
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        FileSystemReader(folder).read_metadata()
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(folder, os.path.join(tmp, "out.pt"))
+    return _guarded(marker, load)
+
+
+def _index(torch: Any, folder: str, index: str, marker: str | None) -> dict[str, Any]:
+    def load() -> dict[str, Any]:
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        for shard in shards:
+            full = os.path.join(folder, shard)  # as transformers' load_sharded_checkpoint joins them
+            if shard.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                load_file(full)
+            else:
+                torch.load(full, weights_only=False, map_location="cpu")
+        return {"shards": shards}
+    return _guarded(marker, load)
+
+
+def _other_loaders(torch: Any, path: str, marker: str | None, emit) -> None:
+    """The loaders this file's name or bytes select besides torch.load and safetensors."""
+    if path.endswith((".npy", ".npz")):
+        emit("numpy", _numpy(path, marker))
+    names = _zip_names(path)
+    if any(n == "constants.pkl" or n.endswith("/constants.pkl") for n in names):
+        emit("jit", _guarded(marker, lambda: bool(torch.jit.load(path, map_location="cpu")) and None))
+    if any(n.endswith(".data/extern_modules") for n in names):
+        emit("package", _package(path, marker))
+
+
+def _folder_steps(torch: Any, folder: str, marker: str | None, emit) -> None:
+    if os.path.isfile(os.path.join(folder, ".metadata")):
+        emit("dcp", _dcp(torch, folder, marker))
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".index.json"):
+            emit("index", _index(torch, folder, os.path.join(folder, name), marker))
+
+
 def _file_steps(torch: Any, path: str, marker: str | None, cls: str, emit) -> None:
     first = _wo_true(torch, path, marker)
     emit("wo_true", first)
@@ -180,6 +306,7 @@ def _file_steps(torch: Any, path: str, marker: str | None, cls: str, emit) -> No
         emit("needs_all", _needs_all(torch, path, first))
     emit("safetensors", _safetensors(path, marker))
     emit("pickle", _pickle(path, marker))
+    _other_loaders(torch, path, marker, emit)
     emit("wo_false", _wo_false(torch, path, marker))
 
 
@@ -211,8 +338,13 @@ def _child(case: dict[str, Any], wfd: int) -> None:
                                    "result": [os.path.relpath(p, case["path"]) for p in files]}) + "\n").encode())
         for p in files:
             _file_steps(torch, p, case["marker"], case["cls"], emit_to(os.path.relpath(p, case["path"])))
+        _folder_steps(torch, case["path"], case["marker"], emit_to(""))
     else:
         _file_steps(torch, case["path"], case["marker"], case["cls"], emit_to(""))
+    import atexit
+
+    atexit._run_exitfuncs()  # the child leaves through os._exit, which skips them
+    emit_to("")("at_exit", {"ok": None, "ran": _marker_ran(case["marker"])})
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
@@ -269,8 +401,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     warnings.simplefilter("ignore")
-    import torch  # noqa: F401 - imported once, before forking
     import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401 - imported once, before forking
 
     for mod in PREIMPORT:
         try:

@@ -16,7 +16,16 @@ the batch (inspect once per file, in-process) and each case asserts:
     naming the call (module.name in ``globals``, severity dangerous), fails
     ``ckpt gate``, and ``ckpt inspect`` warns (exit 0) or errs (exit 2) naming it;
 (d) ``ckpt scan`` of a folder holding nothing any loader reads exits 2;
-and ckpt never creates a marker. Folders are judged by the files in them;
+(e) a benign case (``BENIGN_CLASSES``: ordinary torch features written by
+    ``torch.save``, issue 21) is not flagged: scan's verdict is not dangerous,
+    gate's ``loads_safely`` check passes, inspect exits 0 with no dangerous
+    warning; and ``torch.load(weights_only=False)`` loads it without a marker;
+and ckpt never creates a marker. Besides torch.load, safetensors and pickle.load,
+the reference runs the loaders a file's name or bytes select (np.load of
+``.npy``/``.npz``, torch.jit.load, torch.package's PackageImporter, DCP's
+FileSystemReader, the shards an index names) and the exit hooks a payload
+registered; a malicious case's marker must appear under one of them
+(``test_every_payload_is_live``), so "runs code" is always measured. Folders are judged by the files in them;
 FIFOs and devices are "refused (hangs)" by construction and never opened by
 the reference loaders (ckpt runs on them in a subprocess with a timeout).
 
@@ -44,7 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `tests.hostile` is imported as a package from the repository root
     sys.path.insert(0, str(ROOT))
 
-from tests.hostile.generate import Case, build  # noqa: E402
+from tests.hostile.generate import BENIGN_CLASSES, Case, build  # noqa: E402
+
 CKPT_TIMEOUT_S = 30
 
 # The corpus is needed to name the test ids, so it is built at collection (about 4 s).
@@ -52,7 +62,8 @@ _CORPUS_DIR = tempfile.mkdtemp(prefix="ckpt-hostile-")
 atexit.register(shutil.rmtree, _CORPUS_DIR, True)
 CASES: list[Case] = build(_CORPUS_DIR)
 BY_NAME = {c.name: c for c in CASES}
-STEPS = ("wo_true", "safetensors", "pickle", "wo_false")
+# Every loader step of tests/reference_loaders.py; ``at_exit`` only ever says ``ran`` (its ``ok`` is None).
+STEPS = ("wo_true", "safetensors", "pickle", "numpy", "jit", "package", "dcp", "index", "wo_false", "at_exit")
 
 
 # ------------------------------------------------------------------ running things
@@ -232,6 +243,14 @@ def _names_call(found: set[str], calls: tuple[str, ...]) -> bool:
     return bool(found) and (not calls or bool(found & set(calls)))
 
 
+def _refused_as_promised(case: Case, scan: dict[str, Any]) -> bool:
+    """scan exits 2 with an error containing ``case.error_ok``: as good as naming the call (gate must still fail)."""
+    if not case.error_ok or scan["code"] != 2:
+        return False
+    text = json.dumps(scan["entry"] if scan["entry"] is not None else scan["json"]) + scan.get("err", "")
+    return case.error_ok in text.lower()
+
+
 def _gate_failed(gate: dict[str, Any]) -> bool:
     return gate["code"] in (1, 2)
 
@@ -254,7 +273,7 @@ def parity_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list
                 problems.append("(b) every reference loader refuses it but scan calls it safe (exit 0)")
     if v["ran"]:
         names = _scan_names(scan)
-        if scan["code"] != 1 or not _names_call(names, case.calls):
+        if (scan["code"] != 1 or not _names_call(names, case.calls)) and not _refused_as_promised(case, scan):
             problems.append(f"(c) the payload ran but scan exits {scan['code']} naming {sorted(names) or 'nothing'}"
                             f" (expected one of {list(case.calls) or 'any dangerous global'})")
         if not _gate_failed(gate):
@@ -268,7 +287,37 @@ def parity_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list
                                 f"{ins['err'].strip()[:200]}")
     if case.kind == "folder" and v["refused_all"] and scan["code"] != 2:
         problems.append(f"(d) nothing in the folder is readable but scan exits {scan['code']}")
+    if case.cls in BENIGN_CLASSES:
+        problems += benign_problems(case, ref, ck)
     return problems
+
+
+def _gate_check(gate: dict[str, Any], name: str) -> dict[str, Any] | None:
+    entry = gate.get("entry") or {}
+    return next((ch for ch in entry.get("checks", []) if ch.get("name") == name), None)
+
+
+def benign_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list[str]:
+    """(e): a benign feature is loaded by torch without running anything and is not flagged by ckpt."""
+    out = []
+    wo_false = ref.get("steps", {}).get("wo_false", {})
+    if reference_verdict(case, ref)["ran"]:
+        out.append("(e) not a valid benign case: a reference loader ran a payload")
+    elif not wo_false.get("ok"):
+        out.append(f"(e) not a valid benign case: torch.load(weights_only=False) refused: "
+                   f"{wo_false.get('error', '')[-200:]}")
+    scan, gate, ins = ck["scan"], ck["gate"], ck["inspect"]
+    if scan["code"] == 1 or (scan.get("entry") or {}).get("verdict") == "dangerous":
+        out.append(f"(e) benign but scan calls it dangerous naming {sorted(_scan_names(scan))}")
+    loads = _gate_check(gate, "loads_safely")
+    if loads is None or not loads.get("passed"):
+        detail = (loads or {}).get("detail", gate.get("err", ""))
+        out.append(f"(e) benign but gate's loads_safely fails: {detail[:300]}")
+    warns = " ".join(map(str, ((ins.get("json") or {}).get("warnings") or [])))
+    if ins["code"] != 0 or "dangerous" in warns.lower():
+        out.append(f"(e) benign but inspect exits {ins['code']}"
+                   + (f" warning {warns[:300]}" if warns else f": {ins['err'].strip()[:300]}"))
+    return out
 
 
 # ------------------------------------------------------------------ tests
@@ -296,6 +345,22 @@ def test_parity(name: str, reference: dict[str, Any], ckpt_results: dict[str, An
         assert problems and all(p.startswith(DELIBERATE[name]) for p in problems), problems
         return
     assert not problems, f"{name} ({case.cls}: {case.note}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES if c.marker])
+def test_every_payload_is_live(name: str, reference: dict[str, Any]) -> None:
+    """A malicious case is one whose payload runs under some reference loader: measured, never assumed."""
+    case = BY_NAME[name]
+    assert reference_verdict(case, reference[name])["ran"], (
+        f"{name}: its marker never appeared under any reference loader; fix or drop the case")
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES if c.cls in BENIGN_CLASSES])
+def test_benign_case_is_valid(name: str, reference: dict[str, Any]) -> None:
+    """A benign case loads under torch.load(weights_only=False) and runs nothing."""
+    ref = reference[name]
+    assert ref["steps"]["wo_false"]["ok"], ref["steps"]["wo_false"]
+    assert not reference_verdict(BY_NAME[name], ref)["ran"]
 
 
 def test_ckpt_never_runs_a_payload(ckpt_results: dict[str, Any]) -> None:

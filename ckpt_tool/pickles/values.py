@@ -38,16 +38,33 @@ class Container(Unknown):
     """A list, dict, set or frozenset the pickle builds: its contents are not tracked, its kind is.
 
     The kind matters: SETITEM(S) on anything but a dict is the opcode
-    confusion behind CVE-2026-24747.
+    confusion behind CVE-2026-24747. The globals put in it (and containers
+    holding some) are kept in ``globs``, at most MAX_HELD: handed to a call,
+    they are judged as called (``func(*[cls, ...])`` works with a list too).
     """
 
-    __slots__ = ("kind",)
+    __slots__ = ("kind", "globs")
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, items: list[object] | tuple[object, ...] = ()) -> None:
         self.kind = kind
+        self.globs: list[object] | None = None
+        if items:
+            self.hold(items)
+
+    def hold(self, items: list[object] | tuple[object, ...]) -> None:
+        for v in items:
+            cls = v.__class__
+            if cls is Glob or (cls is Container and v.globs):  # type: ignore[attr-defined]  # cls is Container
+                if self.globs is None:
+                    self.globs = []
+                if len(self.globs) < MAX_HELD:
+                    self.globs.append(v)
 
     def __repr__(self) -> str:
         return f"<{self.kind}>"
+
+
+MAX_HELD = 64  # globals a container remembers (each distinct global is judged once anyway)
 
 
 @dataclass(frozen=True)

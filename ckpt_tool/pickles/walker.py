@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from ..model import GlobalRef
 from . import severity as levels
-from .inert import SHALLOW, TRAMPOLINES
+from .inert import SHALLOW
 from .values import (
     BYTES_IO,
     DILL,
@@ -36,6 +36,7 @@ from .values import (
     SETATTR,
     UNKNOWN,
     BytesRef,
+    Container,
     Finding,
     Glob,
     Made,
@@ -49,10 +50,8 @@ from .values import (
 
 __all__ = ["walk", "Walk", "Finding", "BytesRef", "NESTED_LOADERS"]
 
-from .walker_state import WalkState, WalkStop
-
-FULL_UNPICKLE = "a full unpickle (torch.load with weights_only off, pickle.load)"
-PERSISTENT_LOAD = ("torch.serialization", "persistent_load")  # how the messages name a persistent id's loader
+from .judging import PERSISTENT_LOAD, Judging
+from .walker_state import WalkStop
 
 
 def walk(
@@ -67,7 +66,7 @@ def walk(
     return _Walker(f, where, size, on_embedded, severity).run()
 
 
-class _Walker(WalkState):
+class _Walker(Judging):
     """The walk: the data opcodes of WalkState plus globals, calls and objects, found by dispatch table."""
 
     dispatch: list[Callable[[_Walker], None] | None] = []  # indexed by opcode byte
@@ -119,8 +118,15 @@ class _Walker(WalkState):
 
     def call_global(self, func: Glob, args: object, how: str) -> object:
         key = (func.module, func.name)
-        if args.__class__ is tuple and args:
-            self.pass_args(key, args, 0)  # a global passed to a callee is judged as called (trampolines)
+        if args.__class__ is tuple and args:  # a global passed to a callee is judged as called (trampolines)
+            if key in SHALLOW:  # the 400k tensor rebuilds: only their direct arguments count
+                for a in args:
+                    cls = a.__class__
+                    if cls is Glob or cls is Container:
+                        self.pass_args(key, args, 0)
+                        break
+            else:
+                self.pass_args(key, args, 0)
         made = self.plain.get(key) if how == "call" else None
         if made is not None:  # judged before, and no rule below looks at it: 400k tensor rebuilds
             self.escape(args)
@@ -158,59 +164,6 @@ class _Walker(WalkState):
         if how == "call" and _plain(key):
             self.plain[key] = made  # Made is immutable: one per callee serves every later call
         return made
-
-    def pass_args(self, callee: tuple[str, str] | None, args: tuple[object, ...] | list[object], depth: int) -> None:
-        """Judge each global among a call's arguments as called: the callee may call or construct it.
-
-        ``copyreg._reconstructor(cls, ...)``, ``defaultdict(factory)``,
-        ``_rebuild_from_type_v2(func, type, args, ...)`` are inert only as long
-        as what they are handed is. Tuples nest (``_rebuild_from_type_v2``'s
-        args are applied); the tensor rebuilds' tuples are sizes and strides.
-        """
-        deep = depth < 6 and callee not in SHALLOW
-        for a in args:
-            cls = a.__class__
-            if cls is Glob:
-                self.judge_arg(a, callee)  # type: ignore[arg-type]  # cls is Glob
-            elif cls is tuple and deep:
-                self.pass_args(callee, a, depth + 1)  # type: ignore[arg-type]  # cls is tuple
-
-    def judge_arg(self, arg: Glob, callee: tuple[str, str] | None) -> None:
-        key = (arg.module, arg.name)
-        if key in self.called:
-            return
-        self.called.add(key)
-        if callee is None:
-            how = "passes {name} to an object built at load time, which may call it"
-        else:
-            verb = TRAMPOLINES.get(callee, "may call or construct it")
-            how = "passes {name} to " + f"{callee[0]}.{callee[1]}, which {verb}"
-        self.judge(key, how)
-
-    def judge(self, key: tuple[str, str], how: str) -> None:
-        """A global outside the inert list that the pickle calls or constructs is dangerous: never merely "unknown".
-
-        Judged once per distinct global. ``how`` is "calls", "constructs", or
-        the sentence of a trampoline ("passes {name} to copyreg._reconstructor,
-        which constructs it"). TorchScript's ``__torch__`` classes come from the
-        archive's own code (the scanner judges them), and a name only dill's
-        closure idiom uses keeps its idiom rule.
-        """
-        index = next((i for i, g in enumerate(self.w.globals) if (g.module, g.name) == key), None)
-        if index is None or self.w.globals[index].severity != levels.SUSPICIOUS:
-            return
-        if key[0].split(".", 1)[0] == "__torch__" or key in IDIOM:
-            return
-        g = self.w.globals[index]
-        self.w.globals[index] = GlobalRef(g.module, g.name, levels.DANGEROUS, g.where)
-        name = f"{key[0]}.{key[1]}"
-        if how in ("calls", "constructs"):
-            runs = "run it" if how == "calls" else "run its class code (construction, __setstate__)"
-            text = f"{how} {name}, which is not on the inert allowlist: {FULL_UNPICKLE} would import it and {runs}"
-        else:
-            passed = how.replace("{name}", name, 1)
-            text = f"{passed}; {name} is not on the inert allowlist: {FULL_UNPICKLE} would import it and run it"
-        self.finding(levels.DANGEROUS, text, name)
 
     # -- opcodes: globals, calls, objects ------------------------------------------------
     def read_global(self, encoding: str) -> Glob:
@@ -295,7 +248,15 @@ class _Walker(WalkState):
         if type(pid) is tuple:
             if len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[2], str):
                 self.w.storage_keys.add(pid[2])
-            self.pass_args(PERSISTENT_LOAD, pid, 0)  # torch's persistent_load uses the storage type it names
+            for a in pid:  # torch's persistent_load uses the storage type it names: judged as called
+                cls = a.__class__  # inline: one persistent id per tensor, naming the memoized storage type
+                if cls is Glob:
+                    if a is not self.pid_glob:
+                        self.pid_glob = a  # held here, so its identity stays its own
+                        if (a.module, a.name) not in self.called:
+                            self.judge_arg(a, PERSISTENT_LOAD)
+                elif cls is tuple:
+                    self.pass_args(PERSISTENT_LOAD, a, 1)
         self.stack.append(RESOLVED)
 
     def load_stop(self) -> None:

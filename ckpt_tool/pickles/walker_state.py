@@ -63,6 +63,7 @@ class WalkState:
         self.watching = False  # an idiom global has been named: track where it flows
         self.called: set[tuple[str, str]] = set()
         self.plain: dict[tuple[str, str], Made] = {}  # callees the walk has nothing more to say about
+        self.pid_glob: object = None  # the global the last persistent id named (judged already)
         self.opcodes = 0
         self.done = False
 
@@ -298,37 +299,45 @@ class WalkState:
             raise WalkStop("stack underflow")
         stack[-3:] = [(stack[-3], stack[-2], stack[-1])]
 
+    def built(self, kind: str) -> None:
+        items = self.pop_mark()
+        self.escape(items)
+        self.stack.append(Container(kind, items))
+
     def load_list(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("list"))
+        self.built("list")
 
     def load_dict(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("dict"))
+        self.built("dict")
 
     def load_frozenset(self) -> None:
-        self.escape(self.pop_mark())
-        self.stack.append(Container("frozenset"))
+        self.built("frozenset")
+
+    def put_items(self, items: list[object] | tuple[object, ...], how: str) -> None:
+        """APPEND(S), ADDITEMS, SETITEM(S); a container remembers the globals put in it (Container.hold)."""
+        self.escape(items)
+        target = self.top()
+        if target.__class__ is Container:
+            target.hold(items)  # type: ignore[attr-defined]  # the class is Container
+        if how.startswith("SETITEM"):
+            self.set_items(how)
+        else:
+            self.mutate(target, how)
 
     def load_append(self) -> None:
-        self.escape(self.pop())
-        self.mutate(self.top(), "APPEND")
+        self.put_items((self.pop(),), "APPEND")
 
     def load_appends(self) -> None:
-        self.escape(self.pop_mark())
-        self.mutate(self.top(), "APPENDS")
+        self.put_items(self.pop_mark(), "APPENDS")
 
     def load_additems(self) -> None:
-        self.escape(self.pop_mark())
-        self.mutate(self.top(), "ADDITEMS")
+        self.put_items(self.pop_mark(), "ADDITEMS")
 
     def load_setitem(self) -> None:
-        self.escape((self.pop(), self.pop()))
-        self.set_items("SETITEM")
+        self.put_items((self.pop(), self.pop()), "SETITEM")
 
     def load_setitems(self) -> None:
-        self.escape(self.pop_mark())
-        self.set_items("SETITEMS")
+        self.put_items(self.pop_mark(), "SETITEMS")
 
     # -- opcodes: stack and memo ------------------------------------------------------
     def load_mark(self) -> None:

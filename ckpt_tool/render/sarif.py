@@ -19,9 +19,10 @@ from .common import write_report
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {severity.DANGEROUS: "error", severity.SUSPICIOUS: "warning"}
 _SCAN_RULES = {
-    "dangerous-global": "A pickle imports or calls something that runs code when the file is loaded.",
-    "suspicious-global": "A pickle names a class outside the tensor-rebuilding allowlist (read as an inert "
-                         "placeholder by ckpt; imported by torch.load(weights_only=False)).",
+    "dangerous-global": "A pickle calls or constructs a global outside the inert allowlist, or names one that "
+                        "runs code: a full unpickle runs it when the file is loaded.",
+    "suspicious-global": "A pickle names a global outside the inert allowlist but never calls or constructs it "
+                         "(a full unpickle imports its module).",
     "dangerous-opcode": "A pickle does something dangerous besides naming a global (e.g. a known weights_only "
                         "exploit shape).",
     "suspicious-opcode": "A pickle does something unusual that no torch.save writes.",
@@ -58,7 +59,8 @@ def scan_sarif(report: ScanReport) -> dict[str, Any]:
         for g in f.globals:
             if g.severity in _LEVEL:
                 where = f" in {g.where}" if g.where else ""
-                verb = "runs code" if g.severity == severity.DANGEROUS else "is not a tensor type"
+                verb = ("runs code" if g.severity == severity.DANGEROUS
+                        else "is named, never called (not on the inert allowlist)")
                 results.append(_result(f"{g.severity}-global", _LEVEL[g.severity],
                                        f"{g.module}.{g.name}{where} {verb} (NOT executed by ckpt)", f.path))
         for finding in f.findings:

@@ -22,13 +22,19 @@ import zipfile
 from dataclasses import dataclass, field
 
 from . import builders as b
+from .cases_benign import add_benign
+from .cases_bypass import add_bypasses
 from .cases_more import add_more
 from .cases_readings import add_readings
 
 CLASSES = (
     "zip-structure", "pickle-opcode", "dangerous-call", "nested", "safetensors-header",
     "legacy/tar", "quantized", "folder/special-file", "weights-only-metadata", "clean-control",
+    # issue 21: scanner-bypass techniques (tests/hostile/cases_bypass.py) and benign features (cases_benign.py)
+    "constructor-call", "trampoline", "gadget", "other-loader", "benign-feature",
 )
+# Classes whose cases are harmless by construction: ckpt must not flag them (issue 21).
+BENIGN_CLASSES = ("benign-feature",)
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,9 @@ class Case:
     flag: tuple[str, ...] = ()
     advisory: str | None = None
     kind: str = "file"  # file | folder | special (FIFO, device: never opened by the reference loaders)
+    # A refusal that is as good as naming the call: scan exits 2 with an error containing this text
+    # (issue 21: a shard an index names outside its folder is an error that says so).
+    error_ok: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
 
@@ -67,7 +76,8 @@ class Corpus:
 
     def add(self, name: str, cls: str, data: bytes | None, note: str, *, ext: str = ".pth",
             payload: bool = False, calls: tuple[str, ...] = (), flag: tuple[str, ...] = (),
-            advisory: str | None = None, path: str | None = None, kind: str = "file") -> Case:
+            advisory: str | None = None, path: str | None = None, kind: str = "file",
+            error_ok: str | None = None) -> Case:
         if cls not in CLASSES:
             raise ValueError(cls)
         if any(c.name == name for c in self.cases):
@@ -76,7 +86,8 @@ class Corpus:
         if data is not None:
             with open(target, "wb") as f:
                 f.write(data)
-        case = Case(name, target, cls, note, self.marker(name) if payload else None, calls, flag, advisory, kind)
+        case = Case(name, target, cls, note, self.marker(name) if payload else None, calls, flag, advisory, kind,
+                    error_ok)
         self.cases.append(case)
         return case
 
@@ -104,6 +115,8 @@ def build(folder: str) -> list[Case]:
         _zip_structure(c)
         add_more(c)
         add_readings(c)
+        add_bypasses(c)
+        add_benign(c)
     return c.cases
 
 

@@ -15,7 +15,8 @@ from tests.hostile.generate import Case
 from tests.test_parity import parity_problems
 
 STEPS = (("wo_true", "torch wo=True"), ("wo_false", "torch wo=False"), ("safetensors", "safe_open"),
-         ("pickle", "pickle.load"))
+         ("pickle", "pickle.load"), ("numpy", "np.load"), ("jit", "torch.jit.load"), ("package", "PackageImporter"),
+         ("dcp", "DCP read_metadata"), ("index", "index shards"), ("at_exit", "exit hooks"))
 
 
 NOTES = """\
@@ -71,6 +72,10 @@ def reference_text(case: Case, ref: dict[str, Any]) -> str:
         for key, label in STEPS:
             s = steps.get(key)
             if s is None:
+                continue
+            if key == "at_exit":
+                if s.get("ran"):
+                    bits.append(f"{label}: RUN the payload")
                 continue
             if s.get("ok"):
                 bits.append(f"{label}: loads" + (" and RUNS the payload" if s.get("ran") else ""))

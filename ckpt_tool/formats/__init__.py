@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import CkptError, InputError
+from ..errors import CkptError, InputError, UnsupportedFormat
 from ..io.bytesource import is_url
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
@@ -56,7 +56,14 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     if options.unsafe and is_url(path):
         raise InputError("--unsafe loads with torch.load, which reads local files only: download the file "
                          "first, then run the command on the copy", path)
-    fmt = _detect.detect(path)
+    try:
+        fmt = _detect.detect(path)
+    except UnsupportedFormat as exc:  # bytes no reader takes, which another loader may still unpickle (a .npy)
+        if not options.walk:
+            raise
+        from .findings import name_calls
+
+        raise name_calls(path, exc, options.limits) from exc
     if options.unsafe and fmt in (_detect.TORCH_ZIP, _detect.TORCH_LEGACY, _detect.PICKLE, _detect.TORCH_TAR):
         from .unsafe import read_unsafe
 

@@ -96,8 +96,8 @@ def _polyglots(c: Corpus) -> None:
     c.add("polyglot_safetensors_tar", "legacy/tar", safetensors_tar_polyglot(evil),
           "valid safetensors and a torch 0.1 tar: torch.load(weights_only=False) of a .pth unpickles its "
           "'storages' member (os.system)", payload=True, calls=SYSTEM)
-    evil = b.dumps(b.Reduce(os.system, c.touch("polyglot_safetensors_pickle")), protocol=2)
-    c.add("polyglot_safetensors_pickle", "pickle-opcode", safetensors_pickle_polyglot(evil),
+    evil = b.dumps(b.Reduce(os.system, c.touch("polyglot_safetensors_pickle_pth")), protocol=2)
+    c.add("polyglot_safetensors_pickle_pth", "pickle-opcode", safetensors_pickle_polyglot(evil),
           "valid safetensors and a pickle (SHORT_BINBYTES hops the JSON into the data): pickle.load and "
           "torch.load of a .pth run os.system", payload=True, calls=SYSTEM)
 

@@ -31,7 +31,7 @@ NOTES = """\
   case-insensitive); local-header sizes, names and CRCs that disagree with the central directory
   (only a local extra-field length that moves the data is refused); deflated storages and data.pkl;
   zip64 extras, comments, trailing bytes, directory entries; `byteorder` = big. With two `data.pkl`
-  entries torch reads the FIRST (Python's zipfile the last).
+  entries Python's zipfile reads the last; torch 2.13 read the clean one in both orders here.
 - What it refuses: absolute names (`/tmp/archive/data.pkl`: the prefix becomes empty and `version` is
   missing), `../../archive/...`, backslashes, no folder at all, mixed prefixes, bzip2/lzma members,
   the encrypted flag bit (\"unsupported encryption\"), a compression method that lies, any bytes before

@@ -400,12 +400,13 @@ def _zip_structure(c: Corpus) -> None:
           "a storage member shorter than the tensor needs")
     c.add("zip_duplicate_data_pkl", "zip-structure",
           b.py_zip([(pkl_name, b.proto0_call("os", "system", c.touch("zip_duplicate_data_pkl")))] + members),
-          "two data.pkl entries: the first calls os.system, the second is clean (zipfile reads the last)",
-          payload=True, calls=("os.system",), flag=("os.system",))
+          "two data.pkl entries: the first calls os.system, the second is clean (zipfile reads the last; torch 2.13 "
+          "reads the clean one too, so no stock loader runs it: issue 21 made liveness a test)",
+          calls=("os.system",), flag=("os.system",))
     c.add("zip_duplicate_data_pkl_last", "zip-structure",
           b.py_zip(members + [(pkl_name, b.proto0_call("os", "system", c.touch("zip_duplicate_data_pkl_last")))]),
-          "two data.pkl entries: the clean one first, the os.system one last",
-          payload=True, calls=("os.system",), flag=("os.system",))
+          "two data.pkl entries: the clean one first, the os.system one last (torch 2.13 reads the clean one)",
+          calls=("os.system",), flag=("os.system",))
     c.add("zip_uppercase_names", "zip-structure", b.rename_members(clean, lambda n: n.upper()),
           "member names upper-cased (ARCHIVE/DATA.PKL)")
     c.add("zip_version_99", "zip-structure",
@@ -431,7 +432,8 @@ def _zip_structure(c: Corpus) -> None:
     evil = b.torch_save_calling({**sd, "x": b.Call(c.touch("zip_encrypted_payload"))}, "os", "system")
     name = next(n for n, _ in b.zip_members(evil) if n.endswith("/data.pkl"))
     c.add("zip_encrypted_payload", "zip-structure", b.set_flag_bits(evil, name, 0x1),
-          "os.system in a data.pkl flagged encrypted", payload=True, calls=("os.system",))
+          "os.system in a data.pkl flagged encrypted (torch refuses it: hidden, named all the same)",
+          calls=("os.system",), flag=("os.system",))
     evil = b.torch_save_calling({**sd, "x": b.Call(c.touch("zip_prepended_pickle_payload"))}, "os", "system")
     c.add("zip_prepended_pickle_payload", "zip-structure",
           b.dumps(b.Reduce(os.system, c.touch("zip_prepended_pickle_payload"))) + clean,

@@ -256,12 +256,13 @@ def regenerate(venv: str | None) -> str:
 
     tests/hostile/DISAGREEMENTS.md is rewritten from the same measurements.
     """
-    dump = os.path.join(tempfile.mkdtemp(prefix="ckpt-security-table-"), "parity.json")
-    env = dict(os.environ, PARITY_DUMP=dump)
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_parity.py"],
-                   cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL)
-    with open(dump) as f:
-        measured = json.load(f)
+    with tempfile.TemporaryDirectory(prefix="ckpt-security-table-") as tmp:
+        dump = os.path.join(tmp, "parity.json")
+        env = dict(os.environ, PARITY_DUMP=dump)
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_parity.py"],
+                       cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL)
+        with open(dump) as f:
+            measured = json.load(f)
     from tests.hostile import report
     from tests.hostile.scanners import run_all
 

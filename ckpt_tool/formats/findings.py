@@ -132,10 +132,26 @@ def join_walk(loaded: Loaded, path: str, limits: Limits) -> None:
         refs.append(r if seen is None else GlobalRef(r.module, r.name, seen.severity, r.where))
     refs.extend(g for g in judged.values() if g.severity != severity.SAFE)
     loaded.references[:] = refs
+    if loaded.format == "torchscript":
+        _refuse_what_jit_refuses(scanner, path)
     for f in scanner.findings:
         if f.severity == severity.DANGEROUS:
             where = f" ({f.where})" if f.where else ""
             loaded.warnings.append(f"dangerous{where}: {f.message} (NOT executed)")
+
+
+# The pickles torch.jit.load unpickles: its unpickler resolves only TorchScript's own types and builders.
+_JIT_PICKLES = ("/data.pkl", "/constants.pkl")
+
+
+def _refuse_what_jit_refuses(scanner: Scanner, path: str) -> None:
+    """torch.jit.load refuses an archive whose data.pkl or constants.pkl names a global it cannot resolve:
+    so does ckpt (loader parity), naming the calls (NOT executed)."""
+    calls = sorted({f"{g.module}.{g.name} ({g.where})" for g in scanner.globals
+                    if g.severity == severity.DANGEROUS and g.where.endswith(_JIT_PICKLES)})
+    if calls:
+        raise InputError("torch.jit.load refuses this TorchScript archive: its pickles name globals outside "
+                         f"TorchScript's types: {', '.join(calls[:5])} (dangerous, NOT executed by ckpt)", path)
 
 
 def name_calls(path: str, exc: InputError, limits: Limits) -> InputError:

@@ -59,11 +59,13 @@ import warnings
 from typing import Any
 
 TIMEOUT_S = float(os.environ.get("REFERENCE_TIMEOUT_S", "30"))
-# Modules the payloads import: imported once here so forked children do not each pay for them.
+# Modules the payloads import: imported once here so forked children do not each pay for them. Never
+# torch._dynamo (nor torch._inductor, which imports it): importing it changes what torch.load(weights_only=True)
+# accepts (nested jagged tensors), and a deployment's fresh process has not imported it.
 PREIMPORT = (
     "torch.utils.collect_env", "torch.jit.unsupported_tensor_ops", "torch.fx.graph_module",
-    "torch.utils.cpp_extension", "torch.hub", "torch._dynamo.config", "torch.utils._config_module",
-    "torch._inductor.cpp_builder", "timeit", "cProfile", "pkgutil",
+    "torch.utils.cpp_extension", "torch.hub", "torch.utils._config_module",
+    "timeit", "cProfile", "pkgutil",
     "torch.fx.graph_module", "torch.utils.data.datapipes.utils.decoder", "torch.distributed.checkpoint",
     "torch.package", "numpy.lib._format_impl", "numpy.lib._npyio_impl", "wave", "mailbox", "codecs",
 )

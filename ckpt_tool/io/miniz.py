@@ -9,9 +9,22 @@ general, so ckpt replays miniz's exact steps to read the member torch reads.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 def _lower(name: str) -> bytes:
     return bytes(c + 32 if 65 <= c <= 90 else c for c in name.encode("utf-8", "surrogateescape"))
+
+
+def case_twins(names: Iterable[str]) -> bool:
+    """Two names that differ only in case (``data.pkl``, ``DATA.PKL``): miniz may find either for both.
+
+    Python's Unicode folding is a superset of miniz's ASCII one, so no twin is missed (a false one only
+    costs the exact replay).
+    """
+    joined = "\n".join(names)
+    low = joined.lower()
+    return low != joined and len(set(low.split("\n"))) != joined.count("\n") + 1
 
 
 class MinizIndex:

@@ -18,14 +18,12 @@ import struct
 import sys
 import zlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from ..errors import InputError, LimitExceeded
 from .bytesource import ByteSource
+from .miniz import MinizIndex, case_twins
 from .paths import open_bytes
-
-if TYPE_CHECKING:
-    from .miniz import MinizIndex
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOC = b"PK\x06\x07"
@@ -63,9 +61,8 @@ class ZipArchive:
                  source: ByteSource | None = None, lenient: bool = False) -> None:
         """The archive in file (or URL) ``path``, or in ``data`` (torch.save bytes nested in a pickle, a DCP chunk).
 
-        ``lenient`` reads the directory as the scanner needs it (see the
-        module's docstring); ``entries`` then lists what it found, with
-        local header offsets counted from the start of the file.
+        ``lenient`` reads the directory as the scanner needs it (see the module's docstring); ``entries``
+        then lists what it found, with local header offsets counted from the start of the file.
         """
         self.path = path
         self.member_limit = member_limit  # largest size a deflated member may inflate to
@@ -149,6 +146,7 @@ class ZipArchive:
         members: dict[str, Member] = {}
         self.members = members
         self.duplicates = []
+        self._twins: bool | None = None  # names that differ only in case: found lazily (miniz.case_twins)
         order: list[Member] = []
         self.entries = order
         self.compressed = 0
@@ -218,11 +216,13 @@ class ZipArchive:
     def resolve(self, name: str) -> str | None:
         """The stored name of the member torch's reader finds for ``name`` (miniz ignores case).
 
-        Unique names (every torch.save archive) are a dict lookup. With
-        duplicate names, miniz's sort and binary search are replayed
-        (io/miniz.py) and the member found becomes the one read by that name.
+        Unique names (every torch.save archive) are a dict lookup. With duplicate names, or names that
+        differ only in case, miniz's sort and binary search are replayed (io/miniz.py) and the member
+        found becomes the one read by that name.
         """
-        if not self.duplicates:
+        if self._twins is None:
+            self._twins = case_twins(self.members)
+        if not self.duplicates and not self._twins:
             if name in self.members:
                 return name
             if self._index is None:
@@ -231,8 +231,6 @@ class ZipArchive:
                     low = name.lower()
                     return low if low in self.members else None
         if self._index is None:
-            from .miniz import MinizIndex  # only for duplicated or case-folded names
-
             self._index = MinizIndex([m.name for m in self.entries])
         at = self._index.locate(name)
         if at is None:
@@ -270,9 +268,8 @@ class ZipArchive:
     def _locate_neighbours(self, m: Member) -> None:
         """Locate every member whose local header lies in the 64 KiB from ``m``'s, with one read.
 
-        Streaming 200,000 small tensors otherwise costs one 30-byte read per
-        member. Only headers that pass data_offset's checks are cached; any
-        other member is located (and its error raised) the direct way.
+        Streaming 200,000 small tensors otherwise costs one 30-byte read per member. Only headers that pass
+        data_offset's checks are cached; any other member is located (and its error raised) the direct way.
         """
         if self._offsets is None:
             self._by_offset = sorted((x.header_offset, x.name) for x in self.members.values())

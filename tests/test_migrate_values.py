@@ -200,3 +200,34 @@ def test_cast_counts_equal_a_value_by_value_comparison(src, out):
     assert loss.flushed == int(((xd != 0) & ~torch.isnan(xd) & (yd == 0)).sum())
     assert loss.subnormal == int(((yd.abs() < tiny_out) & (yd != 0) & (xd.abs() >= tiny_src)).sum())
     assert loss.saturated == int(((xd.abs() >= _rounds_to_max(y.dtype)) & torch.isfinite(yd)).sum())
+
+
+class _WithExtraState(torch.nn.Module):
+    """A module whose state_dict holds a non-tensor entry (``_extra_state``), as Transformer Engine's do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 2)
+
+    def get_extra_state(self) -> dict:
+        return {"amax_history": [1.0, 2.0], "version": 3}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.state = state
+
+
+def test_state_dict_entries_without_tensors_are_named_when_safetensors_cannot_keep_them(run_cli, tmp_path):
+    src = tmp_path / "extra.pth"
+    torch.save(_WithExtraState().state_dict(), src)
+    out = tmp_path / "extra.safetensors"
+    r = run_cli("migrate", str(src), "-o", str(out), "--json")
+    assert r.code == 0, r
+    warnings = json.loads(r.out)["warnings"]
+    lost = [w for w in warnings if "hold no tensor" in w]
+    assert lost and "_extra_state" in lost[0] and "write a .pth" in lost[0], warnings
+    kept = tmp_path / "extra.pth.out.pth"
+    r = run_cli("migrate", str(src), "-o", str(kept), "--json")
+    assert r.code == 0 and not [w for w in json.loads(r.out)["warnings"] if "hold no tensor" in w], r
+    target = _WithExtraState()
+    target.load_state_dict(torch.load(kept, weights_only=True), strict=True)  # the .pth keeps the entry
+    assert target.state == {"amax_history": [1.0, 2.0], "version": 3}

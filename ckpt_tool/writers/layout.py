@@ -251,12 +251,26 @@ def _string_metadata(ck: Checkpoint) -> dict[str, str]:
     return {str(k): str(v) for k, v in meta.items() if not (k in keys and v in keys)}
 
 
+def _entries_without_tensors(ck: Checkpoint, chosen: Any) -> list[str]:
+    """Keys of the state_dict itself whose values hold no tensor (``_extra_state``, a dtype, a count)."""
+    if not isinstance(chosen, Mapping):
+        return []
+    keys = set(ck.keys)
+    others = [str(k) for k, v in chosen.items() if not is_tensor(v) and str(k) not in keys]
+    return [k for k in others if not any(key.startswith(f"{k}.") for key in keys)]  # a tree of tensors is kept
+
+
 def safetensors_metadata(ck: Checkpoint, chosen: Any,
                          state_dict_only: bool) -> tuple[dict[str, str], list[str], list[str]]:
     """(``__metadata__`` entries, kept keys, warnings): strings are kept, anything else is named."""
     meta: dict[str, str] = {}
+    lost = _entries_without_tensors(ck, chosen)
+    warnings = [] if not lost else [
+        "state_dict entries that hold no tensor are not kept in safetensors (it stores only tensors): "
+        + ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else "")
+        + "; load_state_dict(strict=True) reports them missing: write a .pth to keep them"]
     if state_dict_only:
-        return {"format": "pt"}, [], []
+        return {"format": "pt"}, [], warnings
     meta.update(_string_metadata(ck))
     dropped: list[str] = []
     root = ck.root
@@ -272,7 +286,6 @@ def safetensors_metadata(ck: Checkpoint, chosen: Any,
                 dropped.append(str(k))
     kept = sorted(meta)
     meta.setdefault("format", "pt")  # Hugging Face loaders require it once any metadata is present
-    warnings = []
     if dropped:
         warnings.append("not kept in safetensors (it stores only string metadata): " + ", ".join(dropped[:10])
                         + (" ..." if len(dropped) > 10 else "") + "; write a .pth to keep them")

@@ -473,3 +473,40 @@ def test_allow_global_never_lifts_a_name_that_runs_code(tmp_path, run_cli):
     path = save(tmp_path, "system.pth", {"x": _Via(os.system, "true")})
     r = run_cli("scan", str(path), "--allow-global", "posix.system", "--allow-global", "os.system")
     assert r.code == 1 and "posix.system" in r.out
+
+
+_SLOT_SWAP = textwrap.dedent('''
+    import os, sys
+
+
+    class Evil:
+        def __del__(self):
+            open(os.environ["CKPT_MARKER"], "w").close()
+''')
+
+
+def _slot_swap_pickle(module: str) -> bytes:
+    """argparse.Namespace() (inert), then BUILD (None, {"__class__": module.Evil}): setattr swaps its class."""
+    return (b"\x80\x02cargparse\nNamespace\n)RN}X\x09\x00\x00\x00__class__c" + module.encode() + b"\nEvil\n"
+            b"s\x86b.")
+
+
+def test_a_global_set_as_a_slot_attribute_by_build_is_judged_as_constructed(tmp_path, run_cli):
+    """BUILD's slot state is setattr'd: {"__class__": X} turns an inert Namespace into an X, whose __del__ runs.
+
+    The unpickle below (a real pickle.load, with the class importable) proves the code runs; scan must call
+    the file dangerous naming the class, not merely suspicious (X is never called by an opcode).
+    """
+    (tmp_path / "slotswap_mod.py").write_text(_SLOT_SWAP)
+    path = tmp_path / "slot_swap.pkl"
+    path.write_bytes(_slot_swap_pickle("slotswap_mod"))
+    marker = tmp_path / "ran"
+    subprocess.run([sys.executable, "-c", f"import pickle, gc; pickle.load(open({str(path)!r}, 'rb')); gc.collect()"],
+                   check=True, cwd=tmp_path, env={**__import__("os").environ, "CKPT_MARKER": str(marker),
+                                                  "PYTHONPATH": str(tmp_path)})
+    assert marker.exists(), "the class swap did not run: the case proves nothing"
+    r = run_cli("scan", str(path), "--json")
+    report = json.loads(r.out)["files"][0]
+    assert r.code == 1 and report["verdict"] == "dangerous", r
+    assert {"module": "slotswap_mod", "name": "Evil", "severity": "dangerous"} in [
+        {k: g[k] for k in ("module", "name", "severity")} for g in report["globals"]]

@@ -40,6 +40,15 @@ class Judging(WalkState):
             elif cls is Container and a.globs and depth < 6:  # type: ignore[attr-defined]  # cls is Container
                 self.pass_args(callee, a.globs, depth + 1)  # type: ignore[attr-defined]
 
+    def slot_state(self, slots: Container) -> None:
+        """BUILD's slot state is applied with setattr, key by key: ``{"__class__": X}`` makes the object an X,
+        whose ``__del__`` and other methods then run. A global there is judged as constructed."""
+        for g in slots.globs or ():
+            if isinstance(g, Glob) and (g.module, g.name) not in self.called:
+                self.called.add((g.module, g.name))
+                self.judge((g.module, g.name), "BUILD's slot state sets {name} as an attribute with setattr "
+                           "(as the object's __class__, its methods then run)")
+
     def judge_arg(self, arg: Glob, callee: tuple[str, str] | None) -> None:
         key = (arg.module, arg.name)
         if key in self.called:

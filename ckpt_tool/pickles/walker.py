@@ -227,7 +227,10 @@ class _Walker(Judging):
         self.stack.append(self.call(items[0], tuple(items[1:]), "instantiation"))
 
     def load_build(self) -> None:
-        self.escape(self.pop())
+        state = self.pop()
+        self.escape(state)
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], Container):
+            self.slot_state(state[1])
         target = self.top()
         if isinstance(target, Glob):
             self.finding(levels.DANGEROUS,

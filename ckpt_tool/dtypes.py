@@ -99,3 +99,9 @@ def is_known(name: str) -> bool:
     except KeyError:
         return False
     return True
+
+
+# Floating dtypes whose casts migrate can prove (tensors/castloss.py reads their bits): a cast to or from any
+# other floating dtype is refused before anything is written, never published unchecked.
+CAST_CHECKED = frozenset(["float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+                          "float8_e4m3fnuz", "float8_e5m2fnuz"])

@@ -231,3 +231,15 @@ def test_state_dict_entries_without_tensors_are_named_when_safetensors_cannot_ke
     target = _WithExtraState()
     target.load_state_dict(torch.load(kept, weights_only=True), strict=True)  # the .pth keeps the entry
     assert target.state == {"amax_history": [1.0, 2.0], "version": 3}
+
+
+def test_a_cast_ckpt_cannot_check_is_refused_and_writes_nothing(run_cli, tmp_path):
+    """float8_e8m0fnu (an exponent-only dtype) has no cast check yet: refused up front (a target) or
+    before publishing (a source), exit 2 with one line, never written unchecked."""
+    src = tmp_path / "e8.pth"
+    torch.save({"e": torch.ones(3).to(torch.float8_e8m0fnu), "f": torch.ones(3, dtype=torch.float64)}, src)
+    for args in (["--dtype", "float8_e8m0fnu"], ["--dtype", "fp16"]):
+        out = tmp_path / "out.pth"
+        r = run_cli("migrate", str(src), "-o", str(out), *args)
+        assert r.code == 2 and "cannot yet prove" in r.err and "bug" not in r.err, (args, r)
+        assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["e8.pth"], args

@@ -42,6 +42,11 @@ class RuleSet:
                 raise UsageError(f"unknown dtype {name!r}")
         if self.dtype is not None and not dtypes.lookup(self.dtype).is_floating:
             raise UsageError(f"--dtype {self.dtype}: only floating dtypes can be cast to")
+        for name in [self.dtype] + [d for _, d in self.casts]:
+            found = dtypes.lookup(name) if name is not None else None
+            if found is not None and found.is_floating and found.name not in dtypes.CAST_CHECKED:
+                raise UsageError(f"a cast to {found.name}: ckpt cannot yet prove that such a cast keeps the values "
+                                 f"(it checks {', '.join(sorted(dtypes.CAST_CHECKED))}); nothing was written")
 
     @property
     def is_empty(self) -> bool:

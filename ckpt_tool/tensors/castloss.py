@@ -12,6 +12,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import UsageError
+
 
 @dataclass(frozen=True)
 class CastLoss:
@@ -134,8 +136,9 @@ def cast_with_loss(x: Any, dtype: Any, count: bool = True) -> tuple[Any, CastLos
         return y, NONE
     src_name = str(x.dtype).removeprefix("torch.")
     out_name = str(y.dtype).removeprefix("torch.")
-    if src_name not in _BITS or out_name not in _BITS:
-        raise ValueError(f"no cast check for {src_name} -> {out_name}")
+    if src_name not in _BITS or out_name not in _BITS:  # refused, never published unchecked
+        raise UsageError(f"a cast from {src_name} to {out_name}: ckpt cannot yet prove that such a cast keeps "
+                         "the values; keep those tensors in their dtype (a rules file [cast] entry)")
     xs = x.contiguous()
     src_raw, out_raw = _raw(xs), _raw(y)
     before = sum(count_raw_nonfinite(src_raw, src_name))

@@ -7,7 +7,7 @@ of DCP's own dataclasses with every tensor's chunks (``Shard(0)``, torch.chunk
 row blocks: ``ceil(rows / world)`` per rank, so the last ranks may hold
 fewer rows or an empty chunk), the byte range of each chunk, and
 ``planner_data`` to unflatten ``model.<fqn>`` keys.
-tests/test_dcp_generator.py checks it against the folders 2 real gloo
+tests/formats/test_dcp_generator.py checks it against the folders 2 real gloo
 processes wrote, and against torch's ``dcp_to_torch_save``.
 
 Values are the cheap deterministic function of generate_training.py, so a

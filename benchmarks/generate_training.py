@@ -4,7 +4,7 @@ The files have the structure DeepSpeed 0.19.8 writes (fixtures/deepspeed/
 LAYOUT.md): same file names, same pickled keys, types and globals (the three
 DeepSpeed classes are written as their GLOBAL names by a pickler that never
 imports them), same per-parameter ceil(n / world) partitioning of
-``fp32_flat_groups``. tests/test_deepspeed_layout_generator.py checks this
+``fp32_flat_groups``. tests/formats/test_deepspeed_layout_generator.py checks this
 against the run folders DeepSpeed itself wrote.
 
 Values are a cheap deterministic function of (parameter index, element

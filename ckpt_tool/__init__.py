@@ -19,14 +19,14 @@ from .version import __version__
 # API name -> (module, function). Each command lives in ckpt_tool/commands/.
 _API: dict[str, tuple[str, str]] = {
     "load": ("formats", "load"),
-    "inspect": ("commands.inspect", "inspect"),
-    "diff": ("commands.diff", "diff"),
-    "migrate": ("commands.migrate", "migrate"),
-    "gate": ("commands.gate", "gate"),
-    "scan": ("commands.scan", "scan"),
-    "doctor": ("commands.doctor", "run_doctor"),
+    "inspect": ("commands.inspect.inspect", "inspect"),
+    "diff": ("commands.diff.diff", "diff"),
+    "migrate": ("commands.migrate.migrate", "migrate"),
+    "gate": ("commands.gate.gate", "gate"),
+    "scan": ("commands.scan.scan", "scan"),
+    "doctor": ("commands.doctor.doctor", "run_doctor"),
     # ``with remote_session(download=True) as s:`` around calls on URLs: --download, and s.requests/s.bytes
-    "remote_session": ("io.remote", "session"),
+    "remote_session": ("io.remote.session", "session"),
 }
 
 __all__ = ["__version__", *_API]

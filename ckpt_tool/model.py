@@ -199,7 +199,7 @@ class Deferred(ABC):
     Metadata paths (inspect, diff without --values, the gate's checks) show
     ``describe()`` and read nothing, so a DCP folder costs its ``.metadata``
     alone; data paths (migrate, diff --values) read the value with
-    formats/deferred.py, as torch does when it loads the checkpoint.
+    formats/dcp/deferred.py, as torch does when it loads the checkpoint.
     """
 
     kind: str  # what it is ("bytes item")

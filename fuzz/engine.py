@@ -1,6 +1,6 @@
 """Byte-level mutations of real checkpoints, and the invariants ckpt must keep on them.
 
-Shared by the bounded fuzz test in the suite (tests/test_fuzz.py) and the long
+Shared by the bounded fuzz test in the suite (tests/formats/test_fuzz.py) and the long
 run (fuzz/fuzz_readers.py). Mutations know where each format keeps its
 length fields (safetensors' header length and offsets, zip records, pickle
 opcode arguments, legacy storage counts) and corrupt those on purpose, since

@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parent.parent / "ckpt_tool"
 
 # Lowest first. A module may import its own layer (without cycles) or any layer below.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("vocabulary", {"errors", "model", "dtypes", "limits", "units", "version"}),
+    ("vocabulary", {"errors", "model", "dtypes", "limits", "units", "version", "format_names", "progress"}),
     ("io", {"io"}),
     ("pickles", {"pickles"}),
     ("formats", {"formats"}),

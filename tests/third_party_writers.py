@@ -1,4 +1,4 @@
-"""Write real checkpoints with the real training libraries, for tests/test_third_party.py.
+"""Write real checkpoints with the real training libraries, for tests/formats/test_third_party.py.
 
     python tests/third_party_writers.py OUT_DIR
 

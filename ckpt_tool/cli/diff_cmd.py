@@ -56,7 +56,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     the values are apart; prints the `ckpt migrate` command that fixes key
     prefixes and renames. Exit code: 0 no differences, 1 differences, 2 error.
     """
-    from ..commands.diff import diff
+    from ..commands.diff.diff import diff
 
     kw = target_kwargs_from(target_kwargs)
     if kw and target is None:

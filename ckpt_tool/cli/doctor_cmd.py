@@ -28,7 +28,7 @@ def doctor_command(clean_path: str | None, dry_run: bool, as_json: bool) -> int:
     FOLDER is not a folder.
     """
     if clean_path is not None:
-        from ..commands.doctor import clean_temporaries
+        from ..commands.doctor.doctor import clean_temporaries
         from ..render.cleanup import render as render_clean
 
         found = clean_temporaries(clean_path, dry_run=dry_run)
@@ -36,7 +36,7 @@ def doctor_command(clean_path: str | None, dry_run: bool, as_json: bool) -> int:
         return EXIT_FINDING if found.failed else EXIT_OK
     if dry_run:
         raise UsageError("--dry-run goes with --clean FOLDER")
-    from ..commands.doctor import run_doctor
+    from ..commands.doctor.doctor import run_doctor
     from ..render.doctor import render
 
     report = run_doctor()

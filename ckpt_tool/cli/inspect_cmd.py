@@ -37,7 +37,7 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
 
     Reads no tensor data unless --stats is given.
     """
-    from ..commands.inspect import inspect
+    from ..commands.inspect.inspect import inspect
     from ..render.inspect import json_text, render
 
     bars: list = []

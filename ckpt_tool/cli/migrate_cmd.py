@@ -119,8 +119,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     0 written and verified (or a clean dry run), 1 verification or target
     check failed (nothing written), 2 error.
     """
-    from ..commands.consolidate_dist import follower
-    from ..commands.migrate import migrate
+    from ..commands.migrate.migrate import migrate
+    from ..commands.migrate.parallel.torchrun import follower
     from ..render.migrate import render
 
     if follower():  # a torchrun rank other than 0: rank 0 prints the one report

@@ -19,7 +19,7 @@ quiet_option = click.option("-q", "--quiet", is_flag=True, help="Print less; no 
 
 def _torch_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
-        from ..pickles.weights_only import rules_for
+        from ..pickles.weights_only.predict import rules_for
 
         try:
             rules_for(value)

@@ -46,7 +46,7 @@ def remote_scope(paths: Iterable[object], *, download: bool = False, verbose: bo
     if not _any_url(paths):
         yield
         return
-    from ..io.remote import session
+    from ..io.remote.session import session
 
     with session(download=download) as sess:
         bar = _Transfer(sess) if transfer_bar(paths, quiet) else None

@@ -17,22 +17,22 @@ from ..errors import CkptError, InputError, UnsupportedFormat
 from ..io.bytesource import is_url
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
-from ..pickles import wo_input
+from ..pickles.weights_only import inputs as wo_input
 from . import detect as _detect
-from .base import Loaded, ReadOptions
+from .checkpoint.loaded import Loaded, ReadOptions
 
 Reader = Callable[[str, ReadOptions], Loaded]
 
 # format name -> "module:function", imported on first use so each path
 # imports only what it needs (and none of them imports torch).
 _READERS: dict[str, str] = {
-    _detect.TORCH_ZIP: "torchzip:read_torch_zip",
-    _detect.SAFETENSORS: "safetensors:read_safetensors",
-    _detect.TORCH_LEGACY: "legacy:read_legacy",
-    _detect.PICKLE: "picklefile:read_pickle",
-    _detect.DCP: "dcp:read_dcp",
-    _detect.TORCH_TAR: "tar:read_legacy_tar",
-    _detect.DEEPSPEED: "deepspeed:read_deepspeed",
+    _detect.TORCH_ZIP: "torchsave.archive:read_torch_zip",
+    _detect.SAFETENSORS: "safetensors.header:read_safetensors",
+    _detect.TORCH_LEGACY: "torchsave.legacy:read_legacy",
+    _detect.PICKLE: "torchsave.plainpickle:read_pickle",
+    _detect.DCP: "dcp.metadata:read_dcp",
+    _detect.TORCH_TAR: "torchsave.tar:read_legacy_tar",
+    _detect.DEEPSPEED: "deepspeed.read:read_deepspeed",
 }
 
 
@@ -43,8 +43,8 @@ def reader_for(fmt: str) -> Reader:
 
 
 def _read_torch_blob(*args: Any, **kwargs: Any) -> Any:
-    """torch.save bytes nested in a pickle (rare): formats/blob.py is imported only for them."""
-    from .blob import read_torch_blob
+    """torch.save bytes nested in a pickle (rare): formats/torchsave/inmemory.py is imported only for them."""
+    from .torchsave.inmemory import read_torch_blob
 
     return read_torch_blob(*args, **kwargs)
 
@@ -61,15 +61,15 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     except UnsupportedFormat as exc:  # bytes no reader takes, which another loader may still unpickle (a .npy)
         if not options.walk:
             raise
-        from .findings import name_calls
+        from .checkpoint.findings import name_calls
 
         raise name_calls(path, exc, options.limits) from exc
     if options.unsafe and fmt in (_detect.TORCH_ZIP, _detect.TORCH_LEGACY, _detect.PICKLE, _detect.TORCH_TAR):
-        from .unsafe import read_unsafe
+        from .torchsave.unsafe import read_unsafe
 
         loaded = read_unsafe(path, fmt, options)
     elif fmt == _detect.SHARDED:
-        from .sharded import read_sharded
+        from .hf.index import read_sharded
 
         parts: list[tuple[str, Loaded]] = []
 
@@ -87,10 +87,10 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
         except InputError as exc:
             if not options.walk:
                 raise
-            from .findings import name_calls
+            from .checkpoint.findings import name_calls
 
             raise name_calls(path, exc, options.limits) from exc
-        from .findings import join_walk, needs_walk
+        from .checkpoint.findings import join_walk, needs_walk
 
         if options.walk and needs_walk(loaded, path):
             join_walk(loaded, path, options.limits)
@@ -100,7 +100,7 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     if warning:
         loaded.warnings.insert(0, warning)
     if fmt == _detect.TORCH_ZIP and path.endswith("_states.pt"):  # the names of DeepSpeed's rank files
-        from .deepspeed_files import rank_file_hint
+        from .deepspeed.files import rank_file_hint
 
         hint = rank_file_hint(path)
         if hint:
@@ -126,7 +126,7 @@ def _weights_only_input(path: str, fmt: str, options: ReadOptions) -> wo_input.W
 
 
 def _shard_tensors(loaded: Loaded, path: str) -> list[TensorMeta]:
-    from .checkpoint import build
+    from .checkpoint.build import build
 
     return list(build(loaded, path).tensors)
 
@@ -146,7 +146,7 @@ def load(
     described (model.Deferred) unless ``read_values`` asks for them, as
     migrate and ``diff --values`` do.
     """
-    from .checkpoint import build
+    from .checkpoint.build import build
 
     p = os.fspath(path)
     if not is_url(p) and not os.path.lexists(p):
@@ -156,7 +156,7 @@ def load(
         try:
             ck = build(loaded, p, key, limits)
             if read_values and loaded.deferred:  # walking 200,000 entries of any other file would find none
-                from .deferred import with_values
+                from .dcp.deferred import with_values
 
                 ck = with_values(ck, limits)
             return ck

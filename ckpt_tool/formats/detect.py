@@ -17,7 +17,7 @@ SAFETENSORS = "safetensors"
 SHARDED = "sharded"
 DCP = "dcp"
 DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
-TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints (formats/tar.py)
+TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints (formats/torchsave/tar.py)
 DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
@@ -65,7 +65,7 @@ def detect(path: str) -> str:
             return DCP
         if find_index(path):
             return SHARDED
-        from .deepspeed_files import is_deepspeed
+        from .deepspeed.files import is_deepspeed
 
         if is_deepspeed(path):
             return DEEPSPEED

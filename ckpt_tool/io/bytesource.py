@@ -2,7 +2,7 @@
 
 Every reader asks a ByteSource for ranges (``read(offset, n)``) instead of
 opening a file and calling pread, so the same readers serve ``s3://``,
-``https://`` and ``hf://`` paths (io/remote.py) with a few range requests.
+``https://`` and ``hf://`` paths (io/remote/session.py) with a few range requests.
 """
 from __future__ import annotations
 

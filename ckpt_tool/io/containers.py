@@ -7,7 +7,7 @@ import struct
 import warnings
 
 from ..errors import InputError
-from .blob import Blob
+from .regions import Blob
 
 
 def json_object_starts(data: bytes) -> bool:

@@ -1,7 +1,7 @@
 """Paths and URLs alike: open, test, list and join, whichever a user gave.
 
 Readers call these instead of os.path and open(): a local path goes to the
-standard library, a URL to io/protocols.py (imported only for URLs).
+standard library, a URL to io/remote/protocols.py (imported only for URLs).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ __all__ = ["is_url", "open_bytes", "open_together", "isdir", "isfile", "listdir"
 def open_bytes(path: str) -> ByteSource:
     """The bytes of ``path``: a local file, or a URL read by byte ranges (the ``remote`` extra)."""
     if is_url(path):
-        from .protocols import open_remote
+        from .remote.protocols import open_remote
 
         return open_remote(path)
     return LocalFile(path)
@@ -34,7 +34,7 @@ def open_together(urls: Sequence[str], workers: int = 8) -> None:
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
-    from .protocols import open_remote
+    from .remote.protocols import open_remote
 
     def one(url: str) -> None:
         try:
@@ -53,7 +53,7 @@ def open_together(urls: Sequence[str], workers: int = 8) -> None:
 def isdir(path: str) -> bool:
     """A folder (for a URL: a prefix or repository folder that lists files)."""
     if is_url(path):
-        from .protocols import current, is_folder
+        from .remote.protocols import current, is_folder
 
         return is_folder(path, current())
     return os.path.isdir(path)
@@ -62,7 +62,7 @@ def isdir(path: str) -> bool:
 def isfile(path: str) -> bool:
     """A file (for a URL: one that answers its first range request)."""
     if is_url(path):
-        from .protocols import is_file
+        from .remote.protocols import is_file
 
         return is_file(path)
     return os.path.isfile(path)
@@ -71,7 +71,7 @@ def isfile(path: str) -> bool:
 def listdir(path: str) -> list[str]:
     """The names in a folder, sorted."""
     if is_url(path):
-        from .protocols import current, list_folder
+        from .remote.protocols import current, list_folder
 
         return list_folder(path, current())
     try:
@@ -106,7 +106,7 @@ def missing_files(folder: str, names: Sequence[str]) -> list[str]:
     HTTP server has none, and a missing file is then found when it is read.
     """
     if is_url(folder):
-        from .protocols import missing_in
+        from .remote.protocols import missing_in
 
         return missing_in(folder, names)
     return [n for n in names if not os.path.isfile(os.path.join(folder, n))]
@@ -119,14 +119,14 @@ def remote_session(*candidates: object) -> contextlib.AbstractContextManager[Any
     """
     if not any(isinstance(p, str) and is_url(p) for p in candidates):
         return contextlib.nullcontext(None)
-    from .remote import session
+    from .remote.session import session
 
     return session()
 
 
 def count_remote(requests: int, nbytes: int) -> None:
     """Add requests made elsewhere (a --workers process reading a URL source) to the current session's counts."""
-    from .remote import current
+    from .remote.session import current
 
     current().count(requests, nbytes)
 
@@ -135,7 +135,7 @@ def url_bytes(url: str) -> int:
     """A URL's size: a file's from its first response, a folder's from its listing (no extra request
     where the listing was read already; a plain HTTP folder counts the files read from it)."""
     if isdir(url):
-        from .protocols import current, folder_bytes
+        from .remote.protocols import current, folder_bytes
 
         return folder_bytes(url, current())
     return open_bytes(url).size

@@ -8,16 +8,16 @@ is inert when importing its module runs no code but the library's own,
 and calling or constructing it, then BUILD (its ``__setstate__`` or a
 ``__dict__`` update), only builds a value: it opens no file, starts no
 process, imports nothing by name, registers no hook and unpickles no
-nested bytes. Each entry has a test with a real file (tests/test_verdicts.py).
+nested bytes. Each entry has a test with a real file (tests/pickles/test_verdicts.py).
 
 Some inert callables call or construct an *argument* (``copyreg._reconstructor(cls,
 ...)``, ``collections.defaultdict(factory)``, ``torch._tensor._rebuild_from_type_v2(func,
 type, ...)``): ``TRAMPOLINES`` says how, and the walk judges that argument as
-called (pickles/walker.py), so an inert function never launders a dangerous one.
+called (pickles/walk/walker.py), so an inert function never launders a dangerous one.
 """
 from __future__ import annotations
 
-from .weights_only import NEWEST, TABLE
+from .weights_only.predict import NEWEST, TABLE
 
 Pair = tuple[str, str]
 

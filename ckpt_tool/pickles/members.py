@@ -10,7 +10,7 @@ import re
 from collections import Counter
 
 from ..io.containers import safetensors_header_length
-from ..io.ziparchive import Member
+from ..io.zip.archive import Member
 from . import severity
 
 _ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")

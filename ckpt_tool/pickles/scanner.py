@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CkptError, InputError
-from ..io.blob import Blob
 from ..io.containers import is_legacy_magic, npy_pickle_offset, tar_members
-from ..io.ziparchive import Member
-from ..io.zipsweep import member_blob, read_directory, sweep_local_headers
+from ..io.regions import Blob
+from ..io.zip.archive import Member
+from ..io.zip.sweep import member_blob, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from . import severity
@@ -34,7 +34,7 @@ from .members import (
     script_calls,
     script_class_is_torchs,
 )
-from .walker import BytesRef, Finding, Walk, walk
+from .walk.walker import BytesRef, Finding, Walk, walk
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file

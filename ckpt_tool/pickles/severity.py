@@ -6,7 +6,7 @@ torch's weights_only allowlist plus a short reviewed list of data types).
 builtins.eval, pickle.loads, ...), whatever the pickle does with it.
 ``suspicious``: any other global, when the pickle only *names* it (imports it:
 torch.load(weights_only=False) runs its module's import code, but never calls
-it). The walk (pickles/walker.py) sees how each global is used: one that an
+it). The walk (pickles/walk/walker.py) sees how each global is used: one that an
 opcode calls or constructs (REDUCE, OBJ, INST, NEWOBJ, NEWOBJ_EX, an
 argument of an inert trampoline, a persistent id) and that is not inert is
 ``dangerous``. ckpt still reads such classes as inert placeholders.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..io.staletemp import CleanReport, Temporary
+from ..io.atomic.staletemp import CleanReport, Temporary
 from .common import human_bytes
 
 _SHOWN = 3

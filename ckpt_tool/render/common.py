@@ -139,9 +139,9 @@ def simple_columns(columns: list[Any], headers: list[str]) -> str:
 
 def write_report(data: bytes, path: str, what: str) -> None:
     """Write a report file under a temporary name beside ``path``, then rename it into place."""
-    from ..io.staletemp import owned_name  # only when a report is written (a 20 ms import)
+    from ..io.atomic.staletemp import owned_name  # only when a report is written (a 20 ms import)
 
-    tmp = owned_name(path)  # beside it, naming its writer (io/staletemp.py)
+    tmp = owned_name(path)  # beside it, naming its writer (io/atomic/staletemp.py)
     try:
         with open(tmp, "wb") as f:
             f.write(data)

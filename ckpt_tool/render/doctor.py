@@ -1,7 +1,7 @@
 """Text rendering of a DoctorReport."""
 from __future__ import annotations
 
-from ..commands.doctor import DoctorReport
+from ..commands.doctor.doctor import DoctorReport
 from .common import human_bytes
 
 

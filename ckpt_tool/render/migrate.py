@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from ..commands.migrate_report import MigrateReport
+from ..commands.migrate.report import MigrateReport
 from .common import human_bytes, shape_str
 
 _SHOWN = 12

@@ -38,7 +38,7 @@ def to_torch_any(t: TensorMeta) -> Any:
 
 def packed_layout(state: Mapping[str, Any]) -> dict[str, int]:
     """key -> tuple length of every packed params entry in a module's own state_dict."""
-    from ..formats.locate import packed_items
+    from ..formats.checkpoint.locate import packed_items
 
     out = {}
     for key, value in state.items():
@@ -65,7 +65,7 @@ def torch_state(actual: Mapping[str, TensorMeta], layout: Mapping[str, int]) -> 
 
 def flat_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """A torch state_dict with packed params tuples spread into ``KEY.i`` entries (None items left out)."""
-    from ..formats.locate import packed_items
+    from ..formats.checkpoint.locate import packed_items
 
     out: dict[str, Any] = {}
     for key, value in state.items():
@@ -86,7 +86,7 @@ def load_extras(mapping: Any) -> tuple[dict[str, Any], Any]:
     """
     import torch
 
-    from ..pickles.placeholders import DTypeRef
+    from ..pickles.unpickle.placeholders import DTypeRef
 
     if not isinstance(mapping, Mapping):
         return {}, None

@@ -178,7 +178,7 @@ def count_raw_nonfinite(raw: Any, dtype: str) -> tuple[int, int]:
 
     The bit test (all_finite) answers most chunks without torch; only a chunk
     that holds a NaN or Inf is counted, with torch. gate's no_nan_inf check
-    (commands/nonfinite.py) and migrate's cast check (tensors/castloss.py) use it.
+    (tensors/nonfinite.py) and migrate's cast check (tensors/castloss.py) use it.
     """
     if all_finite(raw, dtype) is not False:
         return 0, 0

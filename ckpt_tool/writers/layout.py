@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import RuleConflict
-from ..formats.locate import is_tensor, packed_items
+from ..formats.checkpoint.locate import is_tensor, packed_items
 from ..keys.rules import RuleSet
 from ..model import Checkpoint
-from ..pickles.placeholders import Placeholder, is_module_placeholder
+from ..pickles.unpickle.placeholders import Placeholder, is_module_placeholder
 from .base import OutTensor
-from .torchpickle import make_state_dict
+from .torchsave.datapkl import make_state_dict
 
 _LEAF = "\x00leaf"
 

@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from .base import OutTensor
 from .output import Output
-from .safetensors import header_bytes, write_body
-from .sharded import Shard, plan_shards, write_shard
+from .safetensors.sharded import Shard, plan_shards, write_shard
+from .safetensors.single import header_bytes, write_body
 
 
 class Unit(NamedTuple):

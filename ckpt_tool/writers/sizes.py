@@ -92,7 +92,7 @@ def zip_size(prefix: str, members: Sequence[tuple[str, int]]) -> int:
 
 def _zip_size(members: Sequence[tuple[int, int]]) -> int:
     """``zip_size`` over (length of the full member name in bytes, size) pairs."""
-    from . import torchzip
+    from .torchsave import archive as torchzip
 
     limit = torchzip.ZIP64_LIMIT  # read at call time: tests lower it
     align = torchzip.ALIGNMENT
@@ -119,7 +119,7 @@ def _zip_size(members: Sequence[tuple[int, int]]) -> int:
 
 
 def torch_zip_size(out: str, data_pkl: bytes, table: Any) -> int:
-    from .torchzip import ALIGNMENT, archive_name
+    from .torchsave.archive import ALIGNMENT, archive_name
 
     base = len(archive_name(out).encode("utf-8")) + 1
     named = [("data.pkl", len(data_pkl)), (".format_version", 1), (".storage_alignment", len(str(ALIGNMENT))),
@@ -133,7 +133,7 @@ def torch_zip_size(out: str, data_pkl: bytes, table: Any) -> int:
 
 def sharded_sizes(stored: Sequence[OutTensor], aliases: Mapping[str, str], metadata: Mapping[str, str],
                   max_bytes: int) -> list[int]:
-    from .sharded import shard_names, split
+    from .safetensors.sharded import shard_names, split
 
     shards = split(stored, max_bytes)
     names = shard_names(len(shards))
@@ -157,7 +157,7 @@ def quick_bound(fmt: str, out: str, tensors: Sequence[OutTensor], payload: Mappi
                 shard_bytes: int | None) -> tuple[int, int]:
     """(at least the total bytes, at least the number of files) of the output, from sums alone."""
     from . import DCP, SHARDED, TORCH_ZIP
-    from .torchzip import archive_name
+    from .torchsave.archive import archive_name
 
     if fmt == TORCH_ZIP:
         data_pkl, table = payload["pickle"]

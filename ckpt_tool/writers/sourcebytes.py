@@ -220,7 +220,7 @@ def storage_data(refs: Sequence[StorageRef], *, regions: bool = False
 
 def file_pieces(ref: StorageRef, offset: int, length: int) -> list[Any] | None:
     """The (FileSource, key, offset, length) pieces of a storage made of file regions (a consolidated
-    DeepSpeed or DCP tensor: formats/segments.py), or None."""
+    DeepSpeed or DCP tensor: io/segments.py), or None."""
     get = getattr(ref.source, "file_pieces", None)
     return get(ref.key, offset, length) if get is not None else None
 

@@ -1,0 +1,152 @@
+"""What ``ckpt diff`` reports: key, shape and dtype mismatches, value differences, the verdict.
+
+Frozen dataclasses that the comparisons (diff.py, diff_values.py) fill in and
+the renderers (render/diff.py) read; nothing here reads a checkpoint.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ...io.remote.counts import with_remote
+
+if TYPE_CHECKING:
+    from ...keys.infer import Suggestion
+    from ..weights_only.verdict import WeightsOnlyReport
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One key whose shape (or dtype) differs: ``a`` is what A holds, ``b`` what B expects."""
+
+    key: str
+    a: Any  # shape list or dtype string
+    b: Any
+
+
+@dataclass(frozen=True)
+class ValueDiff:
+    """How far A's values are from B's for one key, judged like torch.allclose(equal_nan=True)."""
+
+    key: str
+    max_abs: float
+    max_rel: float
+    nan_a: int
+    nan_b: int
+    inf_a: int
+    inf_b: int
+    passed: bool
+    mismatched: int = 0  # elements outside atol + rtol * |b|
+    numel: int = 0
+    compared_as: str = ""  # the dtype both sides were compared in
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "max_abs": _json_float(self.max_abs), "max_rel": _json_float(self.max_rel),
+            "passed": self.passed, "mismatched": self.mismatched, "numel": self.numel,
+            "nan_a": self.nan_a, "nan_b": self.nan_b, "inf_a": self.inf_a, "inf_b": self.inf_b,
+            "compared_as": self.compared_as,
+        }
+
+
+def _json_float(x: float) -> float | str:
+    """JSON has no NaN/Infinity: those become the strings "nan", "inf" (as in inspect)."""
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return x
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """Everything ``ckpt diff`` found; ``equal`` decides the exit code."""
+
+    a: str
+    b: str
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    shape_mismatch: tuple[Mismatch, ...]
+    dtype_mismatch: tuple[Mismatch, ...]
+    value_mismatch: tuple[ValueDiff, ...]
+    values: tuple[ValueDiff, ...]
+    metadata_diff: dict[str, Any]
+    suggestion: Suggestion | None
+    warnings: tuple[str, ...]
+    b_kind: str = "checkpoint"  # or "target"
+    a_format: str = ""
+    b_format: str = ""
+    a_count: int = 0
+    b_count: int = 0
+    compared_values: bool = False
+    atol: float = 1e-8
+    rtol: float = 1e-5
+    fail_on_metadata: bool = False
+    key: str | None = None
+    key_b: str | None = None
+    target_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    plain_tensor_attributes: tuple[str, ...] = ()
+    # torch.load(weights_only=True) of each side (b: None for a --target); never part of ``equal``
+    weights_only_a: WeightsOnlyReport | None = None
+    weights_only_b: WeightsOnlyReport | None = None
+    remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
+
+    @property
+    def metadata_differs(self) -> bool:
+        return any(self.metadata_diff.get(k) for k in ("changed", "only_a", "only_b"))
+
+    @property
+    def equal(self) -> bool:
+        """No difference that affects loading: keys, shapes, dtypes and (when compared) values.
+
+        Metadata differences (epoch, optimizer, ...) count only with
+        ``fail_on_metadata``: they never change what load_state_dict does.
+        """
+        differs = self.missing or self.unexpected or self.shape_mismatch or self.dtype_mismatch or self.value_mismatch
+        return not differs and not (self.fail_on_metadata and self.metadata_differs)
+
+    def migrate_command(self, output: str | None = None) -> str | None:
+        """The ``ckpt migrate`` command that applies the suggestion to A, or None."""
+        if self.suggestion is None:
+            return None
+        target = kwargs = None
+        # --target makes migrate verify a strict load: only for a rewrite that leaves no key difference
+        if self.b_kind == "target" and self.suggestion.complete:
+            import json
+
+            target = self.b
+            kwargs = json.dumps(dict(self.target_kwargs)) if self.target_kwargs else None
+        return self.suggestion.command(self.a, output, key=self.key, target=target, target_kwargs=kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        suggestion = None
+        if self.suggestion is not None:
+            suggestion = self.suggestion.to_json()
+            suggestion["command"] = self.migrate_command()
+        return with_remote({
+            "equal": self.equal,
+            "a": self.a,
+            "b": self.b,
+            "b_kind": self.b_kind,
+            "a_format": self.a_format,
+            "b_format": self.b_format,
+            "a_tensors": self.a_count,
+            "b_tensors": self.b_count,
+            "missing": list(self.missing),
+            "unexpected": list(self.unexpected),
+            "shape_mismatch": [{"key": m.key, "a": m.a, "b": m.b} for m in self.shape_mismatch],
+            "dtype_mismatch": [{"key": m.key, "a": m.a, "b": m.b} for m in self.dtype_mismatch],
+            "value_mismatch": [v.to_json() for v in self.value_mismatch],
+            "values_compared": self.compared_values,
+            "values": [v.to_json() for v in self.values] if self.compared_values else None,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "metadata_diff": self.metadata_diff,
+            "suggestion": suggestion,
+            "plain_tensor_attributes": list(self.plain_tensor_attributes),
+            "warnings": list(self.warnings),
+            "weights_only": {
+                "a": self.weights_only_a.to_json() if self.weights_only_a is not None else None,
+                "b": self.weights_only_b.to_json() if self.weights_only_b is not None else None,
+            },
+        }, self.remote)

@@ -1,0 +1,1 @@
+"""``ckpt doctor``: can this environment run and verify checkpoints on its devices."""

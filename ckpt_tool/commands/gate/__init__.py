@@ -1,0 +1,1 @@
+"""``ckpt gate``: the pre-deploy checks, their policy file, and the report CI reads."""

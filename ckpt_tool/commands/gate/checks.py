@@ -1,0 +1,377 @@
+"""The checks of ``ckpt gate``, one function each, returning a pass/fail/skipped Check.
+
+Each check takes the loaded checkpoint (or the path) and the Policy and
+never raises for a finding: a finding is a failed Check. Only
+check_no_nan_inf reads tensor data (nonfinite.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...io.paths import dirname, is_url, isdir, open_bytes, url_bytes
+from ...limits import Limits
+from ...model import Checkpoint
+from ...pickles import severity
+from ...tensors.nonfinite import nonfinite_counts
+from .policy import Policy
+
+# dtypes nobody is surprised by; anything else is a warning (--strict fails on it)
+USUAL_DTYPES = frozenset(["float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
+                          "uint8", "bool"])
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+    skipped: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "passed": self.passed, "detail": self.detail, "skipped": self.skipped}
+
+
+Progress = Callable[[str, int, int], None]  # (path, tensors done, tensors in total)
+
+
+def _skip(name: str, why: str) -> Check:
+    return Check(name, True, f"skipped: {why}", skipped=True)
+
+
+def _listing(items: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+# ------------------------------------------------------------------ the checks
+
+
+def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
+    return loads_safely(path, pol, limits).check
+
+
+@dataclass(frozen=True)
+class SafetyVerdict:
+    """The loads_safely check, and what decides the gate's exit code: a call found, or bytes left unread."""
+
+    check: Check
+    dangerous: bool  # a call or construction that can run code: the gate fails (exit 1) even if unreadable
+    unread: str | None  # what could not be scanned (a folder, a file, a broken part), else None: exit 2
+
+
+def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
+    """Scan ``path`` as ``ckpt scan`` does: dangerous names first, then what could not be read."""
+    from ...errors import CkptError
+    from ..scan.scan import scan
+
+    try:
+        report = scan([path], strict=pol.strict, limits=limits, allow_globals=pol.weights_only_allow)
+    except CkptError as exc:  # nothing to scan at all (a folder holding no checkpoint data)
+        return SafetyVerdict(Check("loads_safely", False, f"could not be scanned: {exc.message}"), False,
+                             exc.message)
+    dangerous: list[str] = []
+    suspicious: list[str] = []
+    errors: list[str] = []
+    pickles = 0
+    for f in report.files:
+        pickles += f.pickles
+        errors.extend(f.errors)
+        for g in f.globals:
+            item = f"{g.qualname} ({g.where})" if g.where else g.qualname
+            (dangerous if g.severity == severity.DANGEROUS else suspicious
+             if g.severity == severity.SUSPICIOUS else []).append(item)
+        for x in f.findings:
+            (dangerous if x.severity == severity.DANGEROUS else suspicious).append(x.message)
+    unread = _listing(errors, 2) if errors else None
+    also = f"; also could not be read: {unread}" if unread else ""
+    if dangerous:
+        return SafetyVerdict(Check("loads_safely", False, "dangerous references (never executed): "
+                                   + _listing(dangerous) + also), True, unread)
+    if errors:
+        return SafetyVerdict(Check("loads_safely", False, f"could not be scanned completely: {unread}"), False,
+                             unread)
+    if suspicious:
+        text = ("globals the pickle names but never calls or constructs (not on the inert allowlist): "
+                + _listing(sorted(set(suspicious))))
+        return SafetyVerdict(Check("loads_safely", not pol.strict, text + ("" if pol.strict else
+                                                                            " (fails with --strict)")), False, None)
+    return SafetyVerdict(Check("loads_safely", True, f"no dangerous references ({pickles} pickle(s) scanned)"),
+                         False, None)
+
+
+def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
+    """Fails when the deployment's default torch.load (weights_only=True since 2.6) would refuse the file.
+
+    Globals the policy allows (``weights_only_allow``, ``--allow-global``)
+    count as allowlisted by the loader; a global that can run code never does.
+    """
+    name = "weights-only"
+    if not pol.weights_only_check:
+        return _skip(name, "--no-weights-only-check")
+    from ..weights_only.verdict import assess
+
+    wo = assess(ckpt, pol.weights_only_torch)
+    if wo is None:
+        return _skip(name, "nothing to predict from (the file was not read by ckpt's own readers)")
+    if wo.files:
+        return _weights_only_files(wo, pol)
+    if not wo.applies:
+        return _skip(name, wo.reason or "torch.load does not read this input")
+    rules = f"torch {wo.torch}"
+    if wo.loads:
+        return Check(name, True, f"torch.load(weights_only=True) loads it ({rules} rules)")
+    if ckpt.format == "safetensors" or ckpt.metadata.get("shard_format") == "safetensors":
+        return _skip(name, "safetensors holds no pickle: it is loaded with safetensors, not torch.load")
+    if not wo.default_weights_only:
+        return Check(name, True, f"{rules}'s torch.load defaults to weights_only=False, so its default load does "
+                                 f"not refuse it; with weights_only=True: {wo.headline()}")
+    if wo.dangerous:
+        return Check(name, False, wo.headline() + " (the policy cannot allow it)")
+    if wo.reason is not None:
+        fix = wo.sanitize_command
+        return Check(name, False, wo.headline() + (f". Convert it: {fix}" if fix else ""))
+    missing = [n for n in wo.needs if n not in pol.weights_only_allow]
+    if not missing:
+        return Check(name, True, f"loads with the allowed globals {_listing(list(wo.needs))} ({rules} rules); the "
+                                 f"loading code must allowlist them: {wo.fix}")
+    return Check(name, False, f"torch.load(weights_only=True) refuses it ({rules} rules): needs "
+                              f"{_listing(missing, 8)}. Allowlist them where it is loaded ({wo.fix}) and in the "
+                              f"policy (weights_only_allow / --allow-global), or convert it: {wo.sanitize_command}")
+
+
+def _weights_only_files(wo: Any, pol: Policy) -> Check:
+    """A folder: torch.load opens none of it; the files its loader hands to torch.load must each load."""
+    name = "weights-only"
+    opened = wo.torch_loaded
+    if not opened:
+        loaders = sorted({f.loader for f in wo.files})
+        return _skip(name, f"{wo.reason}; this check judges files a loader opens with the default "
+                           f"torch.load(weights_only=True), and its files are read by {', '.join(loaders)} with "
+                           "their own settings (inspect lists each file's verdict)")
+    refused = [f for f in opened if not f.loads and (f.reason is not None or f.dangerous
+                                                    or not set(f.needs) <= set(pol.weights_only_allow))]
+    rules = f"torch {wo.torch} rules"
+    if not refused:
+        allowed = sorted({n for f in opened for n in f.needs})
+        extra = f" with the allowed globals {_listing(allowed)}" if allowed else ""
+        return Check(name, True, f"each of the {len(opened)} file(s) its loader opens with torch.load loads with "
+                                 f"weights_only=True{extra} ({rules}); torch.load cannot open the folder itself")
+    return Check(name, False, f"torch.load(weights_only=True) refuses {len(refused)} of its {len(opened)} file(s) "
+                              f"({rules}): " + _listing([f.line() for f in refused], 3))
+
+
+def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -> Check:
+    if built is None:
+        return _skip("matches_target", "no target (--target or the policy's target)")
+    from ...keys.infer import suggest
+    from ..diff.diff import _attribute_prefixes, compare_tensors
+
+    missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt.tensors, built.tensors, lazy=built.lazy)
+    if pol.ignore_target_dtype:
+        dtype_mm = []
+    if not (missing or unexpected or shape_mm or dtype_mm):
+        return Check("matches_target", True, f"all {len(built.tensors)} keys of {pol.target} match "
+                                             "(names, shapes, dtypes)")
+    parts = []
+    if missing:
+        parts.append(f"missing {len(missing)}: {_listing(missing)}")
+    if unexpected:
+        parts.append(f"unexpected {len(unexpected)}: {_listing(unexpected)}")
+    if shape_mm:
+        parts.append(f"shape mismatch {len(shape_mm)}: "
+                     + _listing([f"{m.key} {m.a} in the checkpoint, {m.b} in the target" for m in shape_mm]))
+    if dtype_mm:
+        parts.append(f"dtype mismatch {len(dtype_mm)}: "
+                     + _listing([f"{m.key} {m.a} vs {m.b}" for m in dtype_mm]))
+    detail = "; ".join(parts)
+    if missing or unexpected or shape_mm:
+        suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=_attribute_prefixes(built.module),
+                             lazy=built.lazy)
+        if suggestion is not None:
+            kwargs = json.dumps(dict(pol.target_kwargs)) if pol.target_kwargs else None
+            fix = suggestion.command(path, key=pol.key, target=pol.target, target_kwargs=kwargs)
+            how = "fixes every key" if suggestion.complete else f"reconciles {suggestion.reconciled} key(s)"
+            detail += f". Fix ({how}): {fix}"
+    return Check("matches_target", False, detail)
+
+
+def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress | None) -> Check:
+    if not pol.nan_check:
+        return _skip("no_nan_inf", "--no-nan-check")
+    candidates = [t for t in ckpt.tensors if t.is_floating or t.dtype.startswith("complex")]
+    if not candidates:
+        return Check("no_nan_inf", True, "no floating-point tensors")
+    bad: list[str] = []
+    no_data: list[str] = []
+    counted = nonfinite_counts([t for t in candidates if t.storage is not None])
+    for i, t in enumerate(candidates):
+        if t.storage is None:
+            no_data.append(t.key)
+        else:
+            _, nan, inf = next(counted)
+            if nan or inf:
+                what = ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if p)
+                bad.append(f"{t.key} ({what})")
+        if progress is not None:
+            progress(path, i + 1, len(candidates))
+    note = f"; {len(no_data)} tensor(s) hold no data (meta device)" if no_data else ""
+    if bad:
+        return Check("no_nan_inf", False, f"{len(bad)} of {len(candidates)} floating tensors hold NaN/Inf: "
+                                          + _listing(bad) + note)
+    return Check("no_nan_inf", True, f"{len(candidates) - len(no_data)} floating tensors, all finite{note}")
+
+
+
+def check_dtype_policy(ckpt: Checkpoint, pol: Policy) -> Check:
+    if pol.allowed_float_dtypes is None and pol.allowed_dtypes is None:
+        return _skip("dtype_policy", "no allowed dtypes (--allow-dtype or the policy)")
+    offending: dict[str, list[str]] = {}
+    for t in ckpt.tensors:
+        if (pol.allowed_dtypes is not None and t.dtype not in pol.allowed_dtypes) or (
+            pol.allowed_float_dtypes is not None and t.is_floating and t.dtype not in pol.allowed_float_dtypes
+        ):
+            offending.setdefault(t.dtype, []).append(t.key)
+    allowed = ", ".join(pol.allowed_dtypes or pol.allowed_float_dtypes or ())
+    scope = "tensors" if pol.allowed_dtypes is not None else "floating tensors"
+    if offending:
+        parts = [f"{dt}: {len(keys)} tensor(s) ({_listing(keys, 3)})" for dt, keys in offending.items()]
+        return Check("dtype_policy", False, "; ".join(parts) + f" — allowed for {scope}: {allowed}")
+    counts = Counter(t.dtype for t in ckpt.tensors)
+    return Check("dtype_policy", True, f"all {scope} in {allowed} ("
+                 + ", ".join(f"{k} x{v}" for k, v in counts.most_common()) + ")")
+
+
+def check_file_size(path: str, pol: Policy) -> Check:
+    if pol.max_file_size is None:
+        return _skip("file_size", "no limit (--max-size or the policy's max_file_size)")
+    from ...units import human_bytes
+
+    size = path_bytes(path)
+    verdict = "<=" if size <= pol.max_file_size else ">"
+    return Check("file_size", size <= pol.max_file_size,
+                 f"{human_bytes(size)} ({size:,} bytes) {verdict} the limit of {human_bytes(pol.max_file_size)}")
+
+
+def path_bytes(path: str) -> int:
+    """A file's size, or the total of every file under a folder (a sharded set, a DCP folder)."""
+    if is_url(path):
+        return url_bytes(dirname(path) if path.endswith(".index.json") else path)
+    if path.endswith(".index.json") and os.path.isfile(path):
+        path = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
+    return os.path.getsize(path)
+
+
+def check_required_metadata(ckpt: Checkpoint, pol: Policy) -> Check:
+    if not pol.required_metadata:
+        return _skip("required_metadata", "no required keys (--require-metadata or the policy)")
+    missing = [k for k in pol.required_metadata if not _has_metadata(ckpt.metadata, k)]
+    if missing:
+        have = sorted(str(k) for k in _metadata_keys(ckpt.metadata))
+        return Check("required_metadata", False, f"missing {_listing(missing)} (the checkpoint has: "
+                     + (_listing(have, 8) if have else "no metadata") + ")")
+    return Check("required_metadata", True, "present: " + ", ".join(pol.required_metadata))
+
+
+def _metadata_keys(meta: Mapping[str, Any]) -> list[str]:
+    keys = [str(k) for k in meta if k != "__metadata__"]
+    inner = meta.get("__metadata__")
+    if isinstance(inner, Mapping):
+        keys += [str(k) for k in inner]
+    return keys
+
+
+def _has_metadata(meta: Mapping[str, Any], dotted: str) -> bool:
+    """A top-level key, a dotted path into nested metadata, or a safetensors ``__metadata__`` entry."""
+    for root in (meta, meta.get("__metadata__")):
+        if not isinstance(root, Mapping):
+            continue
+        if dotted in root:
+            return True
+        obj: Any = root
+        for part in dotted.split("."):
+            if isinstance(obj, Mapping) and part in obj:
+                obj = obj[part]
+            elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
+                obj = obj[int(part)]
+            else:
+                break
+        else:
+            return True
+    return False
+
+
+def check_sha256(path: str, pol: Policy) -> Check:
+    pin = pol.sha256 or pol.pin_for(path)
+    if pin is None:
+        return _skip("sha256", "no pin (--sha256 or the policy's [sha256] table)")
+    if isdir(path):
+        return Check("sha256", False, "a sha256 pin is for one file; this is a folder")
+    digest = sha256_file(path)
+    if digest == pin:
+        return Check("sha256", True, f"sha256 {digest} matches the pin")
+    return Check("sha256", False, f"sha256 is {digest}, the pin is {pin}")
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    if is_url(path):  # read by parts, like tensor data
+        with open_bytes(path) as data:
+            for offset in range(0, data.size, 8 << 20):
+                h.update(data.read_data(offset, min(8 << 20, data.size - offset)))
+        return h.hexdigest()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def strict_warnings(ckpt: Checkpoint, pol: Policy) -> list[str]:
+    """Every warning inspect prints, plus unusual dtypes and layouts and oversized metadata."""
+    from ..inspect.inspect import layout_notes
+
+    out = _lifted(ckpt, pol.weights_only_allow)
+    unusual = Counter(t.dtype for t in ckpt.tensors if t.dtype not in USUAL_DTYPES)
+    if unusual:
+        out.append("unusual dtypes: " + ", ".join(f"{k} x{v}" for k, v in unusual.items()))
+    notes = layout_notes(ckpt.tensors)
+    odd_layout = sorted(k for k, n in notes.items() if any(x in ("non-contiguous", "channels_last") for x in n))
+    if odd_layout:
+        out.append(f"{len(odd_layout)} tensor(s) with an unusual layout (non-contiguous or channels_last): "
+                   + _listing(odd_layout, 3))
+    size = len(json.dumps(ckpt.metadata, default=str))
+    if size > pol.max_metadata_bytes:
+        out.append(f"metadata is {size:,} bytes as JSON, over {pol.max_metadata_bytes:,} "
+                   "(optimizer state or logs shipped with the weights?)")
+    return out
+
+
+def _lifted(ckpt: Checkpoint, allow: Sequence[str]) -> list[str]:
+    """The checkpoint's warnings, less those about globals the policy allows (``--allow-global``)."""
+    allowed = {n for n in allow if severity.allowable(n)}
+    if not allowed:
+        return list(ckpt.warnings)
+    from ...formats.checkpoint.build import reference_warnings
+    from ...model import GlobalRef
+
+    refs = list(ckpt.references)
+    old = set(reference_warnings(refs))
+    kept = [w for w in ckpt.warnings if w not in old and not any(
+        f": {verb} {n}," in w or f": passes {n} to " in w for n in allowed for verb in ("calls", "constructs"))]
+    return kept + reference_warnings([GlobalRef(r.module, r.name, severity.SAFE, r.where)
+                                      if r.qualname in allowed else r for r in refs])
+
+
+def check_warnings(ckpt: Checkpoint, pol: Policy) -> Check:
+    found = strict_warnings(ckpt, pol)
+    if not found:
+        return Check("warnings", True, "none")
+    text = f"{len(found)} warning(s): " + " | ".join(found)
+    return Check("warnings", not pol.strict, text if pol.strict else text + " (fails with --strict)")

@@ -1,0 +1,1 @@
+"""``ckpt inspect``: what is in a checkpoint, from metadata alone."""

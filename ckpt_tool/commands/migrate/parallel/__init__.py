@@ -1,0 +1,1 @@
+"""One migrate output written by several processes: ``--workers N`` or torchrun ranks."""

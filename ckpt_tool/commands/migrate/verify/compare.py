@@ -1,0 +1,362 @@
+"""Proving what migrate wrote, bit for bit: re-read tensors, keys and the pickled tree against the source.
+
+``torch.load`` never checks zip CRCs and ``torch.equal`` is not bitwise (NaN,
+-0.0), so every comparison here is of raw bytes, as ``bytes`` objects
+(a memcmp; ``memoryview`` comparison runs element by element).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ....io.source import pread_exact
+from ....model import TensorMeta
+from ....pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, Placeholder
+from ....writers.base import CHUNK, OutTensor
+from ....writers.sourcebytes import Region, coalesced, file_location, small_location, tensor_data
+from ....writers.torchsave.datapkl import as_meta
+
+MAX_REPORTED = 5
+Advance = Callable[[int], None]
+
+
+def same_stream(a: Iterable[bytes | bytearray], b: Iterable[bytes | bytearray]) -> int | None:
+    """None when both streams hold the same bytes, else the offset of the first difference."""
+    ia, ib = iter(a), iter(b)
+    abuf: bytes | bytearray = b""
+    bbuf: bytes | bytearray = b""
+    pos = 0
+    while True:
+        if not abuf:
+            abuf = next(ia, b"")
+        if not bbuf:
+            bbuf = next(ib, b"")
+        if not abuf or not bbuf:
+            return None if not abuf and not bbuf else pos + min(len(abuf), len(bbuf))
+        n = min(len(abuf), len(bbuf))
+        pa, pb = (abuf if n == len(abuf) else abuf[:n]), (bbuf if n == len(bbuf) else bbuf[:n])
+        if pa != pb:
+            return pos + _first_difference(pa, pb)
+        abuf, bbuf = abuf[n:], bbuf[n:]
+        pos += n
+
+
+def _first_difference(a: bytes | bytearray, b: bytes | bytearray) -> int:
+    lo, hi = 0, min(len(a), len(b))
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if a[lo:mid] != b[lo:mid]:
+            hi = mid
+        else:
+            lo = mid
+    return next((i for i in range(lo, hi) if a[i] != b[i]), hi)
+
+
+def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: Advance | None = None) -> list[str]:
+    """Each (label, expected, re-read) pair: same dtype, shape and bytes. Returns the first problems."""
+    problems: list[str] = []
+    checked: list[tuple[str, OutTensor, TensorMeta]] = []
+    for label, exp, act in pairs:
+        if act.dtype != exp.dtype:
+            problems.append(f"{label}: dtype is {act.dtype}, expected {exp.dtype}")
+        elif tuple(act.shape) != tuple(exp.shape):
+            problems.append(f"{label}: shape is {list(act.shape)}, expected {list(exp.shape)}")
+        elif act.storage is None:
+            problems.append(f"{label}: holds no data")
+        else:
+            checked.append((label, exp, act))
+        if len(problems) >= MAX_REPORTED:
+            return problems
+    if not problems:  # fast paths; with a dtype or shape problem, every tensor's bytes are still compared below
+        checked = _unproven_large(checked, advance)
+        if _same_in_runs(checked, advance):
+            return problems
+    to_read = [(label, exp, OutTensor(label, act, act.dtype)) for label, exp, act in checked]
+    expected = tensor_data([e for _, e, _ in to_read])
+    actual = tensor_data([a for _, _, a in to_read])
+    for (label, exp, _), (_, want), (_, got) in zip(to_read, expected, actual):
+        if isinstance(want, Region) or isinstance(got, Region):  # only writers ask for regions
+            raise TypeError("compare_pairs reads bytes, not regions")
+        if type(want) is tuple and type(got) is tuple and len(want) == 1 and len(got) == 1:
+            # the common case: both whole in memory, one memcmp
+            a, b = want[0], got[0]
+            diff = None if a == b else (_first_difference(a, b) if len(a) == len(b) else min(len(a), len(b)))
+        else:
+            diff = same_stream(want, got)
+        if diff is not None:
+            problems.append(f"{label}: bytes differ from the expected values (first at byte {diff})")
+            if len(problems) >= MAX_REPORTED:
+                break
+        if advance is not None:
+            advance(exp.nbytes)
+    return problems
+
+
+_LARGE = 4 << 20  # bytes: tensors from this size are compared chunk by chunk on every core
+
+
+def _unproven_large(checked: list[tuple[str, OutTensor, TensorMeta]],
+                    advance: Advance | None) -> list[tuple[str, OutTensor, TensorMeta]]:
+    """``checked`` less the large tensors proven bit-identical, read and compared on every core.
+
+    tensordata.check_reads: each worker reads a chunk of the source and of
+    the output and compares them where it read them. A tensor that differs
+    stays in the list: the tensor-by-tensor pass then names its first
+    differing byte.
+    """
+    from ....tensors.tensordata import check_reads, group_reads, same_bytes
+
+    large = [i for i, (_, exp, act) in enumerate(checked)
+             if exp.nbytes >= _LARGE and exp.streamable and act.is_contiguous and act.nbytes == exp.nbytes]
+    if not large:
+        return checked
+    reads, group = group_reads([(checked[i][1].source, checked[i][2]) for i in large])
+    owner = [large[g] for g in group]
+    differs: set[int] = set()
+    results = check_reads(reads, lambda k, a, b: same_bytes(a, b), skip=lambda k: owner[k] in differs)
+    try:
+        for k, same in enumerate(results):
+            if same is False:
+                differs.add(owner[k])
+    finally:
+        results.close()
+    proven = set(large) - differs
+    if advance is not None:
+        for i in sorted(proven):
+            advance(checked[i][1].nbytes)
+    return [c for i, c in enumerate(checked) if i not in proven]
+
+
+def _same_in_runs(to_read: Sequence[tuple[str, OutTensor, TensorMeta]], advance: Advance | None) -> bool:
+    """True when every re-read tensor holds the expected bytes, compared a run of neighbours at a time.
+
+    The fast path for many small tensors (200,000 in some files): the output
+    stores them back to back, so each run of neighbours in it is read once
+    and compared with one memcmp against the source bytes of the same
+    tensors. False (nothing proven) when a tensor is not a small located
+    one, or any run differs: the tensor-by-tensor comparison then runs and
+    names the first difference.
+    """
+    if not to_read:
+        return False
+    exp_locs = [small_location(e) for _, e, _ in to_read]
+    if None in exp_locs:
+        return False
+    sizes = [e.nbytes for _, e, _ in to_read]
+    act_locs = [file_location(a, a.storage_offset * a.itemsize if a.storage_offset else 0, size)
+                if a.is_contiguous else None for (_, _, a), size in zip(to_read, sizes)]
+    if None in act_locs:
+        return False
+    expected = coalesced(exp_locs, sizes)
+    i, n = 0, len(to_read)
+    while i < n:
+        source, start = act_locs[i]  # type: ignore[misc]
+        end = start + sizes[i]
+        j = i + 1
+        while j < n and act_locs[j][0] is source and act_locs[j][1] == end and end - start < CHUNK:  # type: ignore[index]
+            end += sizes[j]
+            j += 1
+        pieces = []
+        for _ in range(i, j):
+            k, data = next(expected)
+            if data is None:  # a tensor with no neighbour to share a read with
+                src, at = exp_locs[k]  # type: ignore[misc]
+                data = pread_exact(src.fd(), sizes[k], at, src.path)
+            pieces.append(data)
+        if b"".join(pieces) != pread_exact(source.fd(), end - start, start, source.path):
+            return False
+        if advance is not None:
+            advance(end - start)
+        i = j
+    return True
+
+
+def compare_state_dict(expected: Sequence[OutTensor], actual: Mapping[str, TensorMeta],
+                       advance: Advance | None = None) -> list[str]:
+    """Every expected tensor present and bit-identical, and nothing else."""
+    problems: list[str] = []
+    pairs = []
+    keys = set()
+    for t in expected:
+        keys.add(t.key)
+        found = actual.get(t.key)
+        if found is None:
+            problems.append(f"{t.key}: missing from the output")
+        else:
+            pairs.append((t.key, t, found))
+    problems = problems[:MAX_REPORTED] + compare_pairs(pairs, advance)
+    extra = sorted(k for k in actual if k not in keys)
+    if extra:
+        problems.append(f"unexpected tensors in the output: {', '.join(extra[:MAX_REPORTED])}")
+    return problems[:MAX_REPORTED + 1]
+
+
+def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str]:
+    """The state_dict ckpt finds in the output has exactly the expected keys."""
+    want = [t.key for t in expected]
+    if sorted(want) == sorted(keys):
+        return []
+    missing = [k for k in want if k not in set(keys)]
+    extra = [k for k in keys if k not in set(want)]
+    return [f"the output's state_dict differs in keys: missing {missing[:MAX_REPORTED]}, "
+            f"unexpected {extra[:MAX_REPORTED]}"]
+
+
+def _held(mapping: Any) -> Mapping[str, Any]:
+    """The re-read state_dict's tensors by key, nested ones (an optimizer's state) under dotted keys as
+    the reader names them."""
+    from ....formats.checkpoint.locate import tensors_of
+
+    if not isinstance(mapping, Mapping):
+        return {}
+    return tensors_of(mapping) or {}
+
+
+def tensor_keys(mapping: Any) -> list[str]:
+    """The keys of a re-read state_dict mapping that hold tensors."""
+    return [str(k) for k, val in _held(mapping).items() if isinstance(val, (LazyTensor, TensorMeta))]
+
+
+def tensors_in(mapping: Any) -> dict[str, TensorMeta]:
+    """The tensor entries of a re-read state_dict mapping, as TensorMetas."""
+    out = {}
+    for k, val in _held(mapping).items():
+        meta = _tensorish(val)
+        if meta is not None:
+            out[str(k)] = meta
+    return out
+
+
+def _tensorish(obj: Any) -> TensorMeta | None:
+    if isinstance(obj, (LazyTensor, TensorMeta)):
+        return as_meta(obj)
+    return None
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return struct.pack("<d", a) == struct.pack("<d", b)  # bit for bit: NaN and -0.0 included
+    return bool(a == b)
+
+
+def same_quantizer(where: str, expected: tuple[Any, ...] | None, actual: tuple[Any, ...] | None,
+                   pairs: list[tuple[str, OutTensor, TensorMeta]]) -> str | None:
+    """A problem when a quantized tensor's scheme, scale, zero point or axis differ; per-channel
+    scales and zero points join ``pairs`` (compared bit for bit with the other tensors)."""
+    if expected is None and actual is None:
+        return None
+    if expected is None or actual is None or len(expected) != len(actual) or str(expected[0]) != str(actual[0]):
+        return f"{where}: quantizer is {_describe_q(actual)}, expected {_describe_q(expected)}"
+    for i, (e, a) in enumerate(zip(expected[1:], actual[1:]), 1):
+        if isinstance(e, TensorMeta):
+            if not isinstance(a, TensorMeta):
+                return f"{where}: quantizer part {i} is not a tensor"
+            pairs.append((f"{where}<{'scales' if i == 1 else 'zero_points'}>", OutTensor(where, e, e.dtype), a))
+        elif isinstance(e, list):
+            if not isinstance(a, list) or len(a) != len(e) or not all(map(_same_number, e, a)):
+                return f"{where}: quantizer part {i} differs"
+        elif not _same_number(e, a):
+            return f"{where}: quantizer {('scale', 'zero point', 'axis')[min(i, 3) - 1]} is {a!r}, expected {e!r}"
+    return None
+
+
+def _describe_q(q: tuple[Any, ...] | None) -> str:
+    return "none (not quantized)" if q is None else f"{q[0]}"
+
+
+def compare_tree(expected: Any, actual: Any, advance: Advance | None = None) -> list[str]:
+    """Walk what was pickled and what was re-read side by side: structure, scalars and tensor bytes."""
+    problems: list[str] = []
+    pairs: list[tuple[str, OutTensor, TensorMeta]] = []
+    memo: set[tuple[int, int]] = set()
+
+    def walk(e: Any, a: Any, path: str, depth: int) -> None:
+        if len(problems) >= MAX_REPORTED or depth > 200:
+            return
+        where = path or "<top>"
+        if isinstance(e, OutTensor) or _tensorish(e) is not None:
+            if (id(e), id(a)) in memo:
+                return
+            memo.add((id(e), id(a)))
+            if isinstance(e, OutTensor):
+                exp = e
+            else:
+                meta = as_meta(e)
+                exp = OutTensor(where, meta, meta.dtype)
+            act = _tensorish(a)
+            if act is None:
+                problems.append(f"{where}: expected a tensor, found {type(a).__name__}")
+                return
+            pairs.append((where, exp, act))
+            problem = same_quantizer(where, exp.source.quantizer if not exp.cast else None, act.quantizer, pairs)
+            if problem:
+                problems.append(problem)
+            return
+        if isinstance(e, Mapping):
+            if not isinstance(a, Mapping):
+                problems.append(f"{where}: expected a mapping, found {type(a).__name__}")
+                return
+            if list(map(str, e.keys())) != list(map(str, a.keys())):
+                missing = [str(k) for k in e if k not in a]
+                extra = [str(k) for k in a if k not in e]
+                detail = (f"missing {missing[:MAX_REPORTED]}" if missing else "") + \
+                    (f" unexpected {extra[:MAX_REPORTED]}" if extra else "") or "keys in another order"
+                problems.append(f"{where}: keys differ ({detail.strip()})")
+                return
+            for k in e:
+                walk(e[k], a[k], f"{path}.{k}" if path else str(k), depth + 1)
+            return
+        if isinstance(e, (list, tuple)):
+            if type(a) is not type(e) or len(a) != len(e):
+                problems.append(f"{where}: expected a {type(e).__name__} of {len(e)} items")
+                return
+            for i, (x, y) in enumerate(zip(e, a)):
+                walk(x, y, f"{path}.{i}" if path else str(i), depth + 1)
+            return
+        if isinstance(e, NumpyArray):
+            if not isinstance(a, NumpyArray) or a.shape != e.shape or a.data != e.data:
+                problems.append(f"{where}: NumPy array differs")
+            return
+        if isinstance(e, DTypeRef):
+            if not isinstance(a, DTypeRef) or a.name != e.name:
+                problems.append(f"{where}: dtype differs")
+            return
+        if e is None or isinstance(e, (bool, int, str, bytes, bytearray, complex)):
+            if type(a) is not type(e) or a != e:
+                problems.append(f"{where}: value is {a!r:.60}, expected {e!r:.60}")
+            return
+        if isinstance(e, float):
+            if type(a) is not type(e) or not (a == e or (math.isnan(a) and math.isnan(e))):
+                problems.append(f"{where}: value is {a!r}, expected {e!r}")
+            return
+        if isinstance(e, Placeholder):  # written back as it was read: same class, construction, state, items
+            if not isinstance(a, Placeholder) or a.qualname != e.qualname:
+                problems.append(f"{where}: expected an object of class {e.qualname}, found {type(a).__name__}")
+                return
+            ed, ad = e.__dict__, a.__dict__
+            if isinstance(ed.get("_ckpt_via"), tuple) != isinstance(ad.get("_ckpt_via"), tuple) or (
+                    not isinstance(ed.get("_ckpt_via"), tuple) and ed.get("_ckpt_via") != ad.get("_ckpt_via")):
+                problems.append(f"{where}: {e.qualname} is built another way than in the source")
+                return
+            for part in ("_ckpt_args", "_ckpt_state", "_ckpt_items", "_ckpt_setitems"):
+                walk(ed[part], ad[part], f"{where}<{part[6:]}>", depth + 1)
+            return
+        if isinstance(e, type) and issubclass(e, Placeholder):
+            if not (isinstance(a, type) and issubclass(a, Placeholder) and a is e):
+                problems.append(f"{where}: expected the class {e._ckpt_module}.{e._ckpt_name}")
+            return
+        if isinstance(e, (set, frozenset)):
+            if not isinstance(a, (set, frozenset)) or set(a) != set(e):
+                problems.append(f"{where}: set differs")
+            return
+        if isinstance(a, Placeholder):
+            return  # a real object (--unsafe) re-read safely as a placeholder: its pickling was torch's/pickle's own
+
+    walk(expected, actual, "", 0)
+    if problems:
+        return problems
+    return compare_pairs(pairs, advance)

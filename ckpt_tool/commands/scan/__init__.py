@@ -1,0 +1,1 @@
+"""``ckpt scan``: every pickle in the inputs and what it would import, never run."""

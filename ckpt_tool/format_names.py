@@ -1,0 +1,39 @@
+"""The names of the formats ckpt reads and writes, declared once for every layer.
+
+They are ``str`` Enums so that JSON, messages and old comparisons with the
+plain strings (``report.format == "torch-zip"``) keep working unchanged.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _Name(str, Enum):
+    """A closed set of names whose ``str()`` is the name itself (``enum.StrEnum`` is Python 3.11+)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Format(_Name):
+    """What a file or folder is, as detect.py tells it from its bytes (never from its name)."""
+
+    TORCH_ZIP = "torch-zip"
+    TORCHSCRIPT = "torchscript"
+    TORCH_LEGACY = "torch-legacy"
+    TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints
+    PICKLE = "pickle"
+    DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
+    SAFETENSORS = "safetensors"
+    SHARDED = "sharded"  # a ``*.index.json`` weight map over safetensors or .bin shards
+    DCP = "dcp"
+    DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
+
+
+class OutputFormat(_Name):
+    """What ``ckpt migrate`` can write; each has one writer (writers/)."""
+
+    TORCH_ZIP = "torch-zip"
+    SAFETENSORS = "safetensors"
+    SHARDED = "sharded"
+    DCP = "dcp"

@@ -1,0 +1,1 @@
+"""torch.distributed.checkpoint (DCP) folders: listed from ``.metadata``, streamed from the shard files."""

@@ -1,0 +1,153 @@
+"""Which files make a DeepSpeed checkpoint: the run folder, its ``latest`` tag, the rank files.
+
+A run folder holds ``latest`` (the tag, e.g. ``global_step100``) and one
+folder per tag with ``mp_rank_00_model_states.pt`` (ZeRO 0-2) or
+``zero_pp_rank_R_mp_rank_00_model_states.pt`` (ZeRO-3, one per rank) and
+``[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt`` (one per rank).
+Only names are looked at here (and ``latest``); nothing is unpickled. A
+folder behind a URL is read the same way (io/paths: a listing per folder).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from ...errors import InputError, UnsupportedFormat
+from ...io import paths
+
+LATEST = "latest"
+_MODEL = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
+_OPTIM = re.compile(r"^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
+_LAYER = re.compile(r"^layer_\d+-model_(\d+)-model_states\.pt$")
+_MAX_TAG = 4096
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The files of one DeepSpeed checkpoint tag."""
+
+    folder: str  # the tag folder (global_stepN)
+    tag: str | None  # what ``latest`` named, when the run folder was given
+    model: tuple[tuple[int, str], ...]  # (data-parallel rank, path), rank order; ZeRO 0-2: one file, rank 0
+    optim: tuple[tuple[int, str], ...]  # (rank, path), rank order; empty for ZeRO stage 0
+    bf16: bool  # the optimizer files carry the ``bf16_`` prefix
+
+
+def _names(folder: str) -> list[str]:
+    return paths.listdir(folder)
+
+
+def _has_model_states(folder: str) -> bool:
+    try:
+        return any(_MODEL.match(n) for n in paths.listdir(folder))
+    except InputError:
+        return False
+
+
+def _has_latest(folder: str) -> bool:
+    """``latest`` is here (for a URL, answered from the folder's listing where one was read)."""
+    return paths.isfile(paths.join(folder, LATEST))
+
+
+def read_latest(run: str) -> str:
+    """The tag ``latest`` names (one line, a folder inside the run folder)."""
+    try:
+        with paths.open_bytes(paths.join(run, LATEST)) as f:
+            raw = f.read_upto(0, _MAX_TAG + 1)
+    except InputError as exc:
+        raise InputError(f"cannot read {LATEST}: {exc.message}", run) from None
+    tag = raw.decode("utf-8", "replace").strip()
+    if not tag or len(raw) > _MAX_TAG or "\n" in tag or "/" in tag or os.sep in tag or tag in (".", ".."):
+        raise InputError(f"{LATEST} does not hold a DeepSpeed tag (one folder name, e.g. global_step100)", run)
+    return tag
+
+
+def is_deepspeed(folder: str) -> bool:
+    """A run folder (``latest`` beside its tag folder) or a tag folder holding model-states files."""
+    try:
+        if _has_latest(folder):
+            with paths.open_bytes(paths.join(folder, LATEST)) as f:
+                return f.size <= _MAX_TAG
+    except InputError:
+        return False
+    return _has_model_states(folder)
+
+
+def find_run(path: str) -> RunFiles:
+    """The files of the checkpoint in ``path`` (a run folder with ``latest``, or a tag folder)."""
+    tag = None
+    folder = path
+    if _has_latest(path) and not _has_model_states(path):
+        tag = read_latest(path)
+        folder = paths.join(path, tag)
+        if not _is_folder(folder):
+            raise InputError(f"{LATEST} names the tag {tag!r} but the folder {tag}/ is not here (the save did not "
+                             "finish, or only part of the run was copied)", path)
+    names = _names(folder)
+    model: dict[int, str] = {}
+    optim: dict[int, str] = {}
+    prefixes = set()
+    for name in names:
+        m = _MODEL.match(name)
+        if m:
+            if int(m.group(2)) != 0:
+                raise UnsupportedFormat(_MODEL_PARALLEL.format(name=name), folder)
+            model[int(m.group(1) or 0)] = paths.join(folder, name)
+            continue
+        o = _OPTIM.match(name)
+        if o:
+            if int(o.group(3)) != 0:
+                raise UnsupportedFormat(_MODEL_PARALLEL.format(name=name), folder)
+            optim[int(o.group(2))] = paths.join(folder, name)
+            prefixes.add(bool(o.group(1)))
+            continue
+        if _LAYER.match(name):
+            raise UnsupportedFormat(f"{name} is a pipeline-parallel layer file: ckpt reads data-parallel (ZeRO) "
+                                    "checkpoints, not pipeline-parallel ones", folder)
+    if not model:
+        hint = ""
+        tags = sorted(n for n in names if n.startswith("global_step") and paths.isdir(paths.join(folder, n)))
+        if tags:
+            hint = f"; name a tag folder, e.g. {paths.join(path, tags[-1])}"
+        raise InputError(f"no DeepSpeed *_model_states.pt file in {folder}{hint}", path)
+    if len(prefixes) > 1:
+        raise InputError("the folder mixes bf16_ and plain optimizer-states files (two runs saved into one tag?)",
+                         folder)
+    return RunFiles(folder, tag, tuple(sorted(model.items())), tuple(sorted(optim.items())), prefixes == {True})
+
+
+def _is_folder(path: str) -> bool:
+    """A tag folder exists: locally a stat; behind a URL, it lists something (a missing one lists nothing)."""
+    if not paths.is_url(path):
+        return os.path.isdir(path)
+    try:
+        return bool(paths.listdir(path))
+    except InputError:
+        return False
+
+
+_MODEL_PARALLEL = ("{name} belongs to a model-parallel rank other than 0: tensor-parallel shards need merging rules "
+                   "ckpt does not know (DeepSpeed's zero_to_fp32 does not merge them either)")
+
+
+def check_ranks(files: tuple[tuple[int, str], ...], what: str, folder: str) -> None:
+    """Ranks 0..N-1, each once: a missing rank is an incomplete checkpoint."""
+    ranks = [r for r, _ in files]
+    if ranks != list(range(len(ranks))):
+        missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+        raise InputError(f"{what} files of rank(s) {', '.join(map(str, missing[:5]))} are missing: the checkpoint "
+                         "is incomplete (a rank did not save, or was not copied)", folder)
+
+
+def rank_file_hint(path: str) -> str | None:
+    """For one rank's file of a DeepSpeed checkpoint: where the consolidated model is read from."""
+    name = paths.basename(path)
+    if not (_MODEL.match(name) or _OPTIM.match(name)):
+        return None
+    folder = paths.dirname(path)
+    run = paths.dirname(folder)
+    # a URL's run folder is not probed for ``latest`` (a request a metadata answer does not need)
+    whole = run if not paths.is_url(path) and os.path.isfile(os.path.join(run, LATEST)) else folder
+    return (f"{name} is one file of a DeepSpeed checkpoint; `ckpt inspect {whole}` reads the consolidated "
+            "model (the fp32 master weights assembled from every rank)")

@@ -1,0 +1,1 @@
+"""Hugging Face layouts: ``*.index.json`` sharded sets over safetensors or .bin shards."""

@@ -1,0 +1,130 @@
+"""Sharded sets: a ``*.index.json`` weight map over safetensors or .bin shards."""
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ...errors import InputError, LimitExceeded
+from ...io import paths
+from ...limits import DEFAULT_LIMITS
+from ...model import TensorMeta
+from ..checkpoint.loaded import Loaded, ReadOptions
+from ..detect import SHARDED, find_index
+
+
+def index_path(path: str) -> str:
+    if paths.isdir(path):
+        found = find_index(path)
+        if found is None:
+            raise InputError("folder holds no *.index.json", path)
+        return found
+    return path
+
+
+def read_index(path: str, max_bytes: int = DEFAULT_LIMITS.max_header_bytes) -> dict[str, Any]:
+    with paths.open_bytes(path) as data:  # a FIFO named *.index.json would block open()+read() forever
+        size = data.size
+        if size > max_bytes:
+            raise LimitExceeded(f"shard index is {size} bytes, over the limit of {max_bytes} "
+                                "(raise it with --max-header-bytes)", path)
+        raw = data.read(0, size)
+    try:
+        index = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InputError(f"bad shard index: {exc}", path) from None
+    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+        raise InputError("bad shard index: no \"weight_map\" object", path)
+    wm = index["weight_map"]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise InputError("bad shard index: weight_map must map tensor names to file names", path)
+    folder = paths.dirname(path)
+    for shard in sorted(set(wm.values())):
+        why = outside_folder(folder, shard)
+        if why:
+            raise InputError(f"bad shard index: shard name {shard!r} {why}", path)
+    return index
+
+
+def outside_folder(folder: str, name: str) -> str | None:
+    """Why a file that an index or a DCP ``.metadata`` names lies outside its folder (None: it does not).
+
+    An absolute name, a ``..`` part, or (on a local disk) a symbolic link
+    whose target lies outside the folder: a loader that follows it reads a
+    file nobody reviewing the folder sees.
+    """
+    parts = name.replace("\\", "/").split("/")
+    if not name or os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+        return "points outside the folder (an absolute path or a '..' part)"
+    if paths.is_url(folder):
+        return None
+    full = os.path.join(folder, *parts)
+    if not os.path.lexists(full):
+        return None  # missing: the reader says so
+    root = os.path.realpath(folder)
+    target = os.path.realpath(full)
+    if os.path.commonpath([root, target]) != root:
+        return f"leads outside the folder through a symbolic link (to {target})"
+    return None
+
+
+def read_sharded(
+    path: str, options: ReadOptions, read_file: Callable[[str, ReadOptions], Loaded],
+    locate: Callable[[Loaded, str], list[TensorMeta]],
+) -> Loaded:
+    ipath = index_path(path)
+    index = read_index(ipath, options.limits.max_header_bytes)
+    folder = paths.dirname(ipath)
+    weight_map: dict[str, str] = index["weight_map"]
+    shards = list(OrderedDict.fromkeys(weight_map.values()))
+    missing = paths.missing_files(folder, shards)
+    if missing:
+        raise InputError(f"shard {missing[0]!r} named by the index is missing"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), ipath)
+    merged: OrderedDict[str, TensorMeta] = OrderedDict()
+    loaded = Loaded(SHARDED, merged, layout="state_dict")
+    loaded.metadata = {k: v for k, v in index.items() if k != "weight_map"}
+    per_shard: dict[str, dict[str, TensorMeta]] = {}
+    shard_formats = set()
+    for shard, spath, part in _read_shards(folder, shards, options, read_file):
+        shard_formats.add(part.format)
+        loaded.references.extend(part.references)
+        loaded.warnings.extend(f"{shard}: {w}" for w in part.warnings)
+        loaded.sources.extend(part.sources)
+        per_shard[shard] = {t.key: t for t in locate(part, spath)}
+    for key, shard in weight_map.items():
+        tensor = per_shard[shard].get(key)
+        if tensor is None:
+            raise InputError(f"tensor {key!r} is mapped to shard {shard!r} but that shard does not hold it", ipath)
+        merged[key] = tensor
+    unlisted = sorted(k for shard, ts in per_shard.items() for k in ts if weight_map.get(k) != shard)
+    if unlisted:
+        loaded.warnings.append(
+            f"{len(unlisted)} tensors in shards are not in the index weight_map (ignored): {', '.join(unlisted[:5])}"
+        )
+    loaded.metadata["shards"] = shards
+    loaded.metadata["shard_format"] = "/".join(sorted(shard_formats))
+    return loaded
+
+
+def _read_shards(folder: str, shards: list[str], options: ReadOptions,
+                 read_file: Callable[[str, ReadOptions], Loaded]) -> Iterator[tuple[str, str, Loaded]]:
+    """(shard, path, what it holds), in index order; a remote set's shards are read concurrently."""
+    spaths = [paths.join(folder, s) for s in shards]
+    if not paths.is_url(folder) or len(shards) < 2:
+        for shard, spath in zip(shards, spaths):
+            yield shard, spath, read_file(spath, options)
+        return
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(8, len(shards)), thread_name_prefix="ckpt-shard") as pool:
+        futures = [pool.submit(contextvars.copy_context().run, read_file, p, options) for p in spaths]
+        try:
+            for shard, spath, future in zip(shards, spaths, futures):
+                yield shard, spath, future.result()
+        finally:
+            for future in futures:
+                future.cancel()

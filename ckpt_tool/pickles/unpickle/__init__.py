@@ -1,0 +1,1 @@
+"""The restricted unpickler and the inert stand-ins it builds instead of running anything."""

@@ -1,0 +1,1 @@
+"""The static symbolic walk over a pickle's opcodes: what it would import and call, never running it."""

@@ -1,0 +1,1 @@
+"""safetensors outputs: one file, or a sharded set with its index."""

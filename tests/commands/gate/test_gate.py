@@ -1,0 +1,283 @@
+"""ckpt gate: each check catches what it is for, passes a clean checkpoint, and reports for CI."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+from models import TinyMLP
+
+from ckpt_tool import gate
+from ckpt_tool.commands.gate.policy import Policy, load_policy, parse_size
+from ckpt_tool.errors import UsageError
+
+
+def target_spec(fixtures_dir) -> str:
+    return f"{fixtures_dir / 'models.py'}:TinyMLP"
+
+
+def sd() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return TinyMLP().state_dict()
+
+
+def check(report, name: str, index: int = 0):
+    (found,) = [c for c in report.files[index].checks if c.name == name]
+    return found
+
+
+@pytest.fixture
+def clean(tmp_path):
+    path = tmp_path / "clean.pth"
+    torch.save({"model": sd(), "epoch": 3, "config": {"lr": 0.1}}, path)
+    return path
+
+
+def test_clean_checkpoint_passes_every_check(clean, fixtures_dir, tmp_path):
+    digest = hashlib.sha256(clean.read_bytes()).hexdigest()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        "[gate]\n"
+        f"target = {json.dumps(target_spec(fixtures_dir))}\n"
+        "strict = true\n"
+        'allowed_float_dtypes = ["float16", "bfloat16", "float32"]\n'
+        'max_file_size = "1 MiB"\n'
+        'required_metadata = ["epoch", "config.lr"]\n'
+        "[gate.sha256]\n"
+        f'"clean.pth" = "{digest}"\n'
+    )
+    report = gate([str(clean)], policy=load_policy(policy))
+    assert report.passed, report
+    assert report.exit_code == 0
+    names = [c.name for c in report.files[0].checks]
+    assert names == ["loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
+                     "required_metadata", "sha256", "warnings"]
+    assert not any(c.skipped for c in report.files[0].checks)
+
+
+def test_module_prefix_against_the_bare_target_fails_with_the_fix(fixtures_dir):
+    report = gate([str(fixtures_dir / "tiny_mlp_dp.pth")], target=target_spec(fixtures_dir))
+    c = check(report, "matches_target")
+    assert not c.passed
+    assert "unexpected 7" in c.detail and "module.encoder.weight" in c.detail
+    assert "ckpt migrate" in c.detail and "--strip-prefix module." in c.detail
+    assert report.exit_code == 1
+
+
+def test_resized_head_fails_with_both_shapes(tmp_path, fixtures_dir):
+    path = tmp_path / "head6.pth"
+    torch.save(TinyMLP(d_out=6).state_dict(), path)
+    c = check(gate([str(path)], target=target_spec(fixtures_dir)), "matches_target")
+    assert not c.passed
+    assert "head.weight [6, 16] in the checkpoint, [4, 16] in the target" in c.detail
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_or_inf_fails_naming_the_tensor(tmp_path, bad):
+    state = sd()
+    state["head.bias"][1] = bad
+    path = tmp_path / "bad.pth"
+    torch.save(state, path)
+    c = check(gate([str(path)]), "no_nan_inf")
+    assert not c.passed
+    import math
+
+    assert "head.bias" in c.detail and ("1 NaN" if math.isnan(bad) else "1 Inf") in c.detail
+    skipped = check(gate([str(path)], nan_check=False), "no_nan_inf")
+    assert skipped.passed and skipped.skipped
+
+
+def test_nan_check_reads_large_tensors_in_chunks(tmp_path, monkeypatch):
+    import importlib
+
+    g = importlib.import_module("ckpt_tool.tensors.nonfinite")  # the NaN/Inf counting behind the check
+    monkeypatch.setattr(g, "_CHUNK", 64)  # 16 floats per read: the chunked path on a tiny file
+    x = torch.arange(100, dtype=torch.float32)
+    x[97] = float("nan")
+    x[3] = float("-inf")
+    path = tmp_path / "big.pth"
+    torch.save({"x": x, "view": x[10:60]}, path)
+    c = check(gate([str(path)]), "no_nan_inf")
+    assert "x (1 NaN, 1 Inf)" in c.detail
+    assert "view" not in c.detail  # the view starts after the Inf and ends before the NaN
+
+
+@pytest.mark.parametrize("allowed", [["float16"], ["bfloat16"], ["float32"], ["fp16", "bf16", "fp32"]])
+def test_fp64_tensor_fails_the_dtype_policy(tmp_path, allowed):
+    state = {k: v.to(torch.float32) for k, v in sd().items()}
+    state["head.weight"] = state["head.weight"].double()
+    path = tmp_path / "fp64.pth"
+    torch.save(state, path)
+    c = check(gate([str(path)], allowed_float_dtypes=allowed), "dtype_policy")
+    assert not c.passed
+    assert "float64: 1 tensor(s) (head.weight)" in c.detail
+
+
+def test_dtype_policy_ignores_integer_buffers(tmp_path):
+    path = tmp_path / "bn.pth"
+    torch.save(torch.nn.BatchNorm1d(4).half().state_dict(), path)  # num_batches_tracked stays int64
+    assert check(gate([str(path)], allowed_float_dtypes=["float16"]), "dtype_policy").passed
+
+
+def test_missing_required_metadata_key_fails(fixtures_dir):
+    path = str(fixtures_dir / "training.pth")
+    c = check(gate([path], required_metadata=["epoch", "global_step"]), "required_metadata")
+    assert not c.passed and "missing global_step" in c.detail and "epoch" in c.detail
+    assert check(gate([path], required_metadata=["epoch", "args.lr"]), "required_metadata").passed
+
+
+def test_required_metadata_in_safetensors_header(fixtures_dir):
+    path = str(fixtures_dir / "tiny_mlp.safetensors")
+    assert check(gate([path], required_metadata=["format"]), "required_metadata").passed
+    assert not check(gate([path], required_metadata=["epoch"]), "required_metadata").passed
+
+
+def test_wrong_sha256_fails_and_the_right_one_passes(clean):
+    right = hashlib.sha256(clean.read_bytes()).hexdigest()
+    wrong = "0" * 64
+    c = check(gate([str(clean)], sha256=wrong), "sha256")
+    assert not c.passed and right in c.detail
+    assert check(gate([str(clean)], sha256=right.upper()), "sha256").passed
+
+
+def test_size_limit(clean):
+    assert not check(gate([str(clean)], max_file_size="1KB"), "file_size").passed
+    assert check(gate([str(clean)], max_file_size=10_000_000), "file_size").passed
+
+
+def test_dangerous_checkpoint_fails_loads_safely(tmp_path):
+    from malicious import Reduce
+
+    path = tmp_path / "evil.pth"
+    torch.save({"model": sd(), "args": Reduce(os.system, "true")}, path)
+    c = check(gate([str(path)]), "loads_safely")
+    assert not c.passed and "posix.system" in c.detail
+
+
+def test_strict_fails_on_unknown_classes_and_warnings(fixtures_dir, tmp_path):
+    # issue 21: training.pth's argparse.Namespace is inert now; a global only referenced (torch._C._nn.gelu,
+    # never called) is what stays suspicious, and --allow-global lifts it in every check
+    training = tmp_path / "referenced.pth"
+    torch.save({"model": sd(), "activation": torch.nn.functional.gelu}, training)
+    training = str(training)
+    relaxed = gate([training])
+    assert check(relaxed, "loads_safely").passed and "fails with --strict" in check(relaxed, "loads_safely").detail
+    assert "fails with --strict" in check(relaxed, "warnings").detail
+    strict = gate([training], strict=True)
+    assert not strict.passed
+    assert not check(strict, "loads_safely").passed and "torch._C._nn.gelu" in check(strict, "loads_safely").detail
+    assert not check(strict, "warnings").passed
+    allowed = gate([training], strict=True, allow_globals=["torch._C._nn.gelu"])
+    assert check(allowed, "loads_safely").passed and check(allowed, "weights-only").passed
+    tied = tmp_path / "tied.pth"
+    w = torch.ones(4, 4)
+    torch.save({"a.weight": w, "b.weight": w, "c": torch.ones(8, 8).t()}, tied)
+    detail = check(gate([str(tied)], strict=True), "warnings").detail
+    assert "share storage" in detail and "unusual layout" in detail
+
+
+def test_unreadable_file_is_an_error_and_the_others_are_still_checked(tmp_path, clean, run_cli):
+    broken = tmp_path / "broken.pth"
+    broken.write_bytes(clean.read_bytes()[:300])
+    report = gate([str(broken), str(clean)])
+    assert report.files[0].error and not report.files[0].passed
+    assert report.files[1].passed
+    assert report.exit_code == 2
+    r = run_cli("gate", str(broken), str(clean))
+    assert r.code == 2 and "broken.pth" in r.err and "Traceback" not in r.err
+
+
+def test_policy_options_override_the_file(tmp_path, clean):
+    policy = tmp_path / "p.toml"
+    policy.write_text('nan_check = false\nallowed_float_dtypes = "float16"\n')
+    pol = load_policy(policy)
+    report = gate([str(clean)], policy=pol)
+    assert check(report, "no_nan_inf").skipped
+    assert not check(report, "dtype_policy").passed
+    report = gate([str(clean)], policy=pol, nan_check=True, allowed_float_dtypes=["float32"])
+    assert not check(report, "no_nan_inf").skipped
+    assert check(report, "dtype_policy").passed
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("nan_chek = false\n", "unknown policy key"),
+        ('allowed_float_dtypes = ["float17"]\n', "unknown dtype"),
+        ('max_file_size = "lots"\n', "not a size"),
+        ("strict = 1\n", "true or false"),
+        ("[gate\n", "not valid TOML"),
+        ('sha256 = "abc"\n', "64 hexadecimal"),
+    ],
+)
+def test_bad_policy_is_a_usage_error(tmp_path, text, message):
+    policy = tmp_path / "p.toml"
+    policy.write_text(text)
+    with pytest.raises(UsageError, match=message):
+        load_policy(policy)
+
+
+def test_parse_size():
+    assert parse_size("2 GiB") == 2 << 30
+    assert parse_size("500MB") == 500_000_000
+    assert parse_size(1234) == 1234
+
+
+def test_policy_target_file_is_relative_to_the_policy(tmp_path, fixtures_dir):
+    import shutil
+
+    shutil.copy(fixtures_dir / "models.py", tmp_path / "models.py")
+    (tmp_path / "ci.toml").write_text('[gate]\ntarget = "models.py:TinyMLP"\n')
+    pol = load_policy(tmp_path / "ci.toml")
+    assert pol.target == f"{tmp_path / 'models.py'}:TinyMLP"
+    assert check(gate([str(fixtures_dir / "tiny_mlp.pth")], policy=pol), "matches_target").passed
+
+
+def test_sharded_folder_and_dcp_folder(fixtures_dir):
+    for folder in ("sharded", "dcp"):
+        report = gate([str(fixtures_dir / folder)], max_file_size="10MB")
+        assert report.passed, report
+
+
+def test_json_and_junit_reports(run_cli, tmp_path, fixtures_dir):
+    junit = tmp_path / "report.xml"
+    r = run_cli("gate", "--json", "--junit", str(junit), "--target", target_spec(fixtures_dir),
+                str(fixtures_dir / "tiny_mlp.pth"), str(fixtures_dir / "tiny_mlp_dp.pth"))
+    assert r.code == 1
+    doc = json.loads(r.out)
+    assert doc["passed"] is False
+    assert [f["passed"] for f in doc["files"]] == [True, False]
+    for f in doc["files"]:
+        assert {"path", "passed", "checks"} <= set(f)
+        for c in f["checks"]:
+            assert {"name", "passed", "detail"} <= set(c)
+    root = ET.parse(junit).getroot()  # valid XML, or this raises
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == [f["path"] for f in doc["files"]]
+    for suite, f in zip(suites, doc["files"]):
+        cases = suite.findall("testcase")
+        assert [c.get("name") for c in cases] == [c["name"] for c in f["checks"]]
+        failed = [c.get("name") for c in cases if c.find("failure") is not None]
+        assert failed == [c["name"] for c in f["checks"] if not c["passed"]]
+        assert int(suite.get("failures")) == len(failed)
+    assert root.get("failures") == "1"
+
+
+def test_text_output_and_exit_codes(run_cli, fixtures_dir, clean):
+    r = run_cli("gate", str(clean))
+    assert r.code == 0 and "PASSED" in r.out and "gate passed" in r.out
+    r = run_cli("gate", "--sha256", "0" * 64, str(clean))
+    assert r.code == 1 and "FAIL  sha256" in r.out
+    r = run_cli("gate", "--sha256", "0" * 64, str(clean), str(clean))
+    assert r.code == 2 and "single PATH" in r.err
+    r = run_cli("gate", "--policy", str(clean) + ".missing.toml", str(clean))
+    assert r.code == 2 and "policy file not found" in r.err
+
+
+def test_policy_defaults():
+    p = Policy()
+    assert p.nan_check and not p.strict and p.target is None

@@ -1,0 +1,141 @@
+"""One output from several processes: ``--workers N`` and torchrun ranks (issue 14).
+
+Whatever the number of processes, the output is the same file, byte for
+byte, as one process writes; each process verifies what it wrote; a failure
+anywhere leaves no output.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import generate_training as gt  # noqa: E402
+
+from ckpt_tool.commands.migrate.parallel import workers as consolidate  # noqa: E402
+from ckpt_tool.commands.migrate.migrate import migrate  # noqa: E402
+
+DS = ROOT / "fixtures" / "deepspeed"
+DCP = ROOT / "fixtures" / "dcp_multi"
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    if path.is_file():
+        return {"": path.read_bytes()}
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def zero3(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("z3") / "run"
+    groups = [[(f"l{i}.w", (300 + i, 257)) for i in range(9)], [("norm", (257,)), ("odd", (5,))]]
+    gt.write_zero3(str(folder), gt.Zero3Spec(groups=groups, world_size=3, shared={"tied": "l0.w"}))
+    return folder
+
+
+@pytest.mark.parametrize("source", ["zero3", "zero2_bf16", "fsdp2"])
+@pytest.mark.parametrize("out,extra", [("m.safetensors", {}), ("shards", {"max_shard_size": "300KB"})])
+def test_workers_write_the_same_bytes_as_one_process(request, tmp_path, source, out, extra):
+    src = request.getfixturevalue("zero3") if source == "zero3" else (
+        DCP / source if source == "fsdp2" else DS / source)
+    (tmp_path / "one").mkdir()
+    one = migrate(src, tmp_path / "one" / out, workers=1, **extra)
+    assert one.ok and one.written
+    for n in (2, 3):
+        (tmp_path / str(n)).mkdir()
+        many = migrate(src, tmp_path / str(n) / out, workers=n, **extra)
+        assert many.ok and many.written and many.verified == {"cpu": True}, many.failures
+        assert many.shards == one.shards
+        assert _tree(tmp_path / str(n) / out) == _tree(tmp_path / "one" / out)
+
+
+def test_a_byte_flipped_after_writing_is_caught_by_its_worker(tmp_path, zero3):
+    def flip(path: str) -> None:
+        with open(path, "r+b") as f:
+            f.seek(-100, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-100, os.SEEK_END)
+            f.write(bytes([b[0] ^ 1]))
+
+    out = tmp_path / "m.safetensors"
+    report = migrate(zero3, out, workers=2, _after_write=flip)
+    assert not report.ok and not report.written
+    assert any("differ" in f for f in report.failures), report.failures
+    assert not out.exists() and not [p for p in tmp_path.iterdir()]
+
+
+def test_a_worker_that_dies_fails_the_run_and_leaves_nothing(tmp_path, zero3, monkeypatch):
+    parent = os.getpid()
+    real = consolidate.write_share
+
+    def die_in_a_worker(*args, **kwargs):
+        if os.getpid() != parent:
+            os._exit(3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(consolidate, "write_share", die_in_a_worker)
+    if consolidate._context().get_start_method() != "fork":
+        pytest.skip("the patch reaches workers only when they are forked")
+    from ckpt_tool.errors import CkptError
+
+    with pytest.raises(CkptError, match="exit code 3"):
+        migrate(zero3, tmp_path / "m.safetensors", workers=2)
+    assert not list(tmp_path.iterdir())
+
+
+def test_default_workers_follow_the_cores_and_the_size():
+    choose = consolidate.choose_workers
+    cores = os.cpu_count() or 1
+    assert choose(None, "deepspeed", "safetensors", 100 << 30) == cores
+    assert choose(None, "deepspeed", "safetensors", 1 << 20) == 1  # too small to be worth a process
+    assert choose(None, "torch-zip", "safetensors", 100 << 30) == 1  # not a consolidation source
+    assert choose(4, "torch-zip", "sharded", 1) == 4  # as asked
+    assert choose(4, "deepspeed", "torch-zip", 1 << 30) == 1  # a .pth is written by one process
+
+
+def test_pth_with_workers_is_written_by_one_process(tmp_path):
+    report = migrate(DS / "zero3_fp32", tmp_path / "m.pth", workers=4)
+    assert report.ok and report.written
+
+
+# ------------------------------------------------------------------ torchrun
+
+
+def _torchrun(*args: str, nproc: int = 2) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "ckpt_tool", "migrate", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("out,extra", [("m.safetensors", []), ("shards", ["--max-shard-size", "300KB"])])
+def test_two_torchrun_ranks_write_what_one_process_writes(tmp_path, zero3, out, extra):
+    one = migrate(zero3, tmp_path / f"one-{out}", workers=1, max_shard_size=extra[1] if extra else None)
+    assert one.ok
+    r = _torchrun(str(zero3), "-o", str(tmp_path / out), "--json", *extra)
+    assert r.returncode == 0, r.stderr[-3000:]
+    docs = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    assert len(docs) == 1  # rank 0 reports; rank 1 prints nothing
+    doc = json.loads(docs[0])
+    assert doc["written"] and doc["verified"] == {"cpu": True}
+    assert _tree(tmp_path / out) == _tree(tmp_path / f"one-{out}")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporaries left
+
+
+def test_torchrun_pth_is_written_by_rank_0(tmp_path):
+    r = _torchrun(str(DS / "zero2_fp32"), "-o", str(tmp_path / "m.pth"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("wrote:") == 1
+    got = torch.load(tmp_path / "m.pth", weights_only=True)
+    assert "embed.weight" in got

@@ -84,14 +84,9 @@ def index_size(stored: Sequence[OutTensor], aliases: Mapping[str, str], shard_na
     return size + sum(_key_json_len(k) + per_entry for k in keys)
 
 
-def zip_size(prefix: str, members: Sequence[tuple[str, int]]) -> int:
-    """The exact size of the archive ``torchzip.ZipWriter`` writes for ``(name, size)`` members."""
-    base = len(prefix.encode("utf-8")) + 1
-    return _zip_size([(base + len(name.encode("utf-8")), size) for name, size in members])
-
-
 def _zip_size(members: Sequence[tuple[int, int]]) -> int:
-    """``zip_size`` over (length of the full member name in bytes, size) pairs."""
+    """The exact size of the archive ``torchzip.ZipWriter`` writes for (length of the full member name in
+    bytes, size) pairs."""
     from .torchsave import archive as torchzip
 
     limit = torchzip.ZIP64_LIMIT  # read at call time: tests lower it

@@ -45,8 +45,8 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     _check_shards(folder, shards, explicit, warnings)
     source = DcpStreamSource(folder, options.limits)
     flat: OrderedDict[str, Any] = OrderedDict()
-    for fqn, entry in sdm.items():
-        fqn = str(fqn)
+    for key, entry in sdm.items():
+        fqn = str(key)
         kind = entry.qualname.rsplit(".", 1)[-1] if isinstance(entry, Placeholder) else type(entry).__name__
         if kind == "TensorStorageMetadata":
             meta = _tensor_meta(fqn, entry, chunks_by_key.get(fqn, []), source, warnings, meta_path)
@@ -138,10 +138,8 @@ def _tensor_meta(fqn: str, entry: Placeholder, chunks: list[Chunk], source: DcpS
     dtype_ref = None
     if isinstance(props, Placeholder):
         state = props.state
-        if isinstance(state, tuple) and state:
-            dtype_ref = state[0]  # TensorProperties.__getstate__: (dtype, layout, requires_grad, ...)
-        else:
-            dtype_ref = props.attributes.get("dtype")
+        # TensorProperties.__getstate__: (dtype, layout, requires_grad, ...)
+        dtype_ref = state[0] if isinstance(state, tuple) and state else props.attributes.get("dtype")
     name = dtype_ref.name if isinstance(dtype_ref, DTypeRef) else None
     if name is None or name not in dtypes.BY_NAME:
         warnings.append(f"tensor {fqn!r} has a dtype ckpt does not know ({getattr(dtype_ref, 'name', dtype_ref)!r}); "
@@ -157,7 +155,7 @@ def _tensor_meta(fqn: str, entry: Placeholder, chunks: list[Chunk], source: DcpS
         if not (isinstance(offsets, tuple) and isinstance(sizes, tuple) and len(offsets) == len(shape)
                 and len(sizes) == len(shape)
                 and all(type(o) is int and type(s) is int and o >= 0 and s >= 0 and o + s <= d
-                        for o, s, d in zip(offsets, sizes, shape))):
+                        for o, s, d in zip(offsets, sizes, shape, strict=True))):
             raise InputError(f".metadata gives tensor {fqn!r} a chunk outside its shape", meta_path)
         stored = next((c for c in chunks if c.offsets == offsets), None)
         if stored is None:

@@ -143,8 +143,9 @@ class DcpStreamSource(DataSource):
             raise InputError(f"the {where} holds {obj.dtype.name} {list(obj.shape)}, but .metadata says "
                              f"{dt.name} {list(chunk.sizes)}", source.path)
         numel = _prod(chunk.sizes)
-        if numel > 1 and tuple(obj.stride) != contiguous_strides(chunk.sizes) and \
-                any(d != 1 and s != w for d, s, w in zip(chunk.sizes, obj.stride, contiguous_strides(chunk.sizes))):
+        want = contiguous_strides(chunk.sizes)
+        if numel > 1 and tuple(obj.stride) != want and \
+                any(d != 1 and s != w for d, s, w in zip(chunk.sizes, obj.stride, want, strict=False)):
             raise InputError(f"the {where} is not stored contiguously", source.path)
         offset, size = archive.region(obj.storage.key)
         begin = obj.storage_offset * dt.itemsize
@@ -208,7 +209,7 @@ class DcpStreamSource(DataSource):
             raise InputError(f"the chunks of tensor {key!r} hold {stored} bytes, fewer than its {total}", self.path)
         segs = [self.chunk_segment(key, dt, c) for c in chunks if _prod(c.sizes)]  # each checked against its file
         out = bytearray(total)
-        for chunk, seg in zip([c for c in chunks if _prod(c.sizes)], segs):
+        for chunk, seg in zip([c for c in chunks if _prod(c.sizes)], segs, strict=True):
             _place_chunk(out, seg, shape, chunk, itemsize)
         self._whole = (key, out)
         return out

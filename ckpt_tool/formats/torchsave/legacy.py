@@ -49,7 +49,7 @@ class LegacyParse:
 
 
 class _Root:
-    __slots__ = ("key", "itemsize", "numel", "storage")
+    __slots__ = ("itemsize", "key", "numel", "storage")
 
     def __init__(self, key: str, itemsize: int, numel: int, storage: LazyStorage) -> None:
         self.key = key

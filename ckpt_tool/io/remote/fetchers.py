@@ -275,7 +275,7 @@ def classify(exc: BaseException) -> FetchError:
         return FetchError("changed", "the object no longer matches the ETag read before (precondition failed)")
     if isinstance(exc, IsADirectoryError):
         return FetchError("folder", "a folder")
-    if "NoCredentials" in name or "credentials" in str(exc).lower() and "not" in str(exc).lower():
+    if "NoCredentials" in name or ("credentials" in str(exc).lower() and "not" in str(exc).lower()):
         return FetchError("denied", "no credentials found (AWS_* variables, ~/.aws, or an instance role)")
     if "Timeout" in name or isinstance(exc, TimeoutError):
         return FetchError("timeout", f"timed out ({name})")

@@ -208,7 +208,8 @@ class S3Fetcher:
         if not self.key:
             raise FetchError("folder", "a bucket")
         try:
-            return sync(self.fs.loop, get)
+            fetched: Fetched = sync(self.fs.loop, get)  # fsspec's sync is untyped: it returns what get returns
+            return fetched
         except Exception as exc:  # noqa: BLE001 - s3fs/botocore raise many types; classified here, once
             raise classify(exc) from None
 

@@ -237,7 +237,8 @@ class Placeholder:
 
     @property
     def args(self) -> tuple[Any, ...]:
-        return self.__dict__["_ckpt_args"]
+        args: tuple[Any, ...] = self.__dict__["_ckpt_args"]
+        return args
 
     @property
     def state(self) -> Any:

@@ -31,11 +31,11 @@ from typing import Any
 
 from ... import dtypes
 from ..severity import DANGEROUS
+from .facts import Pair
 from .predict import (
     BLOCKED_MODULES,
     SUPPORTED_OPCODES,
     TABLE,
-    Pair,
     PickleFacts,
     WeightsOnlyVerdict,
     facts_from_pickle,

@@ -66,8 +66,3 @@ class WriteError(CkptError):
 class NotEnoughSpace(WriteError):
     """The output would not fit in the free space of its file system; found before anything was read or written."""
 
-
-class VerificationError(CkptError):
-    """What was written does not match what the rules say it must hold."""
-
-    exit_code = EXIT_FINDING

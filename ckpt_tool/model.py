@@ -33,7 +33,7 @@ class DataSource(ABC):
         """
         out[:] = self.read(key, offset, len(out))
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a source that holds no handle has nothing to release
         """Release file handles; reading again reopens them."""
 
 
@@ -52,7 +52,7 @@ def _same_layout(shape: tuple[int, ...], stride: tuple[int, ...], want: tuple[in
     # Strides of size-1 (and size-0 tensors) dimensions do not matter, as in torch.
     if any(d == 0 for d in shape):
         return True
-    return all(d == 1 or s == w for d, s, w in zip(shape, stride, want))
+    return all(d == 1 or s == w for d, s, w in zip(shape, stride, want, strict=False))
 
 
 def is_contiguous_layout(shape: tuple[int, ...], stride: tuple[int, ...] | None) -> bool:
@@ -162,7 +162,7 @@ class TensorMeta:
     def is_channels_last(self) -> bool:
         if self.stride is None or len(self.shape) != 4 or self.is_contiguous:
             return False
-        n, c, h, w = self.shape
+        _n, c, h, w = self.shape
         return _same_layout(self.shape, self.stride, (h * w * c, 1, w * c, c))
 
     @property
@@ -175,7 +175,7 @@ class TensorMeta:
             return (start, start)
         if self.stride is None or self.stride == contiguous_strides(self.shape):
             return (start, start + dt.nbytes(numel))
-        last = sum((d - 1) * s for d, s in zip(self.shape, self.stride))
+        last = sum((d - 1) * s for d, s in zip(self.shape, self.stride, strict=False))
         return (start, dt.nbytes(self.storage_offset + last + 1))
 
 

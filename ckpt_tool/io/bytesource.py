@@ -96,10 +96,10 @@ class ByteSource(ABC):
         """Tensor bytes: like read, but a remote source fetches a large range in parallel parts."""
         return self.read(offset, n)
 
-    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:  # noqa: B027 - a no-op hint unless overridden
         """A hint: (offset, length) ranges about to be read. Remote sources fetch them together."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a source that holds nothing has nothing to release
         """Release what the source holds; reading again reopens it."""
 
     def __enter__(self) -> ByteSource:

@@ -13,8 +13,21 @@ from typing import Any
 from ..errors import InputError
 from .bytesource import ByteSource, LocalFile, is_url
 
-__all__ = ["is_url", "open_bytes", "open_together", "isdir", "isfile", "listdir", "join", "dirname", "basename",
-           "missing_files", "remote_session", "count_remote", "url_bytes"]
+__all__ = [
+    "basename",
+    "count_remote",
+    "dirname",
+    "is_url",
+    "isdir",
+    "isfile",
+    "join",
+    "listdir",
+    "missing_files",
+    "open_bytes",
+    "open_together",
+    "remote_session",
+    "url_bytes",
+]
 
 
 def open_bytes(path: str) -> ByteSource:
@@ -37,10 +50,8 @@ def open_together(urls: Sequence[str], workers: int = 8) -> None:
     from .remote.protocols import open_remote
 
     def one(url: str) -> None:
-        try:
+        with contextlib.suppress(InputError):  # kept by the session: the reader of this file raises it
             open_remote(url)
-        except InputError:
-            pass  # kept by the session: the reader of this file raises it
 
     with ThreadPoolExecutor(min(workers, len(urls)), thread_name_prefix="ckpt-open") as pool:
         for future in [pool.submit(contextvars.copy_context().run, one, u) for u in urls if is_url(u)]:

@@ -13,7 +13,7 @@ from ..model import DataSource
 from .bytesource import ByteSource, is_url, open_regular, pread_exact
 from .paths import open_bytes
 
-__all__ = ["open_regular", "pread_exact", "open_bytes", "ByteSource"]
+__all__ = ["ByteSource", "open_bytes", "open_regular", "pread_exact"]
 
 
 class FileSource(DataSource):

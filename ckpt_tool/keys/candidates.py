@@ -121,7 +121,7 @@ def rename_candidates(unmatched: Sequence[tuple[str, TensorMeta]],
             pairs += 1
             if pairs > _MAX_RENAME_PAIRS:
                 break
-            diff = [i for i, (x, y) in enumerate(zip(parts, other)) if x != y]
+            diff = [i for i, (x, y) in enumerate(zip(parts, other, strict=False)) if x != y]
             if len(diff) != 1:
                 continue
             i = diff[0]

@@ -192,7 +192,7 @@ def make_plan(tensors: Sequence[TensorMeta], rules: RuleSet) -> Plan:
 def load_rules_file(path: str) -> RuleSet:
     """A RuleSet from TOML (see docs/migrate.md for the format)."""
     try:
-        import tomllib  # type: ignore[import-not-found]
+        import tomllib
     except ModuleNotFoundError:  # Python < 3.11
         import tomli as tomllib  # type: ignore[no-redef]
     try:

@@ -87,7 +87,7 @@ class Scorer:
             if outputs in simplest:
                 continue  # the same mapping as a simpler rule: e.g. a regex that only strips a prefix
             n = 0
-            for out, t in zip(outputs, picked):
+            for out, t in zip(outputs, picked, strict=True):
                 shape = self.target.get(out)
                 n += shape is not None and shapes_compatible(t.shape, shape)
             simplest[outputs] = (n, rules)
@@ -115,7 +115,7 @@ class Scorer:
         matched: set[str] = set()
         used: set[str] = set()
         unexpected = shape_bad = renamed = 0
-        for out, t in zip(outputs, self.source):
+        for out, t in zip(outputs, self.source, strict=False):
             if out != t.key:
                 renamed += 1
             shape = self.target.get(out)

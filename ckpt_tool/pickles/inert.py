@@ -31,10 +31,13 @@ def _split(qualname: str) -> Pair:
 WEIGHTS_ONLY: frozenset[Pair] = frozenset(_split(n) for n in TABLE[NEWEST].allowed)
 
 _PY_VALUES = "Python's own value types: constructing one runs no code from the pickle"
-_RETURN_TYPES = ("aminmax cummax cummin frexp geqrf histogram kthvalue linalg_cholesky_ex linalg_eig linalg_eigh "
-                 "linalg_inv_ex linalg_ldl_factor linalg_ldl_factor_ex linalg_lstsq linalg_lu linalg_lu_factor "
-                 "linalg_lu_factor_ex linalg_qr linalg_slogdet linalg_solve_ex linalg_svd lu_unpack max median min "
-                 "mode nanmedian qr slogdet sort svd topk triangular_solve").split()
+_RETURN_TYPES = (
+    "aminmax", "cummax", "cummin", "frexp", "geqrf", "histogram", "kthvalue", "linalg_cholesky_ex", "linalg_eig",
+    "linalg_eigh", "linalg_inv_ex", "linalg_ldl_factor", "linalg_ldl_factor_ex", "linalg_lstsq", "linalg_lu",
+    "linalg_lu_factor", "linalg_lu_factor_ex", "linalg_qr", "linalg_slogdet", "linalg_solve_ex", "linalg_svd",
+    "lu_unpack", "max", "median", "min", "mode", "nanmedian", "qr", "slogdet", "sort", "svd", "topk",
+    "triangular_solve"
+)
 
 REVIEWED: dict[Pair, str] = {
     **{("builtins", n): _PY_VALUES for n in

@@ -11,7 +11,6 @@ import os
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Any
 
 from ..io.source import FileSource
 from ..model import StorageRef
@@ -123,11 +122,12 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
                                             piece.offset, piece.length), crc=crc, on_bytes=on_bytes, crc_start=value)
         return value if crc else 0
     source = ref.source
-    start, size = source.region(ref.key)  # type: ignore[attr-defined]
+    start, size = source.region(ref.key)
     if region.offset + region.length > size:
         source.read(ref.key, region.offset, region.length)  # raises the reader's own error
-    src_fd = source.fd()  # type: ignore[attr-defined] # opened here, before a second thread could race to open it
-    result: dict[str, Any] = {"crc": crc_start}
+    src_fd = source.fd()  # opened here, before a second thread could race to open it
+    crcs: list[int] = [crc_start]  # what the checksum thread hands back: its CRC, or the error it met
+    errors: list[BaseException] = []
     stop = threading.Event()
     worker = None
     if crc:
@@ -139,9 +139,9 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
                         return
                     value = zlib.crc32(piece, value)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
-                result["error"] = exc
+                errors.append(exc)
                 return
-            result["crc"] = value
+            crcs[0] = value
 
         worker = threading.Thread(target=checksum, name="ckpt-crc", daemon=True)
         worker.start()
@@ -158,7 +158,7 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
     finally:
         if worker is not None:
             worker.join()
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
+    if errors:
+        raise errors[0]
     out.pos += region.length
-    return result["crc"]  # type: ignore[return-value]
+    return crcs[0]

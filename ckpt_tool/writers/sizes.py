@@ -51,7 +51,7 @@ def _key_json_len(key: str) -> int:
 
 def safetensors_size(tensors: Sequence[OutTensor], metadata: Mapping[str, str]) -> int:
     """At least the size of the safetensors file ``write_safetensors`` writes for these tensors."""
-    data = sum(map(attrgetter("nbytes"), tensors))
+    data: int = sum(map(attrgetter("nbytes"), tensors))
     digits = len(str(data))
     header = 2  # the braces
     parts = 0
@@ -84,14 +84,9 @@ def index_size(stored: Sequence[OutTensor], aliases: Mapping[str, str], shard_na
     return size + sum(_key_json_len(k) + per_entry for k in keys)
 
 
-def zip_size(prefix: str, members: Sequence[tuple[str, int]]) -> int:
-    """The exact size of the archive ``torchzip.ZipWriter`` writes for ``(name, size)`` members."""
-    base = len(prefix.encode("utf-8")) + 1
-    return _zip_size([(base + len(name.encode("utf-8")), size) for name, size in members])
-
-
 def _zip_size(members: Sequence[tuple[int, int]]) -> int:
-    """``zip_size`` over (length of the full member name in bytes, size) pairs."""
+    """The exact size of the archive ``torchzip.ZipWriter`` writes for (length of the full member name in
+    bytes, size) pairs."""
     from .torchsave import archive as torchzip
 
     limit = torchzip.ZIP64_LIMIT  # read at call time: tests lower it

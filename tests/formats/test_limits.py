@@ -335,22 +335,28 @@ def test_dcp_metadata_claims_a_huge_tensor(tmp_path, fixtures_dir):
 
     from ckpt_tool import dtypes
     from ckpt_tool.errors import InputError
-    from ckpt_tool.formats.dcp.metadata import Chunk, DcpSource
+    from ckpt_tool.formats.dcp.stream import Chunk, DcpStreamSource
     from ckpt_tool.limits import DEFAULT_LIMITS
 
     folder = tmp_path / "dcp"
     shutil.copytree(fixtures_dir / "dcp", folder)
-    source = DcpSource(str(folder), DEFAULT_LIMITS)
-    half = 1 << 39
-    chunks = [Chunk((0,), (half,), "__0_0.distcp", 0, 64), Chunk((half,), (half,), "__0_0.distcp", 64, 64)]
-    source.add("w", dtypes.BY_NAME["float32"], (2 * half,), chunks)
+    source = DcpStreamSource(str(folder), DEFAULT_LIMITS)
+    # split along the second dimension (tensor parallel), so the tensor is assembled, not streamed
+    rows, half = 2, 1 << 38
+    shape = (rows, 2 * half)
+    chunks = [Chunk((0, 0), (rows, half), "__0_0.distcp", 0, 64),
+              Chunk((0, half), (rows, half), "__0_0.distcp", 64, 64)]
+    source.add("w", dtypes.BY_NAME["float32"], shape, chunks)
     with pytest.raises(InputError, match="fewer than"):
         source.read("w", 0, 16)
     # lengths that claim enough bytes, but bytes the shard file does not have
-    big = [Chunk((0,), (half,), "__0_0.distcp", 0, 4 * half), Chunk((half,), (half,), "__0_0.distcp", 0, 4 * half)]
-    source.add("v", dtypes.BY_NAME["float32"], (2 * half,), big)
+    claim = 4 * rows * half
+    big = [Chunk((0, 0), (rows, half), "__0_0.distcp", 0, claim),
+           Chunk((0, half), (rows, half), "__0_0.distcp", 0, claim)]
+    source.add("v", dtypes.BY_NAME["float32"], shape, big)
     with pytest.raises(InputError, match="past the end"):
         source.read("v", 0, 16)
+    source.close()
 
 
 def test_many_limits_from_a_subprocess_stay_one_line(tmp_path):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,12 +76,6 @@ class WeightsOnlyReport:
     def torch_loaded(self) -> tuple[FileVerdict, ...]:
         """The files of a folder that its loader opens with torch.load itself (a sharded set's .bin shards)."""
         return tuple(f for f in self.files if f.loader == TORCH_LOAD)
-
-    def loads_allowing(self, allowed: Iterable[str]) -> bool:
-        """Whether it loads once ``allowed`` are allowlisted (a dangerous global never counts as allowed)."""
-        if self.loads:
-            return True
-        return self.fixable and set(self.needs) <= set(allowed)
 
     def to_json(self) -> dict[str, Any]:
         return {

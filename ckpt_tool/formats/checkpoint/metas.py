@@ -52,7 +52,7 @@ def _layout_info(shape: Any, stride: Any) -> tuple[tuple[int, ...], tuple[int, .
         return None
     numel = prod(shape)
     last = (numel - 1 if stride == contiguous_strides(shape)
-            else sum((d - 1) * s for d, s in zip(shape, stride)))
+            else sum((d - 1) * s for d, s in zip(shape, stride, strict=False)))
     return shape, stride, numel, last
 
 
@@ -106,7 +106,7 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
         if numel:
             # the last element's byte, as TensorMeta.byte_span computes it (inlined: once per tensor)
             last = offset + (numel - 1 if stride == contiguous_strides(shape)
-                             else sum((d - 1) * s for d, s in zip(shape, stride)))
+                             else sum((d - 1) * s for d, s in zip(shape, stride, strict=True)))
             dt = obj.dtype
             if ((last + 1) * dt.itemsize if dt.per_byte == 1 else dt.nbytes(last + 1)) > st.nbytes:
                 raise InputError(f"tensor {key!r} reaches past the end of its storage ({st.nbytes} bytes)")

@@ -89,7 +89,7 @@ class _Reads:
             return OrderedDict(items) if isinstance(obj, OrderedDict) else dict(items)
         if isinstance(obj, (list, tuple)):
             values = [self.replace(v, f"{path}.{i}" if path else str(i), depth + 1, shown) for i, v in enumerate(obj)]
-            if all(new is old for new, old in zip(values, obj)):
+            if all(new is old for new, old in zip(values, obj, strict=True)):
                 return obj
             return values if isinstance(obj, list) else tuple(values)
         return obj

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from itertools import pairwise
 from typing import Any
 
 from ...errors import InputError
@@ -84,7 +85,7 @@ def _extend(lst: list[Any], index: int) -> bool:
 def _set_element(root: OrderedDict[str, Any], path: tuple[Any, ...], value: Any) -> bool:
     """torch.distributed.checkpoint's _set_element: dicts for str keys, lists for int ones."""
     node: Any = root
-    for prev, key in zip(path, path[1:]):
+    for prev, key in pairwise(path):
         default: Any = OrderedDict() if type(key) is str else []
         if isinstance(node, dict):
             node = node.setdefault(prev, default)

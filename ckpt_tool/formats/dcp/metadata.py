@@ -19,31 +19,18 @@ from typing import Any
 from ... import dtypes
 from ...errors import CkptError, InputError
 from ...io import paths
-from ...io.bytesource import ByteSource
 from ...io.source import read_pickle_file
 from ...limits import DEFAULT_LIMITS, Limits
-from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
+from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
 from ..checkpoint.loaded import Loaded, ReadOptions
 from ..detect import DCP
 from ..hf.index import outside_folder
 from .items import BytesItem, nest
-from .stream import DcpStreamSource
+from .stream import Chunk, DcpStreamSource
 
 METADATA = ".metadata"
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One saved piece of a tensor: where it sits in the tensor and in which file."""
-
-    offsets: tuple[int, ...]
-    sizes: tuple[int, ...]
-    relative_path: str
-    offset: int
-    length: int
-    transforms: tuple[str, ...] = ()
 
 
 def read_dcp(path: str, options: ReadOptions) -> Loaded:
@@ -58,8 +45,8 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     _check_shards(folder, shards, explicit, warnings)
     source = DcpStreamSource(folder, options.limits)
     flat: OrderedDict[str, Any] = OrderedDict()
-    for fqn, entry in sdm.items():
-        fqn = str(fqn)
+    for key, entry in sdm.items():
+        fqn = str(key)
         kind = entry.qualname.rsplit(".", 1)[-1] if isinstance(entry, Placeholder) else type(entry).__name__
         if kind == "TensorStorageMetadata":
             meta = _tensor_meta(fqn, entry, chunks_by_key.get(fqn, []), source, warnings, meta_path)
@@ -151,10 +138,8 @@ def _tensor_meta(fqn: str, entry: Placeholder, chunks: list[Chunk], source: DcpS
     dtype_ref = None
     if isinstance(props, Placeholder):
         state = props.state
-        if isinstance(state, tuple) and state:
-            dtype_ref = state[0]  # TensorProperties.__getstate__: (dtype, layout, requires_grad, ...)
-        else:
-            dtype_ref = props.attributes.get("dtype")
+        # TensorProperties.__getstate__: (dtype, layout, requires_grad, ...)
+        dtype_ref = state[0] if isinstance(state, tuple) and state else props.attributes.get("dtype")
     name = dtype_ref.name if isinstance(dtype_ref, DTypeRef) else None
     if name is None or name not in dtypes.BY_NAME:
         warnings.append(f"tensor {fqn!r} has a dtype ckpt does not know ({getattr(dtype_ref, 'name', dtype_ref)!r}); "
@@ -170,7 +155,7 @@ def _tensor_meta(fqn: str, entry: Placeholder, chunks: list[Chunk], source: DcpS
         if not (isinstance(offsets, tuple) and isinstance(sizes, tuple) and len(offsets) == len(shape)
                 and len(sizes) == len(shape)
                 and all(type(o) is int and type(s) is int and o >= 0 and s >= 0 and o + s <= d
-                        for o, s, d in zip(offsets, sizes, shape))):
+                        for o, s, d in zip(offsets, sizes, shape, strict=True))):
             raise InputError(f".metadata gives tensor {fqn!r} a chunk outside its shape", meta_path)
         stored = next((c for c in chunks if c.offsets == offsets), None)
         if stored is None:
@@ -183,161 +168,6 @@ def _tensor_meta(fqn: str, entry: Placeholder, chunks: list[Chunk], source: DcpS
     source.add(fqn, dt, shape, placed)
     return TensorMeta(fqn, name, shape, contiguous_strides(shape), 0,
                       StorageRef(source, fqn, numel * dt.itemsize), "cpu")
-
-
-class DcpSource(DataSource):
-    """Tensor bytes of a DCP folder, assembled from the chunks that hold them."""
-
-    def __init__(self, folder: str, limits: Limits) -> None:
-        self.path = folder
-        self.limits = limits
-        self._tensors: dict[str, tuple[dtypes.DType, tuple[int, ...], list[Chunk]]] = {}
-        self._last: tuple[str, bytes] | None = None
-
-    def add(self, key: str, dt: dtypes.DType, shape: tuple[int, ...], chunks: list[Chunk]) -> None:
-        self._tensors[key] = (dt, shape, chunks)
-
-    def read(self, key: str, offset: int, length: int) -> bytes:
-        if self._last is None or self._last[0] != key:
-            self._last = (key, self._assemble(key))
-        data = self._last[1]
-        if offset < 0 or length < 0 or offset + length > len(data):
-            raise InputError(f"tensor {key!r} holds {len(data)} bytes, not {offset + length}", self.path)
-        return data[offset : offset + length]
-
-    def _assemble(self, key: str) -> bytes:
-        dt, shape, chunks = self._tensors[key]
-        itemsize = dt.itemsize
-        numel = 1
-        for d in shape:
-            numel *= d
-        total = numel * itemsize
-        if len(chunks) == 1 and all(o == 0 for o in chunks[0].offsets) and chunks[0].sizes == shape:
-            return self._chunk_bytes(key, dt, chunks[0])
-        covered = sum(_prod(c.sizes) for c in chunks)
-        if covered != numel:
-            raise InputError(f"the chunks of tensor {key!r} cover {covered} of its {numel} elements", self.path)
-        stored = sum(c.length for c in chunks)
-        if stored < total:  # checked before allocating: the sizes come from .metadata
-            raise InputError(f"the chunks of tensor {key!r} hold {stored} bytes, fewer than its {total}", self.path)
-        for c in chunks:  # and the lengths themselves must be bytes that exist
-            size = self._file(c.relative_path, key).size
-            if c.offset + c.length > size:
-                raise InputError(f"a chunk of tensor {key!r} lies past the end of {c.relative_path!r} "
-                                 f"({c.offset + c.length} > {size} bytes)", self.path)
-        out = bytearray(total)
-        for chunk in chunks:
-            _place(out, self._chunk_bytes(key, dt, chunk), shape, chunk, itemsize)
-        return bytes(out)
-
-    def _file(self, relative: str, key: str) -> ByteSource:
-        """A shard file, opened (a missing one named with the tensor that needs it)."""
-        file = paths.join(self.path, relative)
-        try:
-            return paths.open_bytes(file)
-        except InputError as exc:
-            if getattr(exc, "kind", "missing") != "missing" or (not paths.is_url(file) and os.path.exists(file)):
-                raise
-            raise InputError(f"shard file {relative!r} is missing: tensor {key!r} cannot be read",
-                             self.path) from None
-
-    def _chunk_bytes(self, key: str, dt: dtypes.DType, chunk: Chunk) -> bytes:
-        """One chunk's elements in C order, from the torch.save blob (or raw bytes) that holds it."""
-        file = paths.join(self.path, chunk.relative_path)
-        data = self._file(chunk.relative_path, key)
-        if chunk.transforms:
-            raise InputError(
-                f"tensor {key!r} is stored with DCP transforms {list(chunk.transforms)} (compression?), "
-                "which ckpt cannot read", self.path,
-            )
-        try:
-            blob = data.read(chunk.offset, chunk.length)
-        finally:
-            data.close()
-        want = _prod(chunk.sizes) * dt.itemsize
-        if not blob.startswith(b"PK\x03\x04"):
-            if len(blob) == want:
-                return blob  # raw tensor bytes (DCP's safetensors-style serialization)
-            raise InputError(f"the chunk of tensor {key!r} in {chunk.relative_path!r} is not torch.save bytes",
-                             self.path)
-        return _blob_tensor_bytes(blob, key, dt, chunk, file, self.limits)
-
-
-def _blob_tensor_bytes(blob: bytes, key: str, dt: dtypes.DType, chunk: Chunk, file: str, limits: Limits) -> bytes:
-    from ...pickles import severity
-    from ...pickles.unpickle.placeholders import LazyTensor
-    from ..torchsave.inmemory import read_torch_blob
-
-    where = f"chunk of tensor {key!r}"
-    obj, refs = read_torch_blob(blob, path=file, where=where, limits=limits)
-    unsafe = sorted({r.qualname for r in refs if r.severity != severity.SAFE})
-    if unsafe:
-        raise InputError(f"the {where} names {', '.join(unsafe[:3])}, not a plain tensor; refusing it", file)
-    if not isinstance(obj, LazyTensor) or obj.storage is None:
-        raise InputError(f"the {where} does not hold a tensor", file)
-    if obj.dtype.name != dt.name or tuple(obj.shape) != chunk.sizes:
-        raise InputError(
-            f"the {where} holds {obj.dtype.name} {list(obj.shape)}, but .metadata says {dt.name} {list(chunk.sizes)}",
-            file,
-        )
-    st = obj.storage
-    meta = TensorMeta(key, dt.name, tuple(obj.shape), tuple(obj.stride), obj.storage_offset,
-                      StorageRef(st.source, st.key, st.nbytes))
-    if meta.numel and meta.byte_span[1] > st.nbytes:
-        raise InputError(f"the {where} reaches past the end of its storage", file)
-    return _contiguous_bytes(meta)
-
-
-def _prod(dims: tuple[int, ...]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
-
-
-def _place(out: bytearray, data: bytes, shape: tuple[int, ...], chunk: Chunk, itemsize: int) -> None:
-    """Copy a chunk (C order) into the full tensor's bytes at its offsets, run by run."""
-    sizes, offsets = chunk.sizes, chunk.offsets
-    if len(data) != _prod(sizes) * itemsize:
-        raise InputError("a chunk's bytes do not match its size")
-    if not shape:
-        out[:] = data
-        return
-    # trailing dimensions the chunk spans completely form one contiguous run
-    k = len(shape) - 1
-    while k > 0 and sizes[k] == shape[k] and offsets[k] == 0:
-        k -= 1
-    run = _prod(sizes[k:]) * itemsize
-    full_strides = contiguous_strides(shape)
-    outer = sizes[:k]
-    index = [0] * k
-    src = 0
-    for _ in range(_prod(outer) if outer else 1):
-        start = sum((offsets[d] + index[d]) * full_strides[d] for d in range(k)) + offsets[k] * full_strides[k]
-        out[start * itemsize : start * itemsize + run] = data[src : src + run]
-        src += run
-        for d in range(k - 1, -1, -1):
-            index[d] += 1
-            if index[d] < outer[d]:
-                break
-            index[d] = 0
-
-
-def _contiguous_bytes(meta: TensorMeta) -> bytes:
-    """A chunk's elements in C order; a strided chunk is gathered byte-wise with NumPy (never torch)."""
-    assert meta.storage is not None  # checked by the caller
-    if meta.numel == 0:
-        return b""
-    if meta.is_contiguous:
-        return meta.storage.source.read(meta.storage.key, meta.storage_offset * meta.itemsize, meta.nbytes)
-    import numpy as np
-
-    start, end = meta.byte_span
-    raw = np.frombuffer(meta.storage.source.read(meta.storage.key, start, end - start), dtype=np.uint8)
-    size = meta.itemsize
-    view = np.lib.stride_tricks.as_strided(
-        raw, shape=(*meta.shape, size), strides=(*(s * size for s in (meta.stride or ())), 1), writeable=False)
-    return np.ascontiguousarray(view).tobytes()
 
 
 @dataclass(frozen=True)

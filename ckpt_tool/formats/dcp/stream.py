@@ -13,7 +13,8 @@ block by block: memory is the largest such tensor plus one block.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ... import dtypes
 from ...errors import InputError
@@ -25,11 +26,19 @@ from ...io.zip.archive import ZipArchive
 from ...limits import Limits
 from ...model import DataSource, contiguous_strides
 
-# A chunk as formats/dcp/metadata.py describes it (offsets, sizes, relative_path, offset, length, transforms);
-# typed loosely here so that dcp.py can import this module and not the other way round.
-Chunk = Any
-
 _BLOCK = 16 << 20  # bytes of a chunk read at once when it is placed into an assembled tensor
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One saved piece of a tensor: where it sits in the tensor and in which file (read from ``.metadata``)."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    relative_path: str
+    offset: int
+    length: int
+    transforms: tuple[str, ...] = ()
 
 
 class _Window:
@@ -50,7 +59,7 @@ class _Window:
         return os.pread(self.fd, hi - lo, self.start + lo)
 
 
-def _regions(path: str) -> Any:
+def _regions(path: str) -> Callable[[str], tuple[int, int]]:
     """FileSource keys are "offset:length" byte ranges of the file itself."""
     def resolve(key: str) -> tuple[int, int]:
         start, length = key.split(":")
@@ -134,8 +143,9 @@ class DcpStreamSource(DataSource):
             raise InputError(f"the {where} holds {obj.dtype.name} {list(obj.shape)}, but .metadata says "
                              f"{dt.name} {list(chunk.sizes)}", source.path)
         numel = _prod(chunk.sizes)
-        if numel > 1 and tuple(obj.stride) != contiguous_strides(chunk.sizes) and \
-                any(d != 1 and s != w for d, s, w in zip(chunk.sizes, obj.stride, contiguous_strides(chunk.sizes))):
+        want = contiguous_strides(chunk.sizes)
+        if numel > 1 and tuple(obj.stride) != want and \
+                any(d != 1 and s != w for d, s, w in zip(chunk.sizes, obj.stride, want, strict=False)):
             raise InputError(f"the {where} is not stored contiguously", source.path)
         offset, size = archive.region(obj.storage.key)
         begin = obj.storage_offset * dt.itemsize
@@ -199,7 +209,7 @@ class DcpStreamSource(DataSource):
             raise InputError(f"the chunks of tensor {key!r} hold {stored} bytes, fewer than its {total}", self.path)
         segs = [self.chunk_segment(key, dt, c) for c in chunks if _prod(c.sizes)]  # each checked against its file
         out = bytearray(total)
-        for chunk, seg in zip([c for c in chunks if _prod(c.sizes)], segs):
+        for chunk, seg in zip([c for c in chunks if _prod(c.sizes)], segs, strict=True):
             _place_chunk(out, seg, shape, chunk, itemsize)
         self._whole = (key, out)
         return out

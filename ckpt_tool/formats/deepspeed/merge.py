@@ -105,7 +105,8 @@ def zero3_frozen(shapes: Shapes, fragments: Sequence[Mapping[str, Part]], itemsi
 
 def _joined(segs: list[Segment]) -> list[Segment]:
     out: list[Segment] = []
-    for s in segs:
+    for seg in segs:
+        s = seg
         if out and out[-1].source is s.source and out[-1].key == s.key and out[-1].offset + out[-1].length == s.offset:
             prev = out.pop()
             s = Segment(prev.source, prev.key, prev.offset, prev.length + s.length)

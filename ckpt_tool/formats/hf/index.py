@@ -114,7 +114,7 @@ def _read_shards(folder: str, shards: list[str], options: ReadOptions,
     """(shard, path, what it holds), in index order; a remote set's shards are read concurrently."""
     spaths = [paths.join(folder, s) for s in shards]
     if not paths.is_url(folder) or len(shards) < 2:
-        for shard, spath in zip(shards, spaths):
+        for shard, spath in zip(shards, spaths, strict=True):
             yield shard, spath, read_file(spath, options)
         return
     import contextvars
@@ -123,7 +123,7 @@ def _read_shards(folder: str, shards: list[str], options: ReadOptions,
     with ThreadPoolExecutor(min(8, len(shards)), thread_name_prefix="ckpt-shard") as pool:
         futures = [pool.submit(contextvars.copy_context().run, read_file, p, options) for p in spaths]
         try:
-            for shard, spath, future in zip(shards, spaths, futures):
+            for shard, spath, future in zip(shards, spaths, futures, strict=True):
                 yield shard, spath, future.result()
         finally:
             for future in futures:

@@ -104,7 +104,7 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     # stride None: safetensors tensors are always contiguous
     tensors = [TensorMeta(key, dt.name, shape, None, 0, StorageRef(source, key, end - begin), "cpu")
                for begin, end, key, dt, shape in entries]
-    root: OrderedDict[str, TensorMeta] = OrderedDict(zip(map(_KEY, entries), tensors))
+    root: OrderedDict[str, TensorMeta] = OrderedDict(zip(map(_KEY, entries), tensors, strict=True))
     loaded = Loaded(SAFETENSORS, root, sources=[source], layout="state_dict", tensors=tensors)
     if duplicates:
         loaded.warnings.append("duplicate tensor keys in the header (the format forbids them; safetensors "
@@ -161,14 +161,14 @@ def _entries_fast(header: dict[str, Any], data_len: int, max_key: int) -> list[E
     sizes = list(map(mul, map(prod, shapes), [dt.itemsize for dt in dts]))
     if list(map(sub, ends, begins)) != sizes:
         return None
-    spans = sorted(zip(begins, ends))
+    spans = sorted(zip(begins, ends, strict=True))
     # contiguous from 0 to the end of the data: no overlap, no gap, nothing past the end
     if spans and (spans[0][0] != 0 or spans[-1][1] != data_len
                   or [s[0] for s in spans[1:]] != [s[1] for s in spans[:-1]]):
         return None
     if keys and max(map(len, keys)) > max_key:
         return None
-    return list(zip(begins, ends, keys, dts, shapes))
+    return list(zip(begins, ends, keys, dts, shapes, strict=True))
 
 
 def _entries_checked(header: dict[str, Any], data_len: int, options: ReadOptions, path: str) -> list[Entry]:

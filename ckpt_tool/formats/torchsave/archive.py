@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from ... import dtypes
@@ -85,7 +86,7 @@ def check_version(archive: ZipArchive, prefix: str) -> int:
     return version
 
 
-def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: str):
+def storage_loader(archive: ZipArchive, prefix: str, source: DataSource, path: str) -> Callable[[Any], LazyStorage]:
     """A persistent_load that turns torch's storage ids into LazyStorages."""
     cache: dict[str, LazyStorage] = {}
 

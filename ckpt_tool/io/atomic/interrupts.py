@@ -32,10 +32,8 @@ def interrupts_as_exceptions() -> Iterator[None]:
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if sig is None:
             continue
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not allowed here (embedded interpreter): default action stays
             previous[sig] = signal.signal(sig, handler)
-        except (ValueError, OSError):
-            pass  # not allowed here (embedded interpreter): the default action stays
     try:
         yield
     finally:
@@ -73,10 +71,8 @@ def deferred_interrupts() -> Iterator[None]:
         sig = getattr(signal, name, None)
         if sig is None or signal.getsignal(sig) is None:
             continue  # a handler installed outside Python: it cannot be put back, so leave it alone
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not allowed here (embedded interpreter): acts as it would
             previous[sig] = signal.signal(sig, hold)
-        except (ValueError, OSError):
-            pass  # not allowed here (embedded interpreter): the signal acts as it would have
     try:
         yield
     finally:

@@ -28,6 +28,7 @@ race. Only this module knows the name format.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -216,9 +217,8 @@ def process_alive(pid: int, start: int) -> bool:
     state, started = got
     if state in ("Z", "X"):
         return False  # killed and not yet reaped by its parent: it writes nothing more
-    if start and started and started != start:
-        return False  # the pid now belongs to another process
-    return True
+    # False: the pid now belongs to another process
+    return not (start and started and started != start)
 
 
 # ------------------------------------------------------------------ finding and removing
@@ -286,10 +286,8 @@ def _size(path: str, st: os.stat_result) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):  # vanished while we looked: it no longer takes space
                 total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass  # vanished while we looked: it no longer takes space
     return total
 
 

@@ -241,10 +241,8 @@ class AtomicFile(_Temporary):
         fsync_dir(os.path.dirname(self.final))
 
     def discard(self) -> None:
-        try:
+        with contextlib.suppress(OSError, WriteError):  # the file is being removed; why its fsync failed is moot
             self._wait()
-        except (OSError, WriteError):
-            pass  # the file is being removed; why its fsync failed no longer matters
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -346,9 +344,7 @@ class AtomicDir(_Temporary):
             raise _write_error(exc, self.final) from None
 
     def discard(self) -> None:
-        try:
+        with contextlib.suppress(OSError, WriteError):  # the folder is being removed; why its fsync failed is moot
             self._wait()
-        except (OSError, WriteError):
-            pass  # the folder is being removed; why its fsync failed no longer matters
         shutil.rmtree(self.path, ignore_errors=True)
 

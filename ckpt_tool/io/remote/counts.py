@@ -28,7 +28,7 @@ def counts_remote(*names: str) -> Callable[[F], F]:
                 value = bound.get(name)
                 for v in value if isinstance(value, (list, tuple)) else [value]:
                     if isinstance(v, (str, os.PathLike)):
-                        found.append(os.fspath(v))  # type: ignore[arg-type]
+                        found.append(os.fspath(v))
             with remote_session(*found) as counted:
                 report = func(*args, **kwargs)
             if counted is None:

@@ -208,7 +208,8 @@ class S3Fetcher:
         if not self.key:
             raise FetchError("folder", "a bucket")
         try:
-            return sync(self.fs.loop, get)
+            fetched: Fetched = sync(self.fs.loop, get)  # fsspec's sync is untyped: it returns what get returns
+            return fetched
         except Exception as exc:  # noqa: BLE001 - s3fs/botocore raise many types; classified here, once
             raise classify(exc) from None
 
@@ -275,7 +276,7 @@ def classify(exc: BaseException) -> FetchError:
         return FetchError("changed", "the object no longer matches the ETag read before (precondition failed)")
     if isinstance(exc, IsADirectoryError):
         return FetchError("folder", "a folder")
-    if "NoCredentials" in name or "credentials" in str(exc).lower() and "not" in str(exc).lower():
+    if "NoCredentials" in name or ("credentials" in str(exc).lower() and "not" in str(exc).lower()):
         return FetchError("denied", "no credentials found (AWS_* variables, ~/.aws, or an instance role)")
     if "Timeout" in name or isinstance(exc, TimeoutError):
         return FetchError("timeout", f"timed out ({name})")

@@ -40,8 +40,20 @@ WORKERS = 8  # parallel requests per process
 AHEAD = 2  # parts fetched ahead of a reader moving forward
 CACHE_BUDGET = 64 << 20  # bytes of metadata blocks kept per file
 
-_POOL: list[ThreadPoolExecutor] = []
-_POOL_LOCK = threading.Lock()
+class _Shared:
+    """The process's pool of range requests, made on first use; a forked child starts afresh."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool: ThreadPoolExecutor | None = None
+
+    def reset(self) -> None:
+        """After a fork: the parent's pool threads and a lock they may have held do not exist here."""
+        self.lock = threading.Lock()
+        self.pool = None
+
+
+_SHARED = _Shared()
 
 
 _LIVE: weakref.WeakSet[RemoteFile] = weakref.WeakSet()
@@ -49,18 +61,16 @@ _LIVE: weakref.WeakSet[RemoteFile] = weakref.WeakSet()
 
 def _pool() -> ThreadPoolExecutor:
     """Leaf tasks only (one range request each), so the pool can never wait on itself."""
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(WORKERS, thread_name_prefix="ckpt-range"))
-        return _POOL[0]
+    with _SHARED.lock:
+        if _SHARED.pool is None:
+            _SHARED.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="ckpt-range")
+        return _SHARED.pool
 
 
 def _after_fork() -> None:
     """A forked worker (migrate --workers) has none of the parent's threads: a pool of its own, free
     locks, and no futures of requests the parent's threads would have completed."""
-    global _POOL_LOCK
-    _POOL.clear()
-    _POOL_LOCK = threading.Lock()
+    _SHARED.reset()
     for f in list(_LIVE):
         f._lock, f._miss_lock, f._flight_lock = threading.Lock(), threading.Lock(), threading.Lock()
         f._parts.clear()
@@ -253,7 +263,7 @@ class RemoteFile(ByteSource):
                 self._part(i)
         pieces = []
         try:
-            for i, future in zip(range(first, last + 1), wanted):
+            for i, future in zip(range(first, last + 1), wanted, strict=True):
                 block = future.result()
                 lo = max(offset, i * PART) - i * PART
                 hi = min(offset + n, (i + 1) * PART) - i * PART
@@ -303,7 +313,7 @@ class RemoteFile(ByteSource):
             else:
                 spans.append([off, off + n])
         futures = [(s, self._submit(s, e)) for s, e in spans]
-        done, pending = wait([f for _, f in futures], return_when=FIRST_EXCEPTION)
+        _done, pending = wait([f for _, f in futures], return_when=FIRST_EXCEPTION)
         for future in pending:  # one failed: the rest are not wanted (those already running finish)
             future.cancel()
         wait(pending)

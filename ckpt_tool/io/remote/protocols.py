@@ -16,7 +16,7 @@ from .file import RemoteFile
 from .session import _MAX_ROOT_FILES, _ROOT, EXTRA, MissingExtra, RemoteError, Session, current, error_for
 
 _HTTP = ("http", "https")
-__all__ = ["current", "open_remote", "is_folder", "is_file", "list_folder", "missing_in"]
+__all__ = ["current", "is_file", "is_folder", "list_folder", "missing_in", "open_remote"]
 
 
 def open_remote(url: str) -> RemoteFile:

@@ -347,6 +347,8 @@ def local_header_size(head: bytes) -> int | None:
     """
     if len(head) < 30 or head[:4] != _LOCAL:
         return None
+    nlen: int
+    xlen: int
     nlen, xlen = _NAME_EXTRA.unpack_from(head, 26)
     return 30 + nlen + xlen
 

@@ -6,6 +6,8 @@ gets a source that inflates such a member on its first read.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from ...errors import InputError
 from ...model import DataSource
 from ..bytesource import ByteSource
@@ -13,7 +15,7 @@ from ..source import FileSource, RangeSource
 from .archive import ZipArchive
 
 
-class _DeflatedMembers:
+class _DeflatedMembers(DataSource):
     """Storages that are members of a zip: stored ones read in place, deflated ones inflated when read.
 
     torch writes storages stored, and reads deflated ones too (miniz inflates
@@ -33,10 +35,14 @@ class _DeflatedMembers:
             self._inflated = (key, self.archive.read(key, self.archive.member_limit, "--max-member-bytes"))
         return self._inflated[1]
 
+    @abstractmethod
+    def _read_stored(self, key: str, offset: int, length: int) -> bytes:
+        """A stored member's bytes, read in place by the source class the archive lives in."""
+
     def read(self, key: str, offset: int, length: int) -> bytes:
         data = self._deflated(key)
         if data is None:
-            return super().read(key, offset, length)  # type: ignore[misc]
+            return self._read_stored(key, offset, length)
         if offset < 0 or length < 0 or offset + length > len(data):
             raise InputError(f"storage {key!r} holds {len(data)} bytes but a tensor needs bytes "
                              f"{offset}..{offset + length}", self.path)
@@ -44,7 +50,7 @@ class _DeflatedMembers:
 
     def read_into(self, key: str, offset: int, out: memoryview) -> None:
         if self._deflated(key) is None:
-            super().read_into(key, offset, out)  # type: ignore[misc]
+            super().read_into(key, offset, out)
         else:
             out[:] = self.read(key, offset, len(out))
 
@@ -59,6 +65,9 @@ class ZipSource(_DeflatedMembers, FileSource):
     def _stored_region(self, key: str) -> tuple[int, int]:
         return self.archive.region(key)
 
+    def _read_stored(self, key: str, offset: int, length: int) -> bytes:
+        return FileSource.read(self, key, offset, length)
+
 
 class RemoteZipSource(_DeflatedMembers, RangeSource):
     """The storages of a zip behind a URL."""
@@ -66,6 +75,9 @@ class RemoteZipSource(_DeflatedMembers, RangeSource):
     def __init__(self, archive: ZipArchive, data: ByteSource) -> None:
         RangeSource.__init__(self, data, archive.region)
         self.archive = archive
+
+    def _read_stored(self, key: str, offset: int, length: int) -> bytes:
+        return RangeSource.read(self, key, offset, length)
 
 
 def zip_source(archive: ZipArchive) -> DataSource:

@@ -63,8 +63,17 @@ class LazyTensor(metaclass=_FunctionStandIn):
     files); ``meta`` builds the storage-less tensors of other rebuilds.
     """
 
-    __slots__ = ("storage", "storage_offset", "shape", "stride", "dtype", "requires_grad", "is_parameter", "subclass",
-                 "quantizer")
+    __slots__ = (
+        "dtype",
+        "is_parameter",
+        "quantizer",
+        "requires_grad",
+        "shape",
+        "storage",
+        "storage_offset",
+        "stride",
+        "subclass",
+    )
 
     def __init__(
         self, storage: Any, storage_offset: int, size: Any, stride: Any, requires_grad: Any = False,
@@ -228,7 +237,8 @@ class Placeholder:
 
     @property
     def args(self) -> tuple[Any, ...]:
-        return self.__dict__["_ckpt_args"]
+        args: tuple[Any, ...] = self.__dict__["_ckpt_args"]
+        return args
 
     @property
     def state(self) -> Any:

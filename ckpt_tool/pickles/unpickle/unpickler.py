@@ -65,14 +65,14 @@ class RestrictedUnpickler(pickle.Unpickler):
         self._nested = 0
         self._served: dict[int, tuple[Any, dict[str, Any], tuple[str, str]]] = {}
 
-    def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
+    def find_class(self, module: str, name: str) -> Any:  # the name pickle.Unpickler calls
         module, name = str(module), str(name)
         key = (module, name)
         if key not in self._seen:
             self._seen.add(key)
             self.references.append(GlobalRef(module, name, severity.severity(module, name), self.where))
         found = self._stand_in(key)
-        if (type(found) is FunctionType or isinstance(found, type) and found.__flags__ & _HEAPTYPE) and (
+        if (type(found) is FunctionType or (isinstance(found, type) and found.__flags__ & _HEAPTYPE)) and (
                 id(found) not in self._served):
             self._served[id(found)] = (found, dict(vars(found)), key)  # BUILD must not change it: checked after
         return found

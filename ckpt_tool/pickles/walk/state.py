@@ -318,7 +318,7 @@ class WalkState:
         self.escape(items)
         target = self.top()
         if target.__class__ is Container:
-            target.hold(items)  # type: ignore[attr-defined]  # the class is Container
+            target.hold(items)
         if how.startswith("SETITEM"):
             self.set_items(how)
         else:

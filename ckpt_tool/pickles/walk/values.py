@@ -43,7 +43,7 @@ class Container(Unknown):
     they are judged as called (``func(*[cls, ...])`` works with a list too).
     """
 
-    __slots__ = ("kind", "globs")
+    __slots__ = ("globs", "kind")
 
     def __init__(self, kind: str, items: list[object] | tuple[object, ...] = ()) -> None:
         self.kind = kind

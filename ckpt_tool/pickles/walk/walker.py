@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import BinaryIO, ClassVar
 
 from ...model import GlobalRef
 from .. import severity as levels
@@ -48,7 +48,7 @@ from .values import (
     Walk,
 )
 
-__all__ = ["walk", "Walk", "Finding", "BytesRef", "NESTED_LOADERS"]
+__all__ = ["NESTED_LOADERS", "BytesRef", "Finding", "Walk", "walk"]
 
 from .judging import PERSISTENT_LOAD, Judging
 from .state import WalkStop
@@ -69,7 +69,7 @@ def walk(
 class _Walker(Judging):
     """The walk: the data opcodes of WalkState plus globals, calls and objects, found by dispatch table."""
 
-    dispatch: list[Callable[[_Walker], None] | None] = []  # indexed by opcode byte
+    dispatch: ClassVar[list[Callable[[_Walker], None] | None]] = []  # indexed by opcode byte
 
     def run(self) -> Walk:
         w, read, dispatch = self.w, self.read, self.dispatch

@@ -31,11 +31,11 @@ from typing import Any
 
 from ... import dtypes
 from ..severity import DANGEROUS
+from .facts import Pair
 from .predict import (
     BLOCKED_MODULES,
     SUPPORTED_OPCODES,
     TABLE,
-    Pair,
     PickleFacts,
     WeightsOnlyVerdict,
     facts_from_pickle,
@@ -104,8 +104,8 @@ def pickle_input(data: bytes | None, opcodes: Iterable[int], globals_: Iterable[
     ops = frozenset(names.get(op, f"<unknown opcode {op:#04x}>") for op in seen)
     protocol = data[1] if data is not None and len(data) > 1 and data[0] == 0x80 else 0
     p = PickleInput(protocol, ops, tuple(dict.fromkeys(globals_)), tuple(persistent_ids), changed=changed)
-    keep = data is not None and (len(data) <= SMALL_PICKLE or changed or not _refused(p) and (
-        bool(ops & {"NEWOBJ", "EMPTY_LIST"}) or any(f"{m}.{n}" not in STANDARD for m, n in p.globals)))
+    keep = data is not None and (len(data) <= SMALL_PICKLE or changed or (not _refused(p) and (
+        bool(ops & {"NEWOBJ", "EMPTY_LIST"}) or any(f"{m}.{n}" not in STANDARD for m, n in p.globals))))
     return replace(p, data=data) if keep else p
 
 
@@ -218,5 +218,13 @@ def _combine(parts: list[tuple[str, WeightsOnlyVerdict | None]], base: WeightsOn
     return replace(base, loads=not needs and reason is None, needs=tuple(sorted(needs)), reason=reason)
 
 
-__all__ = ["PickleInput", "STANDARD", "SMALL_PICKLE", "WeightsOnlyInput", "pickle_facts", "pickle_input",
-           "predict_input", "read"]
+__all__ = [
+    "SMALL_PICKLE",
+    "STANDARD",
+    "PickleInput",
+    "WeightsOnlyInput",
+    "pickle_facts",
+    "pickle_input",
+    "predict_input",
+    "read",
+]

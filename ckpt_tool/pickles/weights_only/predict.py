@@ -94,11 +94,12 @@ _DTYPES = [
     "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz",
     "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2"]
 _SCALAR_NAMES = ["Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool"]
-_TENSOR_CLASSES = [f"torch.{n}Tensor" for n in _SCALAR_NAMES] + [f"torch.cuda.{n}Tensor" for n in _SCALAR_NAMES] + [
-    f"torch.{m}.{n}Tensor" for m in ("sparse", "cuda.sparse") for n in _SCALAR_NAMES if n != "Bool"]
-_STORAGES = [f"torch.{n}Storage" for n in _SCALAR_NAMES + ["ComplexDouble", "ComplexFloat", "QUInt8", "QInt8",
-                                                          "QInt32", "QUInt4x2", "QUInt2x4"]]
-_STORAGES += [f"torch.cuda.{n}Storage" for n in _SCALAR_NAMES + ["ComplexDouble", "ComplexFloat"]]
+_TENSOR_CLASSES = [
+    *(f"torch.{n}Tensor" for n in _SCALAR_NAMES), *(f"torch.cuda.{n}Tensor" for n in _SCALAR_NAMES),
+    *(f"torch.{m}.{n}Tensor" for m in ("sparse", "cuda.sparse") for n in _SCALAR_NAMES if n != "Bool")]
+_STORAGES = [f"torch.{n}Storage" for n in [*_SCALAR_NAMES, "ComplexDouble", "ComplexFloat", "QUInt8", "QInt8",
+                                           "QInt32", "QUInt4x2", "QUInt2x4"]]
+_STORAGES += [f"torch.cuda.{n}Storage" for n in [*_SCALAR_NAMES, "ComplexDouble", "ComplexFloat"]]
 _REBUILD_2_4 = [
     "_rebuild_parameter", "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_tensor",
     "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_sparse_tensor", "_rebuild_meta_tensor_no_storage",

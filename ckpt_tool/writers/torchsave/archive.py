@@ -167,8 +167,10 @@ def write_torch_zip(fd: int, final_path: str, data_pkl: bytes, table: StorageTab
     for st in table.storages:
         if st.ref is not None:
             data = next(copies)
+        elif st.cast is not None:
+            data = (out_bytes(st.cast),)
         else:
-            data = (out_bytes(st.cast),) if st.cast is not None else (b"",)
+            data = (b"",)
         z.add_stream(f"data/{st.key}", st.nbytes, data, on_bytes)
     z.add("version", b"3\n")
     z.add(".data/serialization_id", f"{secrets.randbelow(10 ** 40):040d}".encode())

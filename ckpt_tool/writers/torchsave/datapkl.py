@@ -20,7 +20,7 @@ import struct
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import dtypes
 from ...errors import UnsafeContentError
@@ -125,7 +125,19 @@ def _int_tuple(values: tuple[int, ...]) -> bytes:
 
 
 # the pure-Python pickler: its save() dispatch can be extended, the C one's cannot
-_PurePickler: Any = pickle._Pickler  # type: ignore[attr-defined]
+if TYPE_CHECKING:
+    class _PurePickler(pickle._Pickler):
+        """The undocumented internals of pickle._Pickler that TorchPickler uses (typeshed omits them)."""
+
+        memo: dict[int, tuple[int, object]]  # id(obj) -> (memo index, obj)
+
+        def write(self, data: bytes) -> None: ...
+        def get(self, i: int) -> bytes: ...
+        def put(self, idx: int) -> bytes: ...
+        def memoize(self, obj: object) -> None: ...
+        def save(self, obj: object, save_persistent_id: bool = True) -> None: ...
+else:
+    _PurePickler = pickle._Pickler
 
 
 class TorchPickler(_PurePickler):

@@ -38,13 +38,6 @@ def torch_load_report(model, sd):
     return [k for k in result.missing_keys if k not in size], list(result.unexpected_keys), size
 
 
-def migrate_available() -> bool:
-    from ckpt_tool.cli import _register, cli
-
-    _register()
-    return "migrate" in cli.commands
-
-
 def run_suggested(run_cli, command: str):
     args = shlex.split(command)
     assert args[:2] == ["ckpt", "migrate"]
@@ -100,8 +93,6 @@ def test_v1_v2_suggests_the_unique_shape_preserving_rename(v1_v2):
 
 
 def test_partial_fix_runs_and_leaves_only_what_renaming_cannot_fix(v1_v2, tmp_path, run_cli):
-    if not migrate_available():
-        pytest.skip("ckpt migrate is not implemented in this checkout yet")
     a = v1_v2[0]
     report = diff(str(a), target=f"{MODELS}:TinyMLPv2")
     command = report.migrate_command(str(tmp_path / "renamed.pth"))
@@ -159,8 +150,6 @@ def test_wrapper_prefix_is_reconciled(fixtures_dir, run_cli, fixture, prefix, ag
 @pytest.mark.parametrize("fixture", ["tiny_mlp_dp.pth", "tiny_mlp_compiled.pth", "lightning.ckpt"])
 @pytest.mark.parametrize("against", ["target", "checkpoint"])
 def test_running_the_suggested_command_makes_diff_pass(tmp_path, fixtures_dir, run_cli, fixture, against):
-    if not migrate_available():
-        pytest.skip("ckpt migrate is not implemented in this checkout yet")
     other = ["--target", f"{MODELS}:TinyMLP"] if against == "target" else [str(fixtures_dir / "tiny_mlp.pth")]
     if against == "target":
         report = diff(str(fixtures_dir / fixture), target=other[1])

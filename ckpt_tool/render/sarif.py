@@ -17,7 +17,7 @@ from ..version import __version__
 from .common import write_report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-_LEVEL = {severity.DANGEROUS: "error", severity.SUSPICIOUS: "warning"}
+_LEVEL: dict[str, str] = {severity.DANGEROUS: "error", severity.SUSPICIOUS: "warning"}
 _SCAN_RULES = {
     "dangerous-global": "A pickle calls or constructs a global outside the inert allowlist, or names one that "
                         "runs code: a full unpickle runs it when the file is loaded.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..commands.gate.gate import GateReport
+from ..commands.gate.gate import CheckName, GateReport
 from ..commands.scan.scan import ScanReport
 from ..pickles import severity
 from ..version import __version__
@@ -78,12 +78,12 @@ def gate_sarif(report: GateReport) -> dict[str, Any]:
     results = []
     for f in report.files:
         for c in f.checks:
-            rules.setdefault(f"gate/{c.name}", f"The gate check {c.name!r}.")
+            rules.setdefault(f"gate/{c.name}", f"The gate check '{c.name}'.")
             if not c.passed and not c.skipped:
                 results.append(_result(f"gate/{c.name}", "error", c.detail or c.name, f.path))
         if f.error:
             rules.setdefault("gate/readable", "The gate check 'readable'.")
-            if not any(c.name == "readable" for c in f.checks):
+            if not any(c.name == CheckName.READABLE for c in f.checks):
                 results.append(_result("gate/readable", "error", f.error, f.path))
     return _run(rules, results)
 

@@ -10,10 +10,11 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...format_names import Format
 from ...model import Checkpoint, Deferred, json_safe
 
 # Metadata a reader adds about the file's layout, not about its contents: not diffed.
-LAYOUT_METADATA = {"sharded": ("shards", "shard_format", "metadata")}
+LAYOUT_METADATA: dict[Format, tuple[str, ...]] = {Format.SHARDED: ("shards", "shard_format", "metadata")}
 _MAX_METADATA_ITEMS = 2000
 NOT_READ = "<not read>"  # where a side left a value unread (a DCP bytes item): not compared
 

@@ -43,7 +43,8 @@ _UNSAFE_READS = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE,
 def reader_for(fmt: Format) -> Reader:
     module_name, func = _READERS[fmt].split(":")
     module = importlib.import_module(f"{__name__}.{module_name}")
-    return getattr(module, func)
+    reader: Reader = getattr(module, func)
+    return reader
 
 
 def _read_torch_blob(*args: Any, **kwargs: Any) -> Any:
@@ -187,4 +188,4 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-__all__ = ["load", "read_file", "Loaded", "ReadOptions"]
+__all__ = ["Loaded", "ReadOptions", "load", "read_file"]

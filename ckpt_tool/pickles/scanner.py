@@ -108,7 +108,7 @@ class Scanner:
 
     def error(self, where: str, message: str) -> None:
         parts = [p for p in (self.path, where) if p]
-        self.errors.append(": ".join(parts + [message]))
+        self.errors.append(": ".join([*parts, message]))
 
     def finding(self, sev: str, message: str, where: str) -> None:
         self.findings.append(Finding(sev, message, where))

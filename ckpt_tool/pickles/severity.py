@@ -34,7 +34,8 @@ class Severity(str, Enum):
 SAFE = Severity.SAFE
 SUSPICIOUS = Severity.SUSPICIOUS
 DANGEROUS = Severity.DANGEROUS
-ORDER: dict[str, int] = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2}  # keyed by str: a GlobalRef (model.py) holds the plain name
+# Keyed by str: a GlobalRef (model.py, below this layer) holds the plain name.
+ORDER: dict[str, int] = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2}
 
 # Python's builtins that are values (SAFE when named; calls of them are judged by the walk as any other).
 SAFE_BUILTINS = frozenset(

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _quote
 from operator import attrgetter
 from typing import Any
 
@@ -123,7 +123,7 @@ def render_table(report: InspectReport) -> str:
     headers.append("notes")
     from tabulate import tabulate
 
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return str(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
 
 
 def _plain_table(report: InspectReport) -> str:

@@ -114,7 +114,7 @@ def mask_unread(a: Any, b: Any, depth: int = 0) -> tuple[Any, Any, int]:
             total += n
         return (a2, b2, total) if total else (a, b, 0)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-        pairs = [mask_unread(x, y, depth + 1) for x, y in zip(a, b)]
+        pairs = [mask_unread(x, y, depth + 1) for x, y in zip(a, b, strict=True)]
         total = sum(n for _, _, n in pairs)
         if not total:
             return a, b, 0

@@ -84,7 +84,7 @@ class ScanReport:
 
     def skipped_files(self) -> list[dict[str, str]]:
         reasons = list(self.skip_reasons) + [NOTHING] * (len(self.skipped) - len(self.skip_reasons))
-        return [{"path": p, "reason": r} for p, r in zip(self.skipped, reasons)]
+        return [{"path": p, "reason": r} for p, r in zip(self.skipped, reasons, strict=False)]
 
     @property
     def counts(self) -> dict[str, int]:

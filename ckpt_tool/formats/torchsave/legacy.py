@@ -45,7 +45,7 @@ class LegacyParse:
     warnings: list[str] = field(default_factory=list)
     sys_info: Any = None
     class_sources: dict[str, str] = field(default_factory=dict)  # pickled nn.Module class -> its source file
-    weights_only: list[Any] = field(default_factory=list)  # per pickle: what pickles/wo_input.read takes
+    weights_only: list[wo_input.PickleRecord] = field(default_factory=list)  # per pickle, for wo_input.read
 
 
 class _Root:
@@ -166,7 +166,7 @@ def parse_legacy(
 
     refs: list[GlobalRef] = []
     module_pids: list[str] = []
-    pickles: list[Any] = []
+    pickles: list[wo_input.PickleRecord] = []
 
     def load(what: str, persistent: Callable[[Any], Any] | None = None) -> Any:
         if consumed() >= size and stream.tell() >= size:

@@ -14,6 +14,7 @@ from math import prod
 from typing import Any
 
 from . import dtypes
+from .format_names import Format
 
 
 class DataSource(ABC):
@@ -239,7 +240,7 @@ class Checkpoint:
     """
 
     path: str
-    format: str
+    format: Format
     tensors: tuple[TensorMeta, ...]
     layout: str = "state_dict"
     state_dict_key: str | None = None
@@ -250,8 +251,10 @@ class Checkpoint:
     warnings: tuple[str, ...] = ()
     root: Any = field(default=None, compare=False, repr=False)
     sources: tuple[DataSource, ...] = field(default=(), compare=False, repr=False)
-    # what decides torch.load(weights_only=True) of the input (pickles/wo_input.WeightsOnlyInput), when known
-    weights_only: Any = field(default=None, compare=False, repr=False)
+    # What decides torch.load(weights_only=True) of the input, when known: a
+    # pickles.weights_only.inputs.WeightsOnlyInput, which this layer cannot name
+    # (readers narrow it with isinstance).
+    weights_only: object = field(default=None, compare=False, repr=False)
 
     def __iter__(self) -> Iterator[TensorMeta]:
         return iter(self.tensors)

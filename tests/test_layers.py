@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("commands", {"commands"}),
     ("render", {"render"}),
     ("cli", {"cli"}),
-    ("api", {"__init__", "__main__"}),
+    ("api", {"__init__", "__main__", "api"}),
 ]
 MAX_LINES = 400
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import CkptError, InputError, UnsupportedFormat
+from ..format_names import Format
 from ..io.bytesource import is_url
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
@@ -23,23 +24,27 @@ from .checkpoint.loaded import Loaded, ReadOptions
 
 Reader = Callable[[str, ReadOptions], Loaded]
 
-# format name -> "module:function", imported on first use so each path
-# imports only what it needs (and none of them imports torch).
-_READERS: dict[str, str] = {
-    _detect.TORCH_ZIP: "torchsave.archive:read_torch_zip",
-    _detect.SAFETENSORS: "safetensors.header:read_safetensors",
-    _detect.TORCH_LEGACY: "torchsave.legacy:read_legacy",
-    _detect.PICKLE: "torchsave.plainpickle:read_pickle",
-    _detect.DCP: "dcp.metadata:read_dcp",
-    _detect.TORCH_TAR: "torchsave.tar:read_legacy_tar",
-    _detect.DEEPSPEED: "deepspeed.read:read_deepspeed",
+# format -> "module:function", imported on first use so each path
+# imports only what it needs (and none of them imports torch). SHARDED is read
+# by read_file itself (it reads each shard through read_file); detect never
+# returns TORCHSCRIPT or DILL (the zip and pickle readers tell them).
+_READERS: dict[Format, str] = {
+    Format.TORCH_ZIP: "torchsave.archive:read_torch_zip",
+    Format.SAFETENSORS: "safetensors.header:read_safetensors",
+    Format.TORCH_LEGACY: "torchsave.legacy:read_legacy",
+    Format.PICKLE: "torchsave.plainpickle:read_pickle",
+    Format.DCP: "dcp.metadata:read_dcp",
+    Format.TORCH_TAR: "torchsave.tar:read_legacy_tar",
+    Format.DEEPSPEED: "deepspeed.read:read_deepspeed",
 }
+_UNSAFE_READS = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TORCH_TAR})
 
 
-def reader_for(fmt: str) -> Reader:
+def reader_for(fmt: Format) -> Reader:
     module_name, func = _READERS[fmt].split(":")
     module = importlib.import_module(f"{__name__}.{module_name}")
-    return getattr(module, func)
+    reader: Reader = getattr(module, func)
+    return reader
 
 
 def _read_torch_blob(*args: Any, **kwargs: Any) -> Any:
@@ -64,11 +69,11 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
         from .checkpoint.findings import name_calls
 
         raise name_calls(path, exc, options.limits) from exc
-    if options.unsafe and fmt in (_detect.TORCH_ZIP, _detect.TORCH_LEGACY, _detect.PICKLE, _detect.TORCH_TAR):
+    if options.unsafe and fmt in _UNSAFE_READS:
         from .torchsave.unsafe import read_unsafe
 
         loaded = read_unsafe(path, fmt, options)
-    elif fmt == _detect.SHARDED:
+    elif fmt == Format.SHARDED:
         from .hf.index import read_sharded
 
         parts: list[tuple[str, Loaded]] = []
@@ -99,7 +104,7 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)
-    if fmt == _detect.TORCH_ZIP and path.endswith("_states.pt"):  # the names of DeepSpeed's rank files
+    if fmt == Format.TORCH_ZIP and path.endswith("_states.pt"):  # the names of DeepSpeed's rank files
         from .deepspeed.files import rank_file_hint
 
         hint = rank_file_hint(path)
@@ -108,13 +113,13 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     return loaded
 
 
-def _weights_only_input(path: str, fmt: str, options: ReadOptions) -> wo_input.WeightsOnlyInput | None:
+def _weights_only_input(path: str, fmt: Format, options: ReadOptions) -> wo_input.WeightsOnlyInput | None:
     """What torch.load(weights_only=True) meets in a file whose reader recorded nothing (see wo_input.py)."""
-    if fmt == _detect.SAFETENSORS:
+    if fmt == Format.SAFETENSORS:
         return wo_input.WeightsOnlyInput(wo_input.SAFETENSORS, path=path)
-    if fmt == _detect.TORCH_TAR:  # torch >= 2.6 refuses the tar format under weights_only whatever it holds
+    if fmt == Format.TORCH_TAR:  # torch >= 2.6 refuses the tar format under weights_only whatever it holds
         return wo_input.WeightsOnlyInput(wo_input.TAR, path=path)
-    if fmt == _detect.DCP:
+    if fmt == Format.DCP:
         return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
             "a torch.distributed.checkpoint folder: torch.distributed.checkpoint.load reads it, not torch.load"))
     if options.unsafe:  # the real unpickler ran: the restricted readers say what weights_only would meet
@@ -183,4 +188,4 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-__all__ = ["load", "read_file", "Loaded", "ReadOptions"]
+__all__ = ["Loaded", "ReadOptions", "load", "read_file"]

@@ -6,19 +6,9 @@ import os
 import re
 
 from ..errors import InputError, UnsupportedFormat
+from ..format_names import Format
 from ..io import paths
 from ..io.containers import LEGACY_MAGIC, is_legacy_magic, safetensors_header_length
-
-TORCH_ZIP = "torch-zip"
-TORCHSCRIPT = "torchscript"
-TORCH_LEGACY = "torch-legacy"
-PICKLE = "pickle"
-SAFETENSORS = "safetensors"
-SHARDED = "sharded"
-DCP = "dcp"
-DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
-TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints (formats/torchsave/tar.py)
-DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
 # The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):
@@ -28,18 +18,20 @@ _LEGACY_TEXT = b"L119547037146038801333356"
 # Opcodes a protocol 0/1 pickle can start with.
 _PICKLE_START = set(b"(}]ciNI\x80KJM)FSVXL")
 
-EXPECTED_BY_EXTENSION = {
-    ".safetensors": {SAFETENSORS},
-    ".pth": {TORCH_ZIP, TORCH_LEGACY, TORCHSCRIPT, PICKLE, DILL, TORCH_TAR},
-    ".pt": {TORCH_ZIP, TORCH_LEGACY, TORCHSCRIPT, PICKLE, DILL, TORCH_TAR},
-    ".bin": {TORCH_ZIP, TORCH_LEGACY, PICKLE},
-    ".ckpt": {TORCH_ZIP, TORCH_LEGACY, PICKLE},
-    ".tar": {TORCH_ZIP, TORCH_LEGACY, TORCH_TAR},
-    ".pkl": {PICKLE, DILL, TORCH_ZIP, TORCH_LEGACY},
-    ".pickle": {PICKLE, DILL},
-    ".dill": {PICKLE, DILL},
-    ".json": {SHARDED},
-    ".jit": {TORCHSCRIPT},
+_TORCH_SAVE = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCHSCRIPT, Format.PICKLE, Format.DILL,
+                         Format.TORCH_TAR})
+EXPECTED_BY_EXTENSION: dict[str, frozenset[Format]] = {
+    ".safetensors": frozenset({Format.SAFETENSORS}),
+    ".pth": _TORCH_SAVE,
+    ".pt": _TORCH_SAVE,
+    ".bin": frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE}),
+    ".ckpt": frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE}),
+    ".tar": frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR}),
+    ".pkl": frozenset({Format.PICKLE, Format.DILL, Format.TORCH_ZIP, Format.TORCH_LEGACY}),
+    ".pickle": frozenset({Format.PICKLE, Format.DILL}),
+    ".dill": frozenset({Format.PICKLE, Format.DILL}),
+    ".json": frozenset({Format.SHARDED}),
+    ".jit": frozenset({Format.TORCHSCRIPT}),
 }
 
 
@@ -58,17 +50,17 @@ def find_index(folder: str) -> str | None:
     return paths.join(folder, indexes[0])
 
 
-def detect(path: str) -> str:
+def detect(path: str) -> Format:
     """The format of ``path`` judged by its bytes (or, for folders, its members)."""
     if paths.isdir(path):
         if paths.isfile(paths.join(path, ".metadata")):
-            return DCP
+            return Format.DCP
         if find_index(path):
-            return SHARDED
+            return Format.SHARDED
         from .deepspeed.files import is_deepspeed
 
         if is_deepspeed(path):
-            return DEEPSPEED
+            return Format.DEEPSPEED
         shard = distributed_safetensors_shard(path)
         if shard is not None:
             raise InputError(distributed_message(shard), path)
@@ -88,10 +80,10 @@ def detect(path: str) -> str:
     if size == 0:
         raise InputError("empty file (0 bytes)", path)
     if tar_magic == b"ustar":
-        return TORCH_TAR
+        return Format.TORCH_TAR
     fmt = detect_bytes(head, size, path)
-    if fmt == PICKLE and paths.basename(path) == ".metadata":
-        return DCP  # the metadata file of a torch.distributed.checkpoint folder, given directly
+    if fmt == Format.PICKLE and paths.basename(path) == ".metadata":
+        return Format.DCP  # the metadata file of a torch.distributed.checkpoint folder, given directly
     return fmt
 
 
@@ -157,26 +149,26 @@ def _has_distcp(folder: str) -> bool:
         return False
 
 
-def detect_bytes(head: bytes, size: int, path: str) -> str:
+def detect_bytes(head: bytes, size: int, path: str) -> Format:
     if head.startswith(b"PK\x03\x04"):
-        return TORCH_ZIP  # the torch-zip reader tells TorchScript apart from its members
+        return Format.TORCH_ZIP  # the torch-zip reader tells TorchScript apart from its members
     if head.startswith(LEGACY_MAGIC) or head.startswith(_LEGACY_TEXT) or is_legacy_magic(head):
-        return TORCH_LEGACY  # torch compares the magic number's value, whatever opcodes spell it
+        return Format.TORCH_LEGACY  # torch compares the magic number's value, whatever opcodes spell it
     if head[:1] == b"\x80" and _LEGACY_LONG1 in head[:24]:
-        return TORCH_LEGACY
+        return Format.TORCH_LEGACY
     n = safetensors_header_length(head)
     if n is not None:
         if n <= size - 8:
-            return SAFETENSORS
+            return Format.SAFETENSORS
         if path.endswith(".safetensors"):
             raise InputError(f"truncated safetensors file: its header claims {n} bytes but only {size - 8} follow "
                              "(an interrupted download?)", path)
     if head[:1] == b"{" and path.endswith(".json"):
-        return SHARDED
+        return Format.SHARDED
     if head[:1] == b"\x80" and len(head) > 1 and 0 <= head[1] <= 5:
-        return PICKLE
+        return Format.PICKLE
     if head[:1] and head[0] in _PICKLE_START and not head[:1].isspace():
-        return PICKLE
+        return Format.PICKLE
     if head.startswith(b"PK"):
         raise InputError("corrupt zip archive: not a local file header at the start", path)
     raise UnsupportedFormat(

@@ -57,7 +57,7 @@ def other_members(entries: list[Member], storages: set[str]) -> list[Member]:
     return out
 
 
-def classify_members(names: list[str], swept: bool) -> list[tuple[str, str]]:
+def classify_members(names: list[str], swept: bool) -> list[tuple[severity.Severity, str]]:
     """Findings about the names themselves: path tricks and duplicates never appear in torch.save."""
     out = []
     odd = [n for n in names if _ODD_NAME.search(n)]

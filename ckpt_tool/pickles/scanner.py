@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Literal
 
 from ..errors import CkptError, InputError
+from ..format_names import Format
 from ..io.containers import is_legacy_magic, npy_pickle_offset, tar_members
 from ..io.regions import Blob
 from ..io.zip.archive import Member
@@ -34,17 +36,31 @@ from .members import (
     script_calls,
     script_class_is_torchs,
 )
+from .severity import Severity
 from .walk.walker import BytesRef, Finding, Walk, walk
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file
 LEGACY_PICKLES = 5  # magic, protocol, sys_info, the object, storage keys
-ERROR = "error"
+ERROR: Literal["error"] = "error"  # a file's verdict when it could not be read and nothing dangerous was found
+Verdict = Severity | Literal["error"]
 
-# Formats reported per file (the first five match formats.detect).
-TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS = (
-    "torch-zip", "torchscript", "torch-legacy", "pickle", "safetensors")
-ZIP, TAR, NUMPY, DCP_DATA, UNKNOWN_FORMAT = "zip", "tar", "numpy", "dcp-data", "none"
+
+class Found(str, Enum):
+    """What a file's bytes are when they are no reader's Format (scan reads more than ckpt loads)."""
+
+    ZIP = "zip"  # a zip that is no torch archive, or one appended to a pickle
+    TAR = "tar"
+    NUMPY = "numpy"
+    DCP_DATA = "dcp-data"  # a ``.distcp`` file of a DCP folder, read by the items its ``.metadata`` lists
+    FOLDER = "folder"
+    NONE = "none"  # nothing scan could read
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+ScanFormat = Format | Found  # what ``scan`` reports per file
 
 
 @dataclass
@@ -57,7 +73,7 @@ class PickleScan:
     findings: list[Finding] = field(default_factory=list)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Severity:
         return severity.worst([g.severity for g in self.globals] + [f.severity for f in self.findings])
 
 
@@ -75,7 +91,7 @@ class Scanner:
     def __init__(self, path: str, limits: Limits) -> None:
         self.path = path
         self.limits = limits
-        self.format = UNKNOWN_FORMAT
+        self.format: ScanFormat = Found.NONE
         self.globals: list[GlobalRef] = []
         self.findings: list[Finding] = []
         self.errors: list[str] = []
@@ -85,7 +101,7 @@ class Scanner:
         self.storage_keys: set[str] = set()  # storages the walked pickles name (the others are walked too)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         """The worst severity found; "error" when the file could not be read and nothing dangerous was found."""
         worst = severity.worst([g.severity for g in self.globals] + [f.severity for f in self.findings])
         return ERROR if self.errors and worst != severity.DANGEROUS else worst
@@ -101,32 +117,32 @@ class Scanner:
     def top_level(self, blob: Blob, path: str) -> None:
         head = blob.read(0, 512)
         if head.startswith(b"PK\x03\x04"):
-            self.format = TORCH_ZIP
+            self.format = Format.TORCH_ZIP
             self.zip(blob, "", 0)
             return
         if is_safetensors(head, blob.length):
-            self.format = SAFETENSORS  # the caller validates the header
+            self.format = Format.SAFETENSORS  # the caller validates the header
             self.beside_safetensors(blob)
             return
         if head.startswith(b"\x93NUMPY"):
-            self.format = NUMPY
+            self.format = Found.NUMPY
             self.npy(blob, os.path.basename(path), 0)
             return
         members = tar_members(blob)
         if members is not None:
-            self.format = TAR  # torch tries tar before the legacy pickles; scan both readings
+            self.format = Found.TAR  # torch tries tar before the legacy pickles; scan both readings
             self.finding(severity.SAFE, CVE_2025_32434_TAR, "tar")
             for name, sub in members:
                 self.blob(sub, name, 1, lenient=True)
         legacy = is_legacy_magic(head)
         found_pickle = self.pickles(blob, "", 0, limit=LEGACY_PICKLES if legacy else MAX_PICKLES, strict=True)
-        if found_pickle and self.format == UNKNOWN_FORMAT:
-            self.format = TORCH_LEGACY if legacy else PICKLE
+        if found_pickle and self.format == Found.NONE:
+            self.format = Format.TORCH_LEGACY if legacy else Format.PICKLE
         # A zip appended to a pickle: torch reads the pickle, zip readers the zip.
-        if self.format != TAR:
+        if self.format != Found.TAR:
             found = self.zip_by_directory(blob, "", 0, quiet=True)
-            if found and self.format == UNKNOWN_FORMAT:
-                self.format = ZIP
+            if found and self.format == Found.NONE:
+                self.format = Found.ZIP
 
     def beside_safetensors(self, blob: Blob) -> None:
         """The other readings of a safetensors file: torch.load reads any file not named ``*.safetensors``
@@ -259,8 +275,8 @@ class Scanner:
             if not self.torchscript:
                 self.finding(severity.SAFE, CVE_2025_32434_SCRIPT, where or "zip")
             self.torchscript = True
-            if self.format == TORCH_ZIP:
-                self.format = TORCHSCRIPT
+            if self.format == Format.TORCH_ZIP:
+                self.format = Format.TORCHSCRIPT
         for sev, message in classify_members(names, swept):
             self.finding(sev, message, where or "zip")
         if any(n == ".data/extern_modules" or n.endswith("/.data/extern_modules") for n in names):

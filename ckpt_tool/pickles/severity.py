@@ -13,12 +13,29 @@ argument of an inert trampoline, a persistent id) and that is not inert is
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from enum import Enum
+
 from .inert import is_inert
 
-SAFE = "safe"
-SUSPICIOUS = "suspicious"
-DANGEROUS = "dangerous"
-ORDER = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2}
+
+class Severity(str, Enum):
+    """How dangerous a global (or a finding) is; a ``str`` Enum, so JSON and text show the plain name."""
+
+    SAFE = "safe"
+    SUSPICIOUS = "suspicious"
+    DANGEROUS = "dangerous"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+# The members under their short names (``severity.SAFE``), as every caller spells them.
+SAFE = Severity.SAFE
+SUSPICIOUS = Severity.SUSPICIOUS
+DANGEROUS = Severity.DANGEROUS
+# Keyed by str: a GlobalRef (model.py, below this layer) holds the plain name.
+ORDER: dict[str, int] = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2}
 
 # Python's builtins that are values (SAFE when named; calls of them are judged by the walk as any other).
 SAFE_BUILTINS = frozenset(
@@ -98,7 +115,7 @@ def _module_root_matches(module: str, names: frozenset[str]) -> bool:
     return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
 
 
-def severity(module: str, name: str) -> str:
+def severity(module: str, name: str) -> Severity:
     """Classify ``module.name`` as safe, suspicious or dangerous.
 
     Protocol 0-2 pickles go through ``_compat_pickle`` (``commands`` becomes
@@ -125,7 +142,7 @@ def _compat(module: str, name: str) -> tuple[str, str]:
     return _compat_pickle.IMPORT_MAPPING.get(module, module), name
 
 
-def _severity(module: str, name: str) -> str:
+def _severity(module: str, name: str) -> Severity:
     if "." in name:
         head, _, rest = name.partition(".")
         if any(part.startswith("_") for part in rest.split(".")) or not head:
@@ -153,6 +170,6 @@ def allowable(qualname: str) -> bool:
     return bool(module) and bool(name) and severity(module, name) != DANGEROUS
 
 
-def worst(severities: list[str] | tuple[str, ...]) -> str:
-    """The most severe of several verdicts (``safe`` for none)."""
-    return max(severities, key=ORDER.__getitem__, default=SAFE)
+def worst(severities: Iterable[str]) -> Severity:
+    """The most severe of several verdicts (``safe`` for none); plain names (a GlobalRef's) count as their member."""
+    return max((Severity(s) for s in severities), key=ORDER.__getitem__, default=SAFE)

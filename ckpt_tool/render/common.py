@@ -9,7 +9,7 @@ from itertools import repeat
 from typing import Any
 
 from ..errors import WriteError
-from ..units import human_bytes  # noqa: F401 - re-exported for the renderers
+from ..units import human_bytes as human_bytes  # re-exported for the renderers
 
 
 def human_count(n: int) -> str:
@@ -93,7 +93,7 @@ def _fold_members(members: list[tuple[int, ...]]) -> list[tuple[frozenset[int], 
         for e in entries:
             rest = e[:slot] + e[slot + 1:]
             merged.setdefault(rest, set()).update(e[slot])
-        entries = [rest[:slot] + (frozenset(vals),) + rest[slot:] for rest, vals in merged.items()]
+        entries = [(*rest[:slot], frozenset(vals), *rest[slot:]) for rest, vals in merged.items()]
     return entries
 
 
@@ -113,7 +113,7 @@ def simple_table(rows: list[list[str]], headers: list[str]) -> str:
     printable ASCII, as ckpt's tables hold) and hands anything else (wide
     characters, newlines, escape codes, non-string cells) to tabulate.
     """
-    return simple_columns(list(zip(*rows)) if rows else [[] for _ in headers], headers)
+    return simple_columns(list(zip(*rows, strict=False)) if rows else [[] for _ in headers], headers)
 
 
 def simple_columns(columns: list[Any], headers: list[str]) -> str:
@@ -124,16 +124,18 @@ def simple_columns(columns: list[Any], headers: list[str]) -> str:
         if joined is None or not joined.isascii() or not joined.isprintable():
             from tabulate import tabulate
 
-            return tabulate(list(zip(*columns)), headers=headers, tablefmt="simple", disable_numparse=True)
+            return str(tabulate(list(zip(*columns, strict=False)), headers=headers, tablefmt="simple",
+                                disable_numparse=True))
         if " " in joined:  # tabulate strips each cell (only spaces can be there: the text is printable)
             columns[i] = list(map(str.strip, col))
-    widths = [max(len(h) + 2, max(map(len, col), default=0)) for h, col in zip(headers, columns)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    widths = [max(len(h) + 2, max(map(len, col), default=0)) for h, col in zip(headers, columns, strict=False)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip(),
+             "  ".join("-" * w for w in widths)]
     if columns and len(columns[0]):
         # column-wise C-speed maps: pad every column but the last, join, strip the line ends
-        padded = [list(map(str.ljust, col, repeat(w))) for col, w in zip(columns[:-1], widths)]
+        padded = [list(map(str.ljust, col, repeat(w))) for col, w in zip(columns[:-1], widths, strict=False)]
         padded.append(columns[-1])
-        lines.extend(map(str.rstrip, map("  ".join, zip(*padded))))
+        lines.extend(map(str.rstrip, map("  ".join, zip(*padded, strict=False))))
     return "\n".join(lines)
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _quote
 from operator import attrgetter
 from typing import Any
 
 from ..commands.inspect.inspect import InspectReport
+from ..format_names import Format
 from .common import dumps, human_bytes, human_count, shape_str, simple_columns
 
 
@@ -61,13 +62,13 @@ def summary_lines(report: InspectReport) -> list[str]:
     c = report.checkpoint
     lines = [f"path:       {c.path}"]
     fmt = c.format + (f" ({c.metadata.get('shard_format')} shards: {len(c.metadata.get('shards', []))})"
-                      if c.format == "sharded" else "")
-    lines.append(f"format:     {fmt}" + ("  (TorchScript archive)" if c.format == "torchscript" else ""))
+                      if c.format == Format.SHARDED else "")
+    lines.append(f"format:     {fmt}" + ("  (TorchScript archive)" if c.format == Format.TORCHSCRIPT else ""))
     layout = c.layout
     if c.framework:
         layout += f", {c.framework}"
     lines.append(f"layout:     {layout}")
-    ds = c.metadata.get("deepspeed") if c.format == "deepspeed" else None
+    ds = c.metadata.get("deepspeed") if c.format == Format.DEEPSPEED else None
     if isinstance(ds, dict):  # what was consolidated: the run the partitions come from
         lines.append(f"training:   DeepSpeed ZeRO-{ds.get('zero_stage')}, {ds.get('world_size')} rank(s), "
                      f"{ds.get('dtype')}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
@@ -122,7 +123,7 @@ def render_table(report: InspectReport) -> str:
     headers.append("notes")
     from tabulate import tabulate
 
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return str(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
 
 
 def _plain_table(report: InspectReport) -> str:

@@ -10,7 +10,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 
-from ..commands.gate.gate import GateReport
+from ..commands.gate.gate import CheckName, GateReport
 from .common import write_report
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
@@ -22,8 +22,8 @@ def _text(value: str) -> str:
 
 
 def to_xml(report: GateReport) -> ET.ElementTree:
-    failures = sum(1 for f in report.files for c in f.checks if not c.passed and c.name != "readable")
-    errors = sum(1 for f in report.files for c in f.checks if c.name == "readable" and not c.passed)
+    failures = sum(1 for f in report.files for c in f.checks if not c.passed and c.name != CheckName.READABLE)
+    errors = sum(1 for f in report.files for c in f.checks if c.name == CheckName.READABLE and not c.passed)
     skipped = sum(1 for f in report.files for c in f.checks if c.skipped)
     tests = sum(len(f.checks) for f in report.files)
     root = ET.Element("testsuites", name="ckpt gate", tests=str(tests), failures=str(failures),
@@ -31,8 +31,8 @@ def to_xml(report: GateReport) -> ET.ElementTree:
     for f in report.files:
         suite = ET.SubElement(
             root, "testsuite", name=_text(f.path), tests=str(len(f.checks)),
-            failures=str(sum(1 for c in f.checks if not c.passed and c.name != "readable")),
-            errors=str(sum(1 for c in f.checks if c.name == "readable" and not c.passed)),
+            failures=str(sum(1 for c in f.checks if not c.passed and c.name != CheckName.READABLE)),
+            errors=str(sum(1 for c in f.checks if c.name == CheckName.READABLE and not c.passed)),
             skipped=str(sum(1 for c in f.checks if c.skipped)),
         )
         classname = "ckpt.gate." + re.sub(r"[^A-Za-z0-9_]+", "_", os.path.basename(f.path.rstrip("/")) or "path")
@@ -41,7 +41,7 @@ def to_xml(report: GateReport) -> ET.ElementTree:
             if c.skipped:
                 ET.SubElement(case, "skipped", message=_text(c.detail))
             elif not c.passed:
-                tag = "error" if c.name == "readable" else "failure"
+                tag = "error" if c.name == CheckName.READABLE else "failure"
                 node = ET.SubElement(case, tag, message=_text(c.detail.splitlines()[0][:1000]), type=f"ckpt.{c.name}")
                 node.text = _text(c.detail)
             else:

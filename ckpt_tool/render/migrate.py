@@ -24,7 +24,7 @@ def plan_table(report: MigrateReport) -> str:
         else:
             dtype = f"{e.dtype} -> {e.cast}" if e.cast else e.dtype
             rows.append([e.source, e.output if e.output != e.source else "=", dtype])
-    table = tabulate(rows, headers=["source key", "output key", "dtype"], tablefmt="simple", disable_numparse=True)
+    table = str(tabulate(rows, headers=["source key", "output key", "dtype"], tablefmt="simple", disable_numparse=True))
     if len(entries) > _PLAN_ROWS:
         table += f"\n... and {len(entries) - _PLAN_ROWS} more (--json lists every key)"
     return table

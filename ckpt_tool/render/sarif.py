@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..commands.gate.gate import GateReport
+from ..commands.gate.gate import CheckName, GateReport
 from ..commands.scan.scan import ScanReport
 from ..pickles import severity
 from ..version import __version__
 from .common import write_report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-_LEVEL = {severity.DANGEROUS: "error", severity.SUSPICIOUS: "warning"}
+_LEVEL: dict[str, str] = {severity.DANGEROUS: "error", severity.SUSPICIOUS: "warning"}
 _SCAN_RULES = {
     "dangerous-global": "A pickle calls or constructs a global outside the inert allowlist, or names one that "
                         "runs code: a full unpickle runs it when the file is loaded.",
@@ -78,12 +78,12 @@ def gate_sarif(report: GateReport) -> dict[str, Any]:
     results = []
     for f in report.files:
         for c in f.checks:
-            rules.setdefault(f"gate/{c.name}", f"The gate check {c.name!r}.")
+            rules.setdefault(f"gate/{c.name}", f"The gate check '{c.name}'.")
             if not c.passed and not c.skipped:
                 results.append(_result(f"gate/{c.name}", "error", c.detail or c.name, f.path))
         if f.error:
             rules.setdefault("gate/readable", "The gate check 'readable'.")
-            if not any(c.name == "readable" for c in f.checks):
+            if not any(c.name == CheckName.READABLE for c in f.checks):
                 results.append(_result("gate/readable", "error", f.error, f.path))
     return _run(rules, results)
 

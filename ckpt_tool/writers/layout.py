@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import RuleConflict
+from ..format_names import Format
 from ..formats.checkpoint.locate import is_tensor, packed_items
 from ..keys.rules import RuleSet
 from ..model import Checkpoint
@@ -181,7 +182,7 @@ def torch_root(ck: Checkpoint, chosen: Any, tensors: Sequence[OutTensor], rules:
             what = "a pickled nn.Module" if ck.layout == "module" else "a TorchScript archive"
             warnings.append(f"the source is {what}; the output holds its state_dict "
                             "(load it with model.load_state_dict)")
-        if not state_dict_only and ck.format == "safetensors":
+        if not state_dict_only and ck.format == Format.SAFETENSORS:
             dropped = [k for k in _string_metadata(ck) if k != "format"]
             if dropped:
                 warnings.append("safetensors __metadata__ not kept in a torch file: " + ", ".join(dropped[:8]))
@@ -244,7 +245,7 @@ def placeholders_in(obj: Any, skip: Any = None, path: str = "", depth: int = 0) 
 
 def _string_metadata(ck: Checkpoint) -> dict[str, str]:
     """The source's string metadata (safetensors ``__metadata__``), minus alias records."""
-    meta = ck.metadata.get("__metadata__") if ck.format == "safetensors" else None
+    meta = ck.metadata.get("__metadata__") if ck.format == Format.SAFETENSORS else None
     if not isinstance(meta, Mapping):
         return {}
     keys = set(ck.keys)

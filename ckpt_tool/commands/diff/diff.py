@@ -10,6 +10,7 @@ built on the meta device (target.py), which of course imports torch.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
@@ -55,8 +56,8 @@ def compare_tensors(
 
 @counts_remote("a", "b")
 def diff(
-    a: str,
-    b: str | None = None,
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str] | None = None,
     *,
     target: str | None = None,
     target_kwargs: dict[str, Any] | None = None,
@@ -80,8 +81,6 @@ def diff(
     pairs before the first is read, ``progress`` each key after it is done.
     ``torch_version``: whose weights_only rules predict torch.load of each side.
     """
-    import os
-
     from ...formats import load
     from ..weights_only.verdict import assess
 

@@ -10,10 +10,11 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...format_names import Format
 from ...model import Checkpoint, Deferred, json_safe
 
 # Metadata a reader adds about the file's layout, not about its contents: not diffed.
-LAYOUT_METADATA = {"sharded": ("shards", "shard_format", "metadata")}
+LAYOUT_METADATA: dict[Format, tuple[str, ...]] = {Format.SHARDED: ("shards", "shard_format", "metadata")}
 _MAX_METADATA_ITEMS = 2000
 NOT_READ = "<not read>"  # where a side left a value unread (a DCP bytes item): not compared
 
@@ -113,7 +114,7 @@ def mask_unread(a: Any, b: Any, depth: int = 0) -> tuple[Any, Any, int]:
             total += n
         return (a2, b2, total) if total else (a, b, 0)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-        pairs = [mask_unread(x, y, depth + 1) for x, y in zip(a, b)]
+        pairs = [mask_unread(x, y, depth + 1) for x, y in zip(a, b, strict=True)]
         total = sum(n for _, _, n in pairs)
         if not total:
             return a, b, 0

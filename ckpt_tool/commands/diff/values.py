@@ -161,7 +161,8 @@ def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> 
     from ...tensors.tensordata import iter_raw
 
     compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol)
-    for ra, rb in zip(iter_raw(ta, _CHUNK * compare.fa.itemsize), iter_raw(tb, _CHUNK * compare.fb.itemsize)):
+    for ra, rb in zip(iter_raw(ta, _CHUNK * compare.fa.itemsize), iter_raw(tb, _CHUNK * compare.fb.itemsize),
+                      strict=False):
         part = compare.chunk(ra, rb)
         if part is None:
             return None
@@ -315,7 +316,7 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float,
     same_dtype = ta.dtype == tb.dtype
     is_float = ta.is_floating or tb.is_floating or "complex" in (ta.dtype[:7], tb.dtype[:7])
     acc = _Acc()
-    for xs, ys in zip(iter_chunks(ta, _CHUNK), iter_chunks(tb, _CHUNK)):
+    for xs, ys in zip(iter_chunks(ta, _CHUNK), iter_chunks(tb, _CHUNK), strict=False):
         if same_dtype and torch.equal(xs.view(torch.uint8), ys.view(torch.uint8)):
             # bit-identical (the common case when checking a conversion): only count NaN/Inf
             if is_float and not bool(torch.isfinite(xs).all()):

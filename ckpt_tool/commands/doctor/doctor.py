@@ -56,7 +56,7 @@ class DoctorReport:
     def verdict(self) -> str:
         if self.ok:
             gpus = [d.device for d in self.devices if d.device != "cpu"]
-            return "OK: " + ("every device computed correctly (" + ", ".join(["cpu"] + gpus) + ")"
+            return "OK: " + ("every device computed correctly (" + ", ".join(["cpu", *gpus]) + ")"
                              if gpus else "the CPU computed correctly; no GPU is visible")
         failed = [d.device for d in self.devices if not d.ok]
         return "FAILED: " + "; ".join(list(self.problems) + [f"{d} did not compute correctly" for d in failed])
@@ -143,7 +143,7 @@ def run_doctor() -> DoctorReport:
     checks = tuple(check_device(torch, d) for d in devices)
     cudnn = None
     try:
-        cudnn = torch.backends.cudnn.version() if available else None
+        cudnn = torch.backends.cudnn.version() if available else None  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001 - cudnn missing is a note, not a failure
         notes.append("cuDNN is not available")
     return DoctorReport(**base, torch=torch.__version__, cuda=torch.version.cuda, cudnn=cudnn,

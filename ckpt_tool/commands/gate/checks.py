@@ -12,14 +12,19 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...format_names import Format
 from ...io.paths import dirname, is_url, isdir, open_bytes, url_bytes
 from ...limits import Limits
 from ...model import Checkpoint
 from ...pickles import severity
 from ...tensors.nonfinite import nonfinite_counts
+from .names import CheckName
 from .policy import Policy
+
+if TYPE_CHECKING:  # imported when the check runs (commands/weights_only is not needed by the others)
+    from ..weights_only.verdict import WeightsOnlyReport
 
 # dtypes nobody is surprised by; anything else is a warning (--strict fails on it)
 USUAL_DTYPES = frozenset(["float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
@@ -28,7 +33,7 @@ USUAL_DTYPES = frozenset(["float32", "float16", "bfloat16", "float64", "int64", 
 
 @dataclass(frozen=True)
 class Check:
-    name: str
+    name: CheckName
     passed: bool
     detail: str
     skipped: bool = False
@@ -40,7 +45,7 @@ class Check:
 Progress = Callable[[str, int, int], None]  # (path, tensors done, tensors in total)
 
 
-def _skip(name: str, why: str) -> Check:
+def _skip(name: CheckName, why: str) -> Check:
     return Check(name, True, f"skipped: {why}", skipped=True)
 
 
@@ -73,7 +78,7 @@ def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
     try:
         report = scan([path], strict=pol.strict, limits=limits, allow_globals=pol.weights_only_allow)
     except CkptError as exc:  # nothing to scan at all (a folder holding no checkpoint data)
-        return SafetyVerdict(Check("loads_safely", False, f"could not be scanned: {exc.message}"), False,
+        return SafetyVerdict(Check(CheckName.LOADS_SAFELY, False, f"could not be scanned: {exc.message}"), False,
                              exc.message)
     dangerous: list[str] = []
     suspicious: list[str] = []
@@ -91,17 +96,17 @@ def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
     unread = _listing(errors, 2) if errors else None
     also = f"; also could not be read: {unread}" if unread else ""
     if dangerous:
-        return SafetyVerdict(Check("loads_safely", False, "dangerous references (never executed): "
+        return SafetyVerdict(Check(CheckName.LOADS_SAFELY, False, "dangerous references (never executed): "
                                    + _listing(dangerous) + also), True, unread)
     if errors:
-        return SafetyVerdict(Check("loads_safely", False, f"could not be scanned completely: {unread}"), False,
+        return SafetyVerdict(Check(CheckName.LOADS_SAFELY, False, f"could not be scanned completely: {unread}"), False,
                              unread)
     if suspicious:
         text = ("globals the pickle names but never calls or constructs (not on the inert allowlist): "
                 + _listing(sorted(set(suspicious))))
-        return SafetyVerdict(Check("loads_safely", not pol.strict, text + ("" if pol.strict else
+        return SafetyVerdict(Check(CheckName.LOADS_SAFELY, not pol.strict, text + ("" if pol.strict else
                                                                             " (fails with --strict)")), False, None)
-    return SafetyVerdict(Check("loads_safely", True, f"no dangerous references ({pickles} pickle(s) scanned)"),
+    return SafetyVerdict(Check(CheckName.LOADS_SAFELY, True, f"no dangerous references ({pickles} pickle(s) scanned)"),
                          False, None)
 
 
@@ -111,7 +116,7 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     Globals the policy allows (``weights_only_allow``, ``--allow-global``)
     count as allowlisted by the loader; a global that can run code never does.
     """
-    name = "weights-only"
+    name = CheckName.WEIGHTS_ONLY
     if not pol.weights_only_check:
         return _skip(name, "--no-weights-only-check")
     from ..weights_only.verdict import assess
@@ -126,7 +131,7 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     rules = f"torch {wo.torch}"
     if wo.loads:
         return Check(name, True, f"torch.load(weights_only=True) loads it ({rules} rules)")
-    if ckpt.format == "safetensors" or ckpt.metadata.get("shard_format") == "safetensors":
+    if Format.SAFETENSORS in (ckpt.format, ckpt.metadata.get("shard_format")):
         return _skip(name, "safetensors holds no pickle: it is loaded with safetensors, not torch.load")
     if not wo.default_weights_only:
         return Check(name, True, f"{rules}'s torch.load defaults to weights_only=False, so its default load does "
@@ -145,9 +150,9 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
                               f"policy (weights_only_allow / --allow-global), or convert it: {wo.sanitize_command}")
 
 
-def _weights_only_files(wo: Any, pol: Policy) -> Check:
+def _weights_only_files(wo: WeightsOnlyReport, pol: Policy) -> Check:
     """A folder: torch.load opens none of it; the files its loader hands to torch.load must each load."""
-    name = "weights-only"
+    name = CheckName.WEIGHTS_ONLY
     opened = wo.torch_loaded
     if not opened:
         loaders = sorted({f.loader for f in wo.files})
@@ -168,7 +173,7 @@ def _weights_only_files(wo: Any, pol: Policy) -> Check:
 
 def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -> Check:
     if built is None:
-        return _skip("matches_target", "no target (--target or the policy's target)")
+        return _skip(CheckName.MATCHES_TARGET, "no target (--target or the policy's target)")
     from ...keys.infer import suggest
     from ..diff.diff import _attribute_prefixes, compare_tensors
 
@@ -176,7 +181,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
     if pol.ignore_target_dtype:
         dtype_mm = []
     if not (missing or unexpected or shape_mm or dtype_mm):
-        return Check("matches_target", True, f"all {len(built.tensors)} keys of {pol.target} match "
+        return Check(CheckName.MATCHES_TARGET, True, f"all {len(built.tensors)} keys of {pol.target} match "
                                              "(names, shapes, dtypes)")
     parts = []
     if missing:
@@ -198,15 +203,15 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
             fix = suggestion.command(path, key=pol.key, target=pol.target, target_kwargs=kwargs)
             how = "fixes every key" if suggestion.complete else f"reconciles {suggestion.reconciled} key(s)"
             detail += f". Fix ({how}): {fix}"
-    return Check("matches_target", False, detail)
+    return Check(CheckName.MATCHES_TARGET, False, detail)
 
 
 def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress | None) -> Check:
     if not pol.nan_check:
-        return _skip("no_nan_inf", "--no-nan-check")
+        return _skip(CheckName.NO_NAN_INF, "--no-nan-check")
     candidates = [t for t in ckpt.tensors if t.is_floating or t.dtype.startswith("complex")]
     if not candidates:
-        return Check("no_nan_inf", True, "no floating-point tensors")
+        return Check(CheckName.NO_NAN_INF, True, "no floating-point tensors")
     bad: list[str] = []
     no_data: list[str] = []
     counted = nonfinite_counts([t for t in candidates if t.storage is not None])
@@ -222,15 +227,15 @@ def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progres
             progress(path, i + 1, len(candidates))
     note = f"; {len(no_data)} tensor(s) hold no data (meta device)" if no_data else ""
     if bad:
-        return Check("no_nan_inf", False, f"{len(bad)} of {len(candidates)} floating tensors hold NaN/Inf: "
+        return Check(CheckName.NO_NAN_INF, False, f"{len(bad)} of {len(candidates)} floating tensors hold NaN/Inf: "
                                           + _listing(bad) + note)
-    return Check("no_nan_inf", True, f"{len(candidates) - len(no_data)} floating tensors, all finite{note}")
+    return Check(CheckName.NO_NAN_INF, True, f"{len(candidates) - len(no_data)} floating tensors, all finite{note}")
 
 
 
 def check_dtype_policy(ckpt: Checkpoint, pol: Policy) -> Check:
     if pol.allowed_float_dtypes is None and pol.allowed_dtypes is None:
-        return _skip("dtype_policy", "no allowed dtypes (--allow-dtype or the policy)")
+        return _skip(CheckName.DTYPE_POLICY, "no allowed dtypes (--allow-dtype or the policy)")
     offending: dict[str, list[str]] = {}
     for t in ckpt.tensors:
         if (pol.allowed_dtypes is not None and t.dtype not in pol.allowed_dtypes) or (
@@ -241,20 +246,20 @@ def check_dtype_policy(ckpt: Checkpoint, pol: Policy) -> Check:
     scope = "tensors" if pol.allowed_dtypes is not None else "floating tensors"
     if offending:
         parts = [f"{dt}: {len(keys)} tensor(s) ({_listing(keys, 3)})" for dt, keys in offending.items()]
-        return Check("dtype_policy", False, "; ".join(parts) + f" — allowed for {scope}: {allowed}")
+        return Check(CheckName.DTYPE_POLICY, False, "; ".join(parts) + f" — allowed for {scope}: {allowed}")
     counts = Counter(t.dtype for t in ckpt.tensors)
-    return Check("dtype_policy", True, f"all {scope} in {allowed} ("
+    return Check(CheckName.DTYPE_POLICY, True, f"all {scope} in {allowed} ("
                  + ", ".join(f"{k} x{v}" for k, v in counts.most_common()) + ")")
 
 
 def check_file_size(path: str, pol: Policy) -> Check:
     if pol.max_file_size is None:
-        return _skip("file_size", "no limit (--max-size or the policy's max_file_size)")
+        return _skip(CheckName.FILE_SIZE, "no limit (--max-size or the policy's max_file_size)")
     from ...units import human_bytes
 
     size = path_bytes(path)
     verdict = "<=" if size <= pol.max_file_size else ">"
-    return Check("file_size", size <= pol.max_file_size,
+    return Check(CheckName.FILE_SIZE, size <= pol.max_file_size,
                  f"{human_bytes(size)} ({size:,} bytes) {verdict} the limit of {human_bytes(pol.max_file_size)}")
 
 
@@ -271,13 +276,13 @@ def path_bytes(path: str) -> int:
 
 def check_required_metadata(ckpt: Checkpoint, pol: Policy) -> Check:
     if not pol.required_metadata:
-        return _skip("required_metadata", "no required keys (--require-metadata or the policy)")
+        return _skip(CheckName.REQUIRED_METADATA, "no required keys (--require-metadata or the policy)")
     missing = [k for k in pol.required_metadata if not _has_metadata(ckpt.metadata, k)]
     if missing:
         have = sorted(str(k) for k in _metadata_keys(ckpt.metadata))
-        return Check("required_metadata", False, f"missing {_listing(missing)} (the checkpoint has: "
+        return Check(CheckName.REQUIRED_METADATA, False, f"missing {_listing(missing)} (the checkpoint has: "
                      + (_listing(have, 8) if have else "no metadata") + ")")
-    return Check("required_metadata", True, "present: " + ", ".join(pol.required_metadata))
+    return Check(CheckName.REQUIRED_METADATA, True, "present: " + ", ".join(pol.required_metadata))
 
 
 def _metadata_keys(meta: Mapping[str, Any]) -> list[str]:
@@ -311,13 +316,13 @@ def _has_metadata(meta: Mapping[str, Any], dotted: str) -> bool:
 def check_sha256(path: str, pol: Policy) -> Check:
     pin = pol.sha256 or pol.pin_for(path)
     if pin is None:
-        return _skip("sha256", "no pin (--sha256 or the policy's [sha256] table)")
+        return _skip(CheckName.SHA256, "no pin (--sha256 or the policy's [sha256] table)")
     if isdir(path):
-        return Check("sha256", False, "a sha256 pin is for one file; this is a folder")
+        return Check(CheckName.SHA256, False, "a sha256 pin is for one file; this is a folder")
     digest = sha256_file(path)
     if digest == pin:
-        return Check("sha256", True, f"sha256 {digest} matches the pin")
-    return Check("sha256", False, f"sha256 is {digest}, the pin is {pin}")
+        return Check(CheckName.SHA256, True, f"sha256 {digest} matches the pin")
+    return Check(CheckName.SHA256, False, f"sha256 is {digest}, the pin is {pin}")
 
 
 def sha256_file(path: str) -> str:
@@ -372,6 +377,6 @@ def _lifted(ckpt: Checkpoint, allow: Sequence[str]) -> list[str]:
 def check_warnings(ckpt: Checkpoint, pol: Policy) -> Check:
     found = strict_warnings(ckpt, pol)
     if not found:
-        return Check("warnings", True, "none")
+        return Check(CheckName.WARNINGS, True, "none")
     text = f"{len(found)} warning(s): " + " | ".join(found)
-    return Check("warnings", not pol.strict, text if pol.strict else text + " (fails with --strict)")
+    return Check(CheckName.WARNINGS, not pol.strict, text if pol.strict else text + " (fails with --strict)")

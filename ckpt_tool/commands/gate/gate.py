@@ -27,10 +27,8 @@ from .checks import (
     check_weights_only,
     loads_safely,
 )
+from .names import CheckName
 from .policy import Policy
-
-CHECKS = ("loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
-          "required_metadata", "sha256", "warnings")
 
 
 @dataclass(frozen=True)
@@ -126,7 +124,7 @@ def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Prog
 
         ckpt = load(path, key=pol.key, limits=limits)
     except CkptError as exc:
-        checks.append(Check("readable", False, exc.message))
+        checks.append(Check(CheckName.READABLE, False, exc.message))
         return FileGate(path, tuple(checks), exc.message, danger)
     try:
         checks.append(check_weights_only(ckpt, pol))
@@ -138,8 +136,11 @@ def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Prog
         checks.append(check_sha256(path, pol))
         checks.append(check_warnings(ckpt, pol))
     except CkptError as exc:  # data unreadable mid-way (truncated storage): the file is corrupt
-        checks.append(Check("readable", False, exc.message))
+        checks.append(Check(CheckName.READABLE, False, exc.message))
         return FileGate(path, tuple(checks), exc.message, danger)
     finally:
         ckpt.close()
     return FileGate(path, tuple(checks), safety.unread, danger)
+
+
+__all__ = ["Check", "CheckName", "FileGate", "GateReport", "Policy", "gate"]

@@ -91,7 +91,7 @@ class Policy:
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Read a policy TOML file; every mistake is a UsageError naming the file and key."""
     try:
-        import tomllib  # type: ignore[import-not-found]
+        import tomllib
     except ModuleNotFoundError:  # Python < 3.11
         import tomli as tomllib  # type: ignore[no-redef]
 

@@ -1,6 +1,7 @@
 """``ckpt inspect``: what is in a checkpoint, from metadata alone (stats on request)."""
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -223,10 +224,8 @@ def _path_bytes(path: str) -> int:
         total = 0
         for root, _, files in os.walk(path):
             for f in files:
-                try:
+                with contextlib.suppress(OSError):  # a file removed while walking counts for nothing
                     total += os.path.getsize(os.path.join(root, f))
-                except OSError:
-                    pass
         return total
     try:
         return os.path.getsize(path)

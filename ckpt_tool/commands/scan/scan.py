@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import CkptError, InputError
+from ...format_names import Format
 from ...formats import read_file
 from ...formats.checkpoint.build import build
 from ...formats.checkpoint.loaded import ReadOptions
@@ -37,19 +38,7 @@ from ...io.tree import Link, walk
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef
 from ...pickles import severity
-from ...pickles.scanner import (
-    DCP_DATA,
-    ERROR,
-    PICKLE,
-    SAFETENSORS,
-    TAR,
-    TORCH_LEGACY,
-    TORCH_ZIP,
-    TORCHSCRIPT,
-    UNKNOWN_FORMAT,
-    ZIP,
-    Scanner,
-)
+from ...pickles.scanner import ERROR, Found, ScanFormat, Scanner, Verdict
 from ...pickles.walk.walker import Finding
 
 
@@ -58,8 +47,8 @@ class FileScan:
     """The verdict on one file: the globals its pickles name and what else they do."""
 
     path: str
-    format: str
-    verdict: str  # safe, suspicious, dangerous, or error (could not be read, nothing dangerous found)
+    format: ScanFormat
+    verdict: Verdict  # safe, suspicious, dangerous, or error (could not be read, nothing dangerous found)
     globals: tuple[GlobalRef, ...] = ()
     findings: tuple[Finding, ...] = ()
     errors: tuple[str, ...] = ()
@@ -95,7 +84,7 @@ class ScanReport:
 
     def skipped_files(self) -> list[dict[str, str]]:
         reasons = list(self.skip_reasons) + [NOTHING] * (len(self.skipped) - len(self.skip_reasons))
-        return [{"path": p, "reason": r} for p, r in zip(self.skipped, reasons)]
+        return [{"path": p, "reason": r} for p, r in zip(self.skipped, reasons, strict=False)]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -125,7 +114,8 @@ class ScanReport:
 
 
 # Formats a reader exists for: each file of these is also read, as inspect would read it.
-_READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR, ZIP])
+_READABLE: frozenset[ScanFormat] = frozenset([Format.TORCH_ZIP, Format.TORCHSCRIPT, Format.TORCH_LEGACY, Format.PICKLE,
+                                              Format.SAFETENSORS, Found.TAR, Found.ZIP])
 
 
 def lift(fs: FileScan, allowed: frozenset[str]) -> FileScan:
@@ -228,7 +218,7 @@ def scan_local_folder(path: str, limits: Limits, walked: _Walked, skip_other: bo
     tree = walk(path)
     walked.links.extend(tree.links)
     for u in tree.unreadable:
-        walked.files.append(FileScan(u.path, "folder" if u.kind == "folder" else UNKNOWN_FORMAT, ERROR,
+        walked.files.append(FileScan(u.path, Found.FOLDER if u.kind == "folder" else Found.NONE, ERROR,
                                      errors=(u.message,)))
     for folder, names in tree.folders:
         in_folder: list[Any] = []
@@ -243,7 +233,7 @@ def _scan_shards(index: str, limits: Limits) -> list[FileScan]:
     try:
         weight_map = read_index(index)["weight_map"]
     except CkptError as exc:
-        return [FileScan(index, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))]
+        return [FileScan(index, Found.NONE, ERROR, errors=(exc.message,))]
     folder = dirname(index) if is_url(index) else os.path.dirname(index)
     shards = list(dict.fromkeys(weight_map.values()))
     return [scan_file(join(folder, s), limits=limits) or _nothing(join(folder, s)) for s in shards]
@@ -261,7 +251,7 @@ def _scan_dcp_metadata(meta: str, limits: Limits) -> list[FileScan]:
 
 
 def _nothing(path: str) -> FileScan:
-    return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(
+    return FileScan(path, Found.NONE, ERROR, errors=(
         f"{path}: holds no pickle, zip, tar, NumPy or safetensors data: nothing ckpt can scan",))
 
 
@@ -274,14 +264,14 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
     when ``explicit`` or when its name is a checkpoint's (a truncated file).
 
     ``regions`` (the items of a DCP data file, from its ``.metadata``) and
-    ``hint`` (DCP_DATA: a data file whose metadata is unreadable) come from
+    ``hint`` (Found.DCP_DATA: a data file whose metadata is unreadable) come from
     the folder walk.
     """
     scanner = Scanner(path, limits)
     try:
         src = open_bytes(path)
     except CkptError as exc:
-        return FileScan(path, UNKNOWN_FORMAT, ERROR, errors=(exc.message,))
+        return FileScan(path, Found.NONE, ERROR, errors=(exc.message,))
     try:
         size = src.size
         blob = Blob.from_source(src)
@@ -291,10 +281,10 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
             scanner.errors.append(f"{path}: {EMPTY}: nothing to scan" + (
                 "" if explicit else "; a checkpoint's name with nothing in it (truncated?): --skip-other skips it"))
         elif regions is not None:
-            scanner.format = DCP_DATA
+            scanner.format = Found.DCP_DATA
             scanner.dcp_items(blob, regions)
-        elif hint == DCP_DATA:
-            scanner.format = DCP_DATA
+        elif hint == Found.DCP_DATA:
+            scanner.format = Found.DCP_DATA
             scanner.sweep_zips(blob, basename(path), 0)
         else:
             scanner.top_level(blob, path)
@@ -304,9 +294,9 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
         scanner.errors.append(exc.message)
     finally:
         src.close()
-    if scanner.format == UNKNOWN_FORMAT and not scanner.errors and not explicit:
+    if scanner.format == Found.NONE and not scanner.errors and not explicit:
         return None
-    if scanner.format == UNKNOWN_FORMAT and not scanner.errors:
+    if scanner.format == Found.NONE and not scanner.errors:
         return _nothing(path)
     return _file_scan(scanner, path)
 
@@ -367,13 +357,13 @@ def _scan_names(root: str, names: list[str], join_path: Callable[[str, str], str
             try:
                 read_index(full, limits.max_header_bytes)
             except CkptError as exc:
-                files.append(FileScan(full, UNKNOWN_FORMAT, ERROR, errors=(exc.message,)))
+                files.append(FileScan(full, Found.NONE, ERROR, errors=(exc.message,)))
                 continue
         if name.endswith(".distcp") and ".metadata" in names:
             if regions is not None:
                 result = scan_file(full, limits=limits, regions=regions.get(name, []))
             else:  # the metadata could not be read: look for embedded archives everywhere
-                result = scan_file(full, limits=limits, hint=DCP_DATA)
+                result = scan_file(full, limits=limits, hint=Found.DCP_DATA)
         else:
             result = scan_file(full, limits=limits, explicit=False, skip_other=skip_other)
         if result is None:

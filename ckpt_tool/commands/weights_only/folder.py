@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import CkptError
+from ...format_names import Format
 from ...io.paths import is_url, join
 from ...model import Checkpoint
 
@@ -68,16 +69,16 @@ class FolderVerdict:
 def folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile) -> FolderVerdict | None:
     """The file-by-file verdict for a sharded set, a DCP folder or a DeepSpeed run; None for one file."""
     from ...pickles.weights_only.inputs import SAFETENSORS as ST_INPUT
-    from ...pickles.weights_only.inputs import SHARDED
+    from ...pickles.weights_only.inputs import SHARDED, WeightsOnlyInput
 
     inp = ck.weights_only
-    if inp is not None and inp.container == SHARDED:
+    if isinstance(inp, WeightsOnlyInput) and inp.container == SHARDED:
         files = tuple(_shard(name, part, torch_version, per_file, part is not None and part.container == ST_INPUT)
                       for name, part in sorted(inp.parts, key=lambda p: p[0]))  # read in parallel for a URL
         return FolderVerdict(_not_a_file(ck.path, "the files its index names are read one by one"), files)
-    if ck.format == "dcp":
+    if ck.format == Format.DCP:
         return FolderVerdict(_not_a_file(ck.path, "torch.distributed.checkpoint.load reads it"), _dcp_files(ck))
-    if ck.format == DEEPSPEED:
+    if ck.format == Format.DEEPSPEED:
         return FolderVerdict(_not_a_file(ck.path, "DeepSpeed's load_checkpoint reads its rank files with torch.load"),
                              _deepspeed_files(ck, torch_version, per_file))
     return None

@@ -128,13 +128,13 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
 
     None when the readers recorded nothing to predict from.
     """
-    from ...pickles.weights_only.inputs import predict_input
+    from ...pickles.weights_only.inputs import WeightsOnlyInput, predict_input
 
     folder = folder_verdict(ck, torch_version, _per_file)
     if folder is not None:
         return _folder_report(ck.path, folder, torch_version)
     inp = ck.weights_only
-    if inp is None:
+    if not isinstance(inp, WeightsOnlyInput):
         return None
     v = predict_input(inp, torch_version)
     modules = _modules(inp)

@@ -17,6 +17,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ...errors import CkptError, InputError, LimitExceeded
+from ...format_names import Format
 from ...io.paths import is_url, isdir, open_bytes
 from ...io.regions import Blob
 from ...limits import Limits
@@ -58,8 +59,8 @@ def needs_walk(loaded: Loaded, path: str = "") -> bool:
     safetensors file whose name torch.load does not hand to safetensors: it
     reads the same bytes as a tar, then as pickles (a polyglot's other readings).
     """
-    return (loaded.metadata.get("unexpected_members") is not None or loaded.format in ("torchscript", "dcp")
-            or (loaded.format == "safetensors" and not path.endswith(".safetensors"))
+    return (loaded.metadata.get("unexpected_members") is not None or loaded.format in (Format.TORCHSCRIPT, Format.DCP)
+            or (loaded.format == Format.SAFETENSORS and not path.endswith(".safetensors"))
             or any(r.severity != severity.SAFE for r in loaded.references) or _items_set_on_non_dict(loaded))
 
 
@@ -118,7 +119,7 @@ def join_walk(loaded: Loaded, path: str, limits: Limits) -> None:
     The walk sees the same pickles with more context (how each global is used:
     called, or dill's closure idiom), so its verdict on a global wins.
     """
-    scanner = walk_dcp(path, limits) if loaded.format == "dcp" else walk_file(path, limits)
+    scanner = walk_dcp(path, limits) if loaded.format == Format.DCP else walk_file(path, limits)
     if scanner is None:
         return
     judged: dict[tuple[str, str], GlobalRef] = {}
@@ -132,7 +133,7 @@ def join_walk(loaded: Loaded, path: str, limits: Limits) -> None:
         refs.append(r if seen is None else GlobalRef(r.module, r.name, seen.severity, r.where))
     refs.extend(g for g in judged.values() if g.severity != severity.SAFE)
     loaded.references[:] = refs
-    if loaded.format == "torchscript":
+    if loaded.format == Format.TORCHSCRIPT:
         _refuse_what_jit_refuses(scanner, path)
     for f in scanner.findings:
         if f.severity == severity.DANGEROUS:

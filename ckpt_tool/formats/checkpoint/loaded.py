@@ -4,9 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...format_names import Format
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.unpickler import BlobReader
+from ...pickles.weights_only.inputs import WeightsOnlyInput
 
 
 @dataclass
@@ -17,7 +19,7 @@ class Loaded:
     placeholders; locate.py finds the state_dict inside it.
     """
 
-    format: str
+    format: Format
     root: Any
     references: list[GlobalRef] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -28,8 +30,8 @@ class Loaded:
     # Set when ``root`` is a flat dict of exactly these TensorMetas, each under
     # its own key and in order (safetensors): locate.py then has nothing to find.
     tensors: list[TensorMeta] | None = None
-    # What decides torch.load(weights_only=True) of the input (pickles/wo_input.WeightsOnlyInput)
-    weights_only: Any = None
+    # What decides torch.load(weights_only=True) of the input
+    weights_only: WeightsOnlyInput | None = None
     deferred: bool = False  # values left unread (model.Deferred, DCP bytes items): load(read_values=True) reads them
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ... import dtypes
 from ...errors import CkptError, InputError
+from ...format_names import Format
 from ...io import paths
 from ...io.source import read_pickle_file
 from ...limits import DEFAULT_LIMITS, Limits
@@ -25,7 +26,6 @@ from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
 from ..checkpoint.loaded import Loaded, ReadOptions
-from ..detect import DCP
 from ..hf.index import outside_folder
 from .items import BytesItem, nest
 from .stream import Chunk, DcpStreamSource
@@ -59,7 +59,7 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
                                   where[0].transforms, fqn, options.limits) if where else "<bytes item, not read>"
         else:
             warnings.append(f"entry {fqn!r} has an unknown DCP storage type {kind!r}; not listed")
-    loaded = Loaded(DCP, nest(flat, attrs.get("planner_data")), references, warnings, [source])
+    loaded = Loaded(Format.DCP, nest(flat, attrs.get("planner_data")), references, warnings, [source])
     loaded.deferred = any(isinstance(v, BytesItem) for v in flat.values())
     loaded.metadata["shards"] = sorted(shards)
     version = attrs.get("version")

@@ -19,6 +19,7 @@ from math import prod
 from typing import Any
 
 from ...errors import InputError
+from ...format_names import Format
 from ...io import paths
 from ...io.segments import Part, Segment, SegmentSource
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
@@ -27,7 +28,6 @@ from ..checkpoint.loaded import Loaded, ReadOptions
 from .files import RunFiles, check_ranks, find_run
 from .merge import MergeError, zero2_group, zero3_frozen, zero3_params
 
-DEEPSPEED = "deepspeed"
 _FP32 = 4
 
 
@@ -89,7 +89,7 @@ def read_deepspeed(path: str, options: ReadOptions) -> Loaded:
         except MergeError as exc:
             raise InputError(f"the ZeRO-{stage} partitions do not match the parameter shapes: {exc}",
                              run.folder) from None
-    loaded = Loaded(DEEPSPEED, OrderedDict(), reader.references, reader.warnings, [source, *reader.sources])
+    loaded = Loaded(Format.DEEPSPEED, OrderedDict(), reader.references, reader.warnings, [source, *reader.sources])
     loaded.root = builder.ordered(m0["module"])
     loaded.tensors = list(loaded.root.values())
     loaded.layout = "state_dict"

@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...errors import InputError, LimitExceeded
+from ...format_names import Format
 from ...io import paths
 from ...limits import DEFAULT_LIMITS
 from ...model import TensorMeta
 from ..checkpoint.loaded import Loaded, ReadOptions
-from ..detect import SHARDED, find_index
+from ..detect import find_index
 
 
 def index_path(path: str) -> str:
@@ -84,7 +85,7 @@ def read_sharded(
         raise InputError(f"shard {missing[0]!r} named by the index is missing"
                          + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), ipath)
     merged: OrderedDict[str, TensorMeta] = OrderedDict()
-    loaded = Loaded(SHARDED, merged, layout="state_dict")
+    loaded = Loaded(Format.SHARDED, merged, layout="state_dict")
     loaded.metadata = {k: v for k, v in index.items() if k != "weight_map"}
     per_shard: dict[str, dict[str, TensorMeta]] = {}
     shard_formats = set()

@@ -12,11 +12,12 @@ from typing import Any
 
 from ... import dtypes
 from ...errors import InputError, LimitExceeded
+from ...format_names import Format
 from ...io.paths import open_bytes
 from ...io.source import storage_source
 from ...model import StorageRef, TensorMeta
 from ..checkpoint.loaded import Loaded, ReadOptions
-from ..detect import SAFETENSORS, is_distributed_shard
+from ..detect import is_distributed_shard
 
 
 class _Duplicates(dict):  # type: ignore[type-arg]
@@ -105,7 +106,7 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     tensors = [TensorMeta(key, dt.name, shape, None, 0, StorageRef(source, key, end - begin), "cpu")
                for begin, end, key, dt, shape in entries]
     root: OrderedDict[str, TensorMeta] = OrderedDict(zip(map(_KEY, entries), tensors, strict=True))
-    loaded = Loaded(SAFETENSORS, root, sources=[source], layout="state_dict", tensors=tensors)
+    loaded = Loaded(Format.SAFETENSORS, root, sources=[source], layout="state_dict", tensors=tensors)
     if duplicates:
         loaded.warnings.append("duplicate tensor keys in the header (the format forbids them; safetensors "
                                f"keeps the last, as ckpt does): {', '.join(repr(k) for k in duplicates[:5])}")

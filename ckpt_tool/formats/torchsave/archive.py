@@ -12,6 +12,7 @@ from typing import Any
 
 from ... import dtypes
 from ...errors import InputError, LimitExceeded
+from ...format_names import Format
 from ...io.zip.archive import UNSUPPORTED_FLAGS, ZipArchive
 from ...io.zip.source import zip_source
 from ...model import DataSource
@@ -20,7 +21,6 @@ from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageTy
 from ...pickles.unpickle.unpickler import restricted_loads
 from ...pickles.weights_only import inputs as wo_input
 from ..checkpoint.loaded import Loaded, ReadOptions
-from ..detect import TORCH_ZIP, TORCHSCRIPT
 
 _UINT8 = dtypes.BY_NAME["uint8"]
 _ODD_MEMBER = re.compile(r"(^/|\.\.|\\|^$)")
@@ -157,7 +157,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         )
         warnings = _archive_warnings(archive, prefix, names)
         loaded = Loaded(
-            TORCHSCRIPT if is_script else TORCH_ZIP, result.obj, list(result.references),
+            Format.TORCHSCRIPT if is_script else Format.TORCH_ZIP, result.obj, list(result.references),
             warnings, [source],
         )
         if not is_script:

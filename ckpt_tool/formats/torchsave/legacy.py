@@ -18,6 +18,7 @@ from typing import Any
 
 from ... import dtypes
 from ...errors import InputError, LimitExceeded
+from ...format_names import Format
 from ...io.bytesource import ByteSource
 from ...io.paths import open_bytes
 from ...io.source import BlobSource, storage_source
@@ -27,7 +28,6 @@ from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageTy
 from ...pickles.unpickle.unpickler import BlobReader, restricted_load_stream
 from ...pickles.weights_only import inputs as wo_input
 from ..checkpoint.loaded import Loaded, ReadOptions
-from ..detect import TORCH_LEGACY
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -45,7 +45,7 @@ class LegacyParse:
     warnings: list[str] = field(default_factory=list)
     sys_info: Any = None
     class_sources: dict[str, str] = field(default_factory=dict)  # pickled nn.Module class -> its source file
-    weights_only: list[Any] = field(default_factory=list)  # per pickle: what pickles/wo_input.read takes
+    weights_only: list[wo_input.PickleRecord] = field(default_factory=list)  # per pickle, for wo_input.read
 
 
 class _Root:
@@ -156,7 +156,7 @@ class _LegacyParser:
         self.regions: dict[str, tuple[int, int]] = {}
         self.refs: list[GlobalRef] = []
         self.module_pids: list[str] = []
-        self.pickles: list[Any] = []
+        self.pickles: list[wo_input.PickleRecord] = []
 
     # -- the pickles ---------------------------------------------------------------
     def load(self, what: str, persistent: Callable[[Any], Any] | None = None) -> Any:
@@ -319,7 +319,7 @@ def read_legacy(path: str, options: ReadOptions) -> Loaded:
         regions.update(parsed.regions)
     finally:
         data.close()
-    loaded = Loaded(TORCH_LEGACY, parsed.root, parsed.references, parsed.warnings, [source])
+    loaded = Loaded(Format.TORCH_LEGACY, parsed.root, parsed.references, parsed.warnings, [source])
     loaded.weights_only = wo_input.read(wo_input.LEGACY, path, parsed.weights_only)
     if parsed.class_sources:
         loaded.metadata["module_class_sources"] = dict(parsed.class_sources)

@@ -13,11 +13,11 @@ import io
 import os
 
 from ...errors import InputError
+from ...format_names import Format
 from ...io.source import read_pickle_file
 from ...pickles.unpickle.unpickler import restricted_load_stream
 from ...pickles.weights_only import inputs as wo_input
 from ..checkpoint.loaded import Loaded, ReadOptions
-from ..detect import DILL, PICKLE
 
 DILL_MODULES = ("dill._dill", "dill.dill", "dill")
 
@@ -42,6 +42,6 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
         warnings.append(f"{rest} bytes after the end of the pickle were not read (a second pickle?)")
     is_dill = any(ref.module in DILL_MODULES for ref in result.references)
     references = list(result.references)
-    loaded = Loaded(DILL if is_dill else PICKLE, result.obj, references, warnings, [])
+    loaded = Loaded(Format.DILL if is_dill else Format.PICKLE, result.obj, references, warnings, [])
     loaded.weights_only = wo_input.read(wo_input.PICKLE, path, [(result.data, seen, result.references, where)])
     return loaded

@@ -18,6 +18,7 @@ import tarfile
 from typing import Any
 
 from ...errors import InputError
+from ...format_names import Format
 from ...io.bytesource import ByteSource
 from ...io.paths import open_bytes
 from ...io.regions import window
@@ -27,7 +28,6 @@ from ...pickles.advisories import CVE_2025_32434_TAR
 from ...pickles.unpickle.placeholders import LazyStorage, LazyTensor, StorageType
 from ...pickles.unpickle.unpickler import restricted_load_stream
 from ..checkpoint.loaded import Loaded, ReadOptions
-from ..detect import TORCH_TAR
 
 _COUNT = struct.Struct("<q")
 
@@ -53,7 +53,7 @@ def read_legacy_tar(path: str, options: ReadOptions) -> Loaded:
         root = reader.object(tensors)
     finally:
         fd.close()
-    loaded = Loaded(TORCH_TAR, root, reader.references, [CVE_2025_32434_TAR], [source])
+    loaded = Loaded(Format.TORCH_TAR, root, reader.references, [CVE_2025_32434_TAR], [source])
     return loaded
 
 

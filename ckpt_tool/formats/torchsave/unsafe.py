@@ -12,28 +12,28 @@ from typing import Any
 
 from ... import dtypes
 from ...errors import InputError
+from ...format_names import Format
 from ...pickles.unpickle.placeholders import NumpyArray
 from ..checkpoint.loaded import Loaded, ReadOptions
-from ..detect import DILL, PICKLE, TORCH_TAR, TORCHSCRIPT
 
 _MAX_DEPTH = 64
 
 
-def read_unsafe(path: str, fmt: str, options: ReadOptions) -> Loaded:
+def read_unsafe(path: str, fmt: Format, options: ReadOptions) -> Loaded:
     """Load with torch.load(weights_only=False) or dill, mapping every storage to the CPU."""
     import torch
 
     from .live import remember_locations
 
     note = "loaded with --unsafe: the file's pickles were executed (use only for files you trust)"
-    if fmt == PICKLE:
+    if fmt == Format.PICKLE:
         obj, fmt = _load_pickle(path)
     elif _is_torchscript(path, fmt):
         try:
             module = torch.jit.load(path, map_location="cpu")
         except Exception as exc:  # noqa: BLE001 - trusted load: any failure of the file's code is a load error
             raise InputError(f"torch.jit.load failed: {_one_line(exc)}", path) from exc
-        loaded = Loaded(TORCHSCRIPT, OrderedDict(module.state_dict()), warnings=[note], layout="torchscript")
+        loaded = Loaded(Format.TORCHSCRIPT, OrderedDict(module.state_dict()), warnings=[note], layout="torchscript")
         return loaded
     else:
         locations: dict[int, str] = {}
@@ -50,7 +50,7 @@ def read_unsafe(path: str, fmt: str, options: ReadOptions) -> Loaded:
     return Loaded(fmt, _numpy_arrays(obj, 0), warnings=[note])
 
 
-def _load_pickle(path: str) -> tuple[Any, str]:
+def _load_pickle(path: str) -> tuple[Any, Format]:
     from ...pickles.scanner import scan_pickle_bytes
 
     with open(path, "rb") as f:
@@ -67,11 +67,11 @@ def _load_pickle(path: str) -> tuple[Any, str]:
             obj = loader.load(f)
     except Exception as exc:  # noqa: BLE001 - trusted load: any failure of the file's code is a load error
         raise InputError(f"unpickling failed: {_one_line(exc)}", path) from exc
-    return obj, DILL if uses_dill else PICKLE
+    return obj, Format.DILL if uses_dill else Format.PICKLE
 
 
-def _is_torchscript(path: str, fmt: str) -> bool:
-    if fmt == TORCH_TAR:
+def _is_torchscript(path: str, fmt: Format) -> bool:
+    if fmt == Format.TORCH_TAR:
         return False
     from ...io.zip.archive import ZipArchive
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ... import dtypes
+from ...model import GlobalRef
 from ..severity import DANGEROUS
 from .facts import Pair
 from .predict import (
@@ -157,7 +158,13 @@ def _version_problem(record: bytes | None) -> str | None:
     return None
 
 
-def read(container: str, path: str, pickles: Iterable[tuple[Any, ...]],
+# What a reader hands ``read`` per pickle: (bytes, opcodes the guard saw, the unpickler's GlobalRefs, its
+# ``where``[, persistent id kinds other than "storage"]).
+PickleRecord = (tuple[bytes | None, Iterable[int], Sequence[GlobalRef], str]
+                | tuple[bytes | None, Iterable[int], Sequence[GlobalRef], str, Sequence[str]])
+
+
+def read(container: str, path: str, pickles: Iterable[PickleRecord],
          version_record: bytes | None = None) -> WeightsOnlyInput:
     """A reader's input: per pickle (bytes, opcodes the guard saw, the unpickler's GlobalRefs, its ``where``[,
     persistent id kinds other than "storage"]).

@@ -281,3 +281,17 @@ def test_text_output_and_exit_codes(run_cli, fixtures_dir, clean):
 def test_policy_defaults():
     p = Policy()
     assert p.nan_check and not p.strict and p.target is None
+
+
+def test_check_names_are_declared_once_and_print_as_before(run_cli, clean, tmp_path):
+    from ckpt_tool.commands.gate.gate import CheckName
+
+    r = run_cli("gate", str(clean), "--json", "--junit", str(tmp_path / "j.xml"))
+    names = [c["name"] for c in json.loads(r.out)["files"][0]["checks"]]
+    assert names == ["loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
+                     "required_metadata", "sha256", "warnings"]
+    assert set(names) | {"readable"} == {n.value for n in CheckName}
+    cases = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
+    assert [c.get("name") for c in cases] == names
+    text = run_cli("gate", str(clean)).out
+    assert "CheckName" not in text and all(n in text for n in names)

@@ -26,6 +26,7 @@ from typing import Any
 
 from .... import writers
 from ....errors import CkptError, UsageError, WriteError
+from ....format_names import Format
 from ....io.atomic import renames
 from ....io.atomic import write as atomic
 from ....io.paths import count_remote, remote_session
@@ -38,7 +39,7 @@ from ..verify.casts import apply_losses, judge_casts, share_losses
 from .torchrun import Dist
 
 PARALLEL_FORMATS = (writers.SAFETENSORS, writers.SHARDED)
-CONSOLIDATION_SOURCES = ("deepspeed", "dcp")
+CONSOLIDATION_SOURCES = (Format.DEEPSPEED, Format.DCP)
 MIN_SHARE_BYTES = 256 << 20  # the default worker count gives each process at least this much to write
 
 

@@ -1,0 +1,18 @@
+"""``ckpt_tool.doctor``: python, torch and CUDA versions and devices, each device checked by a computation."""
+from __future__ import annotations
+
+from ..commands.doctor import doctor as _command
+from ..render.doctor import render
+from .text import returning
+
+
+class DoctorReport(_command.DoctorReport):
+    """The command's DoctorReport; ``str()`` is the text ``ckpt doctor`` prints."""
+
+    def __str__(self) -> str:
+        return render(self)
+
+
+doctor = returning(DoctorReport, _command.run_doctor)
+
+__all__ = ["DoctorReport", "doctor"]

@@ -25,8 +25,8 @@ class OutTensor:
     per tensor and reads these fields several times each.
     """
 
-    __slots__ = ("key", "source", "dtype", "shape", "numel", "nbytes", "cast", "streamable", "itemsize", "_view",
-                 "_loc", "loss")
+    __slots__ = ("_loc", "_view", "cast", "dtype", "itemsize", "key", "loss", "nbytes", "numel", "shape", "source",
+                 "streamable")
 
     def __init__(self, key: str, source: TensorMeta, dtype: str) -> None:
         self.key = key

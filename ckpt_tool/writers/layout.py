@@ -67,7 +67,7 @@ def _find_path(root: Any, target: Any, depth: int = 0) -> list[Any] | None:
             continue
         sub = _find_path(v, target, depth + 1)
         if sub is not None:
-            return [k] + sub
+            return [k, *sub]
     return None
 
 
@@ -158,7 +158,7 @@ def _packed_group(key: str, value: Any, members: list[tuple[str, Any]], by_sourc
     if new is None or any(t is None for t in kept):
         raise RuleConflict(f"{key!r} holds a quantized layer's packed weight and bias, which load together: "
                            f"drop all of {', '.join(repr(k) for k, _ in members)} (e.g. --drop '{key}*') or none")
-    by_member = {k: t for (k, _), t in zip(members, kept)}
+    by_member = {k: t for (k, _), t in zip(members, kept, strict=True)}
     out = []
     for i, item in enumerate(value):
         t = by_member.get(f"{key}.{i}")
@@ -193,7 +193,7 @@ def torch_root(ck: Checkpoint, chosen: Any, tensors: Sequence[OutTensor], rules:
     if is_module_placeholder(chosen):
         warnings.append(f"the pickled module at {ck.state_dict_key!r} is written as its state_dict")
     new_root = _replace_at(root, path, sd)
-    kept = [str(k) for k in root.keys() if str(k) != str(path[0])] if isinstance(root, Mapping) else []
+    kept = [str(k) for k in root if str(k) != str(path[0])] if isinstance(root, Mapping) else []
     return new_root, ".".join(str(p) for p in path), kept, warnings
 
 

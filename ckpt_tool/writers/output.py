@@ -123,10 +123,10 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
                                             piece.offset, piece.length), crc=crc, on_bytes=on_bytes, crc_start=value)
         return value if crc else 0
     source = ref.source
-    start, size = source.region(ref.key)  # type: ignore[attr-defined]
+    start, size = source.region(ref.key)
     if region.offset + region.length > size:
         source.read(ref.key, region.offset, region.length)  # raises the reader's own error
-    src_fd = source.fd()  # type: ignore[attr-defined] # opened here, before a second thread could race to open it
+    src_fd = source.fd()  # opened here, before a second thread could race to open it
     result: dict[str, Any] = {"crc": crc_start}
     stop = threading.Event()
     worker = None
@@ -159,6 +159,6 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
         if worker is not None:
             worker.join()
     if "error" in result:
-        raise result["error"]  # type: ignore[misc]
+        raise result["error"]
     out.pos += region.length
-    return result["crc"]  # type: ignore[return-value]
+    return int(result["crc"])

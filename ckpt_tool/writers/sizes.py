@@ -56,7 +56,7 @@ def _key_json_len(key: str) -> int:
 
 def safetensors_size(tensors: Sequence[OutTensor], metadata: Mapping[str, str]) -> int:
     """At least the size of the safetensors file ``write_safetensors`` writes for these tensors."""
-    data = sum(map(attrgetter("nbytes"), tensors))
+    data: int = sum(map(attrgetter("nbytes"), tensors))
     digits = len(str(data))
     header = 2  # the braces
     parts = 0

@@ -9,6 +9,8 @@ small enough for torch.distributed to broadcast from rank 0.
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...format_names import OutputFormat
@@ -53,3 +55,18 @@ class Outcome:
     bytes_written: int = 0
     warnings: tuple[str, ...] = ()
     cast_loss: tuple[CastReport, ...] = ()
+
+
+def device_status(job: WriteJob, verified: Mapping[str, bool], warnings: list[str]) -> dict[str, str]:
+    """device -> passed/failed, with the devices that could not be used; one entry without verification."""
+    if not job.verify:
+        warnings.append("not verified (--no-verify)")
+        return {"all": "not verified (--no-verify)"}
+    return {**{d: ("passed" if ok else "failed") for d, ok in verified.items()}, **job.report.device_status}
+
+
+def output_size(path: str) -> int:
+    """Bytes of a written file, or of the files of a written folder."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))

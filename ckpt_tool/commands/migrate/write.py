@@ -7,7 +7,6 @@ into place only when every check passed.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -15,7 +14,7 @@ from typing import NamedTuple
 from ...format_names import OutputFormat
 from ...io.atomic import write as atomic
 from ...writers.payload import SafetensorsPayload, TorchPayload
-from .job import WriteJob
+from .job import WriteJob, device_status, output_size
 from .report import MigrateReport
 
 
@@ -157,14 +156,6 @@ def _prove_and_publish(job: WriteJob, tmp: atomic.AtomicFile | atomic.AtomicDir,
     return replace(report, checks=checks_done(report)) if job.verify else report
 
 
-def device_status(job: WriteJob, verified: Mapping[str, bool], warnings: list[str]) -> dict[str, str]:
-    """device -> passed/failed, with the devices that could not be used; one entry without verification."""
-    if not job.verify:
-        warnings.append("not verified (--no-verify)")
-        return {"all": "not verified (--no-verify)"}
-    return {**{d: ("passed" if ok else "failed") for d, ok in verified.items()}, **job.report.device_status}
-
-
 def checks_done(report: MigrateReport) -> tuple[str, ...]:
     """What a passed verification proved, in words, for the ``verified:`` line (the target load is added there)."""
     from ... import dtypes
@@ -184,13 +175,6 @@ def checks_done(report: MigrateReport) -> tuple[str, ...]:
         out.append(f"{len(losses)} cast(s) counted: {bad} value(s) became inf/NaN or were clamped"
                    + (" (--allow-overflow)" if bad else "") + f", {flushed} flushed to zero")
     return tuple(out)
-
-
-def output_size(path: str) -> int:
-    """Bytes of a written file, or of the files of a written folder."""
-    if not os.path.isdir(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
 
 
 def _verify(job: WriteJob, path: str, warnings: list[str]) -> tuple[dict[str, bool], list[str]]:

@@ -70,7 +70,7 @@ def plan_shards(stored: Sequence[OutTensor], aliases: Mapping[str, str], metadat
     """The files of the set, in order: tensors packed up to ``max_bytes``, each alias beside its tensor."""
     groups = split(stored, max_bytes)
     shards = []
-    for name, tensors in zip(shard_names(len(groups)), groups):
+    for name, tensors in zip(shard_names(len(groups)), groups, strict=True):
         keys = {t.key for t in tensors}
         own = {a: k for a, k in aliases.items() if k in keys}
         meta = dict(metadata)

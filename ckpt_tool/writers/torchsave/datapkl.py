@@ -125,10 +125,10 @@ def _int_tuple(values: tuple[int, ...]) -> bytes:
 
 
 # the pure-Python pickler: its save() dispatch can be extended, the C one's cannot
-_PurePickler: Any = pickle._Pickler  # type: ignore[attr-defined]
+_PurePickler: Any = pickle._Pickler
 
 
-class TorchPickler(_PurePickler):
+class TorchPickler(_PurePickler):  # type: ignore[misc]  # typeshed's _Pickler lacks memo, write, put, get
     """The standard library's pure-Python pickler with torch's tensor encoding added."""
 
     def __init__(self, file: Any, table: StorageTable) -> None:
@@ -148,7 +148,8 @@ class TorchPickler(_PurePickler):
         idx = len(self.memo)
         self.memo[id(marker)] = idx, marker
         self._globals[(module, name)] = self.get(idx)
-        return _P.GLOBAL + f"{module}\n{name}\n".encode() + self.put(idx)
+        opcode: bytes = _P.GLOBAL + f"{module}\n{name}\n".encode() + self.put(idx)
+        return opcode
 
     def _constant(self, s: str) -> bytes:
         """A string written once and fetched from the memo afterwards."""
@@ -160,7 +161,8 @@ class TorchPickler(_PurePickler):
         self._keepalive.append(s)
         self.memo[id(s)] = idx, s
         self._const[s] = self.get(idx)
-        return _P.BINUNICODE + _pack_I(len(encoded)) + encoded + self.put(idx)
+        opcode: bytes = _P.BINUNICODE + _pack_I(len(encoded)) + encoded + self.put(idx)
+        return opcode
 
     def _str(self, s: str) -> None:
         found = self.memo.get(id(s))

@@ -133,7 +133,7 @@ class Sanitizer:
 
     def array(self, arr: NumpyArray, where: str) -> Any:
         dt = arr.dtype
-        if dt is None or not arr.data and math.prod(arr.shape) > 0:
+        if dt is None or (not arr.data and math.prod(arr.shape) > 0):
             self.note(where, f"numpy.ndarray ({arr.type_string or '?'}) -> dict (its items are not kept)")
             return {"__class__": "numpy.ndarray", "dtype": arr.type_string, "shape": list(arr.shape)}
         key = self.memory.add(arr.data)

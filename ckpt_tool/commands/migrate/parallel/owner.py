@@ -134,8 +134,7 @@ def _run(job: WriteJob, spec: Spec, units: list[Unit], mine: list[int], tmp: _Te
 
 def _finish(job: WriteJob, tmp: _Temporary, units: list[Unit], shares: _Shares) -> Outcome:
     """The owner's part: index, fsync, whole-output checks, publish."""
-    from ..job import Outcome
-    from ..write import device_status, output_size
+    from ..job import Outcome, device_status, output_size
 
     failures = list(shares.failures)
     warnings = [*job.report.warnings, *shares.cast_warnings]

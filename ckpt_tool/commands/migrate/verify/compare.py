@@ -75,7 +75,7 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
     to_read = [(label, exp, OutTensor(label, act, act.dtype)) for label, exp, act in checked]
     expected = tensor_data([e for _, e, _ in to_read])
     actual = tensor_data([a for _, _, a in to_read])
-    for (label, exp, _), (_, want), (_, got) in zip(to_read, expected, actual):
+    for (label, exp, _), (_, want), (_, got) in zip(to_read, expected, actual, strict=False):
         if isinstance(want, Region) or isinstance(got, Region):  # only writers ask for regions
             raise TypeError("compare_pairs reads bytes, not regions")
         if type(want) is tuple and type(got) is tuple and len(want) == 1 and len(got) == 1:
@@ -145,7 +145,7 @@ def _same_in_runs(to_read: Sequence[tuple[str, OutTensor, TensorMeta]], advance:
         return False
     sizes = [e.nbytes for _, e, _ in to_read]
     act_locs = [file_location(a, a.storage_offset * a.itemsize if a.storage_offset else 0, size)
-                if a.is_contiguous else None for (_, _, a), size in zip(to_read, sizes)]
+                if a.is_contiguous else None for (_, _, a), size in zip(to_read, sizes, strict=True)]
     if None in act_locs:
         return False
     expected = coalesced(exp_locs, sizes)
@@ -250,7 +250,7 @@ def same_quantizer(where: str, expected: tuple[object, ...] | None, actual: tupl
         return None
     if expected is None or actual is None or len(expected) != len(actual) or str(expected[0]) != str(actual[0]):
         return f"{where}: quantizer is {_describe_q(actual)}, expected {_describe_q(expected)}"
-    for i, (e, a) in enumerate(zip(expected[1:], actual[1:]), 1):
+    for i, (e, a) in enumerate(zip(expected[1:], actual[1:], strict=True), 1):
         if isinstance(e, TensorMeta):
             if not isinstance(a, TensorMeta):
                 return f"{where}: quantizer part {i} is not a tensor"

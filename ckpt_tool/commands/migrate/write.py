@@ -115,8 +115,8 @@ def write_and_publish(job: WriteJob) -> MigrateReport:
         with atomic.AtomicDir(job.out) as folder:
             return _prove_and_publish(job, folder, writer.write(folder, job))
     with atomic.AtomicFile(job.out) as file:
-        if file.fd is None:
-            raise PayloadMismatch(f"the temporary file for {job.out} is not open")
+        if file.fd is None:  # AtomicFile opens it on entering: a bug, never the user's doing
+            raise RuntimeError(f"the temporary file for {job.out} is not open")
         return _prove_and_publish(job, file, writer.write(file.fd, job))
 
 

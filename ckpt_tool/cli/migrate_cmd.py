@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import click
 
@@ -20,13 +20,26 @@ from .options import (
 )
 from .remote_io import download_option, remote_scope, verbose_option
 
+if TYPE_CHECKING:
+    from ..io.atomic.staletemp import CleanReport
+    from ..keys.rules import RuleSet
+    from ..progress import Progress
+
+
+class _Bar(Protocol):
+    """What _Bars uses of a click progress bar."""
+
+    def update(self, n_steps: int) -> None: ...
+
+    def render_finish(self) -> None: ...
+
 
 class _Bars:
-    """The migrate Progress protocol as click progress bars on stderr (terminal only)."""
+    """ckpt_tool.progress.Progress as click progress bars on stderr (terminal only)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.bar: Any = None
+        self.bar: _Bar | None = None
         self.pending = 0
         self.step = 1
 
@@ -106,7 +119,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
                     workers: int | None, state_dict_only: bool, sanitize: bool, force: bool, dry_run: bool,
                     verify: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool, verbose: bool,
-                    **kwargs: Any) -> int:
+                    **kwargs: object) -> int:
     """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
 
     Rules apply in this order: --key, --strip-prefix, --add-prefix, --rename,
@@ -130,18 +143,18 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     if kw and target is None:
         raise UsageError("--target-kwargs needs --target")
 
-    def announce(rules: Any) -> None:
+    def announce(rules: RuleSet) -> None:
         if not as_json and not quiet:
             text = rules.describe() if not rules.is_empty else "(none needed: the keys already match)"
             click.echo(f"inferred rules: {text}")
 
-    def cleaned(found: Any) -> None:
+    def cleaned(found: CleanReport) -> None:
         from ..render.cleanup import removed_line
 
         if found.removed and not quiet:
             click.echo(removed_line(found.removed), err=True)
 
-    bars = _Bars(not quiet and sys.stderr.isatty())
+    bars: Progress = _Bars(not quiet and sys.stderr.isatty())
     try:
         with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
             report = migrate(
@@ -155,7 +168,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
             )
         keep_until_exit(report)
     finally:
-        bars.done()
+        bars.done()  # a bar left open by an error is closed before the message
     if as_json:
         click.echo(dumps(report.to_json()))
     elif (not quiet or not report.ok) and not follower():

@@ -39,13 +39,14 @@ def materialise(tensors: Sequence[OutTensor]) -> dict[str, Any]:
 
 
 def write_dcp(folder: str, tensors: Sequence[OutTensor], on_bytes: Callable[[int], None] | None = None) -> None:
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
 
     state_dict = materialise(tensors)
-    writer = dcp.FileSystemWriter(folder, single_file_per_rank=True, sync_files=True)
+    writer = FileSystemWriter(folder, single_file_per_rank=True, sync_files=True)
     with warnings.catch_warnings():
         # one process is the intent here; torch warns that it assumes so
         warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
-        dcp.save(state_dict, storage_writer=writer, no_dist=True)
+        save(state_dict, storage_writer=writer, no_dist=True)
     if on_bytes is not None:
         on_bytes(sum(t.nbytes for t in tensors))

@@ -26,10 +26,15 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import dtypes
+from ..format_names import OutputFormat
 from .base import OutTensor
+from .payload import Payload, TorchPayload
+
+if TYPE_CHECKING:
+    from .torchsave.datapkl import StorageTable
 
 DCP_DATA_PER_TENSOR = 2048
 DCP_METADATA_PER_TENSOR = 512
@@ -113,7 +118,7 @@ def _zip_size(members: Sequence[tuple[int, int]]) -> int:
     return pos + directory + end
 
 
-def torch_zip_size(out: str, data_pkl: bytes, table: Any) -> int:
+def torch_zip_size(out: str, data_pkl: bytes, table: StorageTable) -> int:
     from .torchsave.archive import ALIGNMENT, archive_name
 
     base = len(archive_name(out).encode("utf-8")) + 1
@@ -148,46 +153,40 @@ def dcp_sizes(tensors: Sequence[OutTensor]) -> list[int]:
     return [data, meta]
 
 
-def quick_bound(fmt: str, out: str, tensors: Sequence[OutTensor], payload: Mapping[str, Any],
+def quick_bound(fmt: OutputFormat, out: str, tensors: Sequence[OutTensor], payload: Payload,
                 shard_bytes: int | None) -> tuple[int, int]:
     """(at least the total bytes, at least the number of files) of the output, from sums alone."""
-    from . import DCP, SHARDED, TORCH_ZIP
     from .torchsave.archive import archive_name
 
-    if fmt == TORCH_ZIP:
-        data_pkl, table = payload["pickle"]
-        storages = table.storages
+    if isinstance(payload, TorchPayload):
+        storages = payload.table.storages
         # local header + central record: the name twice, ZIP64 extras, at most 63 bytes of padding
         per_member = 2 * (len(archive_name(out).encode("utf-8")) + 32) + 191
-        return sum(map(attrgetter("nbytes"), storages)) + len(data_pkl) + (len(storages) + 6) * per_member + 98, 1
-    if fmt == DCP:
+        return (sum(map(attrgetter("nbytes"), storages)) + len(payload.data_pkl) + (len(storages) + 6) * per_member
+                + 98, 1)
+    if payload is None:  # DCP
         return sum(dcp_sizes(tensors)), 2
-    stored, aliases = payload["stored"], payload["aliases"]
+    stored, aliases = payload.stored, payload.aliases
     count = len(stored)
     data = sum(map(attrgetter("nbytes"), stored))
     keys = sum(map(len, map(attrgetter("key"), stored)))  # a character is at most 6 bytes of JSON
     dims = sum(map(len, map(attrgetter("shape"), stored)))
     headers = 6 * keys + 100 * count + 21 * dims
-    meta = 16 + len(json.dumps({**payload["meta"], **aliases}, ensure_ascii=False).encode("utf-8"))
-    if fmt == SHARDED:
+    meta = 16 + len(json.dumps({**payload.meta, **aliases}, ensure_ascii=False).encode("utf-8"))
+    if fmt is OutputFormat.SHARDED:
         shards = min(count, 2 * -(-data // (shard_bytes or 1)) + 1)  # two neighbouring shards exceed the limit
         index = 6 * (keys + sum(map(len, aliases))) + 64 * (count + len(aliases)) + 256
         return data + headers + shards * meta + index, shards + 1
     return data + headers + meta, 1
 
 
-def planned_sizes(fmt: str, out: str, tensors: Sequence[OutTensor], payload: Mapping[str, Any],
+def planned_sizes(fmt: OutputFormat, out: str, tensors: Sequence[OutTensor], payload: Payload,
                   shard_bytes: int | None) -> list[int]:
     """The size of each file the output will hold (one for a file output)."""
-    from . import DCP, SAFETENSORS, SHARDED, TORCH_ZIP
-
-    if fmt == TORCH_ZIP:
-        data_pkl, table = payload["pickle"]
-        return [torch_zip_size(out, data_pkl, table)]
-    if fmt == SAFETENSORS:
-        return [safetensors_size(payload["stored"], {**payload["meta"], **payload["aliases"]})]
-    if fmt == SHARDED:
-        return sharded_sizes(payload["stored"], payload["aliases"], payload["meta"], shard_bytes or 1)
-    if fmt == DCP:
+    if isinstance(payload, TorchPayload):
+        return [torch_zip_size(out, payload.data_pkl, payload.table)]
+    if payload is None:  # DCP
         return dcp_sizes(tensors)
-    return [sum(t.nbytes for t in tensors)]
+    if fmt is OutputFormat.SHARDED:
+        return sharded_sizes(payload.stored, payload.aliases, payload.meta, shard_bytes or 1)
+    return [safetensors_size(payload.stored, {**payload.meta, **payload.aliases})]

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ...format_names import OutputFormat
 from ...io.atomic import staletemp
 from ...io.remote.counts import with_remote
 from ...keys.rules import Plan, RuleSet
@@ -32,7 +32,7 @@ class MigrateReport:
 
     source: str
     output: str | None
-    format: str
+    format: OutputFormat
     source_format: str
     plan: Plan
     tensors: tuple[OutTensor, ...]
@@ -62,7 +62,7 @@ class MigrateReport:
         """False when verification failed or the target check found differences."""
         return not self.failures and (self.target is None or self.target.ok)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return with_remote({
             "source": self.source,
             "output": self.output,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InputError
+from ..base import OutTensor
 from ..output import Output, copy_region
 from ..sourcebytes import Region, out_bytes, storage_data
 from .datapkl import StorageTable, TorchPickler
@@ -155,6 +156,11 @@ def pickle_root(root: Any) -> tuple[bytes, StorageTable]:
     return buf.getvalue(), table
 
 
+def _unreferenced(cast: OutTensor | None) -> tuple[bytes]:
+    """The bytes of a storage that no source region holds: a cast tensor's new values, or none."""
+    return (out_bytes(cast),) if cast is not None else (b"",)
+
+
 def write_torch_zip(fd: int, final_path: str, data_pkl: bytes, table: StorageTable,
                     on_bytes: Callable[[int], None] | None = None) -> int:
     """Write the archive to ``fd``; returns the number of bytes written."""
@@ -165,12 +171,7 @@ def write_torch_zip(fd: int, final_path: str, data_pkl: bytes, table: StorageTab
     z.add("byteorder", sys.byteorder.encode())
     copies = storage_data([st.ref for st in table.storages if st.ref is not None], regions=True)
     for st in table.storages:
-        if st.ref is not None:
-            data = next(copies)
-        elif st.cast is not None:
-            data = (out_bytes(st.cast),)
-        else:
-            data = (b"",)
+        data = next(copies) if st.ref is not None else _unreferenced(st.cast)
         z.add_stream(f"data/{st.key}", st.nbytes, data, on_bytes)
     z.add("version", b"3\n")
     z.add(".data/serialization_id", f"{secrets.randbelow(10 ** 40):040d}".encode())

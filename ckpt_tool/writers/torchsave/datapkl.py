@@ -160,7 +160,8 @@ class TorchPickler(_PurePickler):
         idx = len(self.memo)
         self.memo[id(marker)] = idx, marker
         self._globals[(module, name)] = self.get(idx)
-        return _P.GLOBAL + f"{module}\n{name}\n".encode() + self.put(idx)
+        opcode: bytes = _P.GLOBAL + f"{module}\n{name}\n".encode() + self.put(idx)
+        return opcode
 
     def _constant(self, s: str) -> bytes:
         """A string written once and fetched from the memo afterwards."""
@@ -172,7 +173,8 @@ class TorchPickler(_PurePickler):
         self._keepalive.append(s)
         self.memo[id(s)] = idx, s
         self._const[s] = self.get(idx)
-        return _P.BINUNICODE + _pack_I(len(encoded)) + encoded + self.put(idx)
+        opcode: bytes = _P.BINUNICODE + _pack_I(len(encoded)) + encoded + self.put(idx)
+        return opcode
 
     def _str(self, s: str) -> None:
         found = self.memo.get(id(s))

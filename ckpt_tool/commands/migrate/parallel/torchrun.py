@@ -5,27 +5,29 @@ the same command M x N times with RANK, WORLD_SIZE and LOCAL_RANK set (and
 the rendezvous in MASTER_ADDR/MASTER_PORT). Every rank reads the source's
 metadata and plans the same output; rank 0 owns the temporary output and
 the index, each rank writes and verifies its share of the shards on the
-shared file system. torch is imported only here, only in that mode.
+shared file system. torch.distributed is called through tensors/distributed.py, only in that mode.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from typing import TypeVar
 
 from ....errors import UsageError
 
 TIMEOUT_ENV = "CKPT_DIST_TIMEOUT"  # seconds a rank waits for the others (default 1800, torch's own)
+T = TypeVar("T")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Dist:
-    """This process's place among the ranks, and the collective calls the write needs."""
+    """This process's place among the ranks, and the collective calls the write needs (tensors/distributed.py).
+
+    Frozen and picklable: it travels in the migrate plan.
+    """
 
     rank: int
     world: int
-    started: bool = False
 
     @classmethod
     def from_env(cls) -> Dist | None:
@@ -48,42 +50,31 @@ class Dist:
         return self.rank == 0
 
     def start(self) -> None:
-        import torch.distributed as td
+        """Join the ranks' process group (torchrun's rendezvous), waiting at most CKPT_DIST_TIMEOUT seconds."""
+        from ....tensors import distributed
 
-        if not td.is_initialized():
-            seconds = float(os.environ.get(TIMEOUT_ENV, "1800"))
-            td.init_process_group("gloo", timeout=timedelta(seconds=seconds))
-            self.started = True
-        if td.get_world_size() != self.world or td.get_rank() != self.rank:
-            raise UsageError("torch.distributed is initialised with another rank layout than RANK/WORLD_SIZE")
+        try:
+            distributed.start(self.rank, self.world, float(os.environ.get(TIMEOUT_ENV, "1800")))
+        except ValueError:
+            raise UsageError("torch.distributed is initialised with another rank layout than RANK/WORLD_SIZE") \
+                from None
 
-    def broadcast(self, obj: Any) -> Any:
+    def broadcast(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank."""
-        import torch.distributed as td
+        from ....tensors import distributed
 
-        box = [obj if self.leader else None]
-        td.broadcast_object_list(box, src=0)
-        return box[0]
+        return distributed.broadcast(obj, self.leader)
 
-    def gather(self, obj: Any) -> list[Any]:
+    def gather(self, obj: T) -> list[T]:
         """Every rank's ``obj``, in rank order, on every rank."""
-        import torch.distributed as td
+        from ....tensors import distributed
 
-        out: list[Any] = [None] * self.world
-        td.all_gather_object(out, obj)
-        return out
+        return distributed.gather(obj, self.world)
 
     def barrier(self) -> None:
-        import torch.distributed as td
+        from ....tensors import distributed
 
-        td.barrier()
-
-    def close(self) -> None:
-        if self.started:
-            import torch.distributed as td
-
-            td.destroy_process_group()
-            self.started = False
+        distributed.barrier()
 
 
 def follower() -> bool:

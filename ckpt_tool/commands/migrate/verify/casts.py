@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ....tensors.castloss import CastLoss
 from ....writers.base import OutTensor
@@ -91,16 +90,6 @@ def cast_findings(tensors: Sequence[OutTensor], allow_overflow: bool
         warnings.append(f"the cast stored {sum(c.loss.subnormal for c in sub)} normal value(s) as subnormals "
                         f"(reduced precision) in {len(sub)} tensor(s): {_sample(sub, 'subnormal')}")
     return reports, warnings, failures
-
-
-def judge_casts(job: Any) -> list[str]:
-    """Put what ``job``'s casts did (migrate_write.Job) into its report and warnings; the failures when
-    new inf/NaN (or clamped values) are not accepted by --allow-overflow."""
-    losses, warnings, failures = cast_findings(job.tensors, job.allow_overflow)
-    job.report_args["cast_loss"] = losses
-    job.report_args["overflow_allowed"] = job.allow_overflow
-    job.warnings.extend(warnings)
-    return failures
 
 
 def share_losses(tensors: Sequence[OutTensor]) -> list[tuple[str, CastLoss]]:

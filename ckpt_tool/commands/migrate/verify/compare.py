@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
 from ....io.source import pread_exact
 from ....model import TensorMeta
@@ -76,7 +75,7 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
     to_read = [(label, exp, OutTensor(label, act, act.dtype)) for label, exp, act in checked]
     expected = tensor_data([e for _, e, _ in to_read])
     actual = tensor_data([a for _, _, a in to_read])
-    for (label, exp, _), (_, want), (_, got) in zip(to_read, expected, actual):
+    for (label, exp, _), (_, want), (_, got) in zip(to_read, expected, actual, strict=False):
         if isinstance(want, Region) or isinstance(got, Region):  # only writers ask for regions
             raise TypeError("compare_pairs reads bytes, not regions")
         if type(want) is tuple and type(got) is tuple and len(want) == 1 and len(got) == 1:
@@ -146,7 +145,7 @@ def _same_in_runs(to_read: Sequence[tuple[str, OutTensor, TensorMeta]], advance:
         return False
     sizes = [e.nbytes for _, e, _ in to_read]
     act_locs = [file_location(a, a.storage_offset * a.itemsize if a.storage_offset else 0, size)
-                if a.is_contiguous else None for (_, _, a), size in zip(to_read, sizes)]
+                if a.is_contiguous else None for (_, _, a), size in zip(to_read, sizes, strict=True)]
     if None in act_locs:
         return False
     expected = coalesced(exp_locs, sizes)
@@ -204,7 +203,7 @@ def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str
             f"unexpected {extra[:MAX_REPORTED]}"]
 
 
-def _held(mapping: Any) -> Mapping[str, Any]:
+def _held(mapping: object) -> Mapping[str, object]:
     """The re-read state_dict's tensors by key, nested ones (an optimizer's state) under dotted keys as
     the reader names them."""
     from ....formats.checkpoint.locate import tensors_of
@@ -214,12 +213,12 @@ def _held(mapping: Any) -> Mapping[str, Any]:
     return tensors_of(mapping) or {}
 
 
-def tensor_keys(mapping: Any) -> list[str]:
+def tensor_keys(mapping: object) -> list[str]:
     """The keys of a re-read state_dict mapping that hold tensors."""
     return [str(k) for k, val in _held(mapping).items() if isinstance(val, (LazyTensor, TensorMeta))]
 
 
-def tensors_in(mapping: Any) -> dict[str, TensorMeta]:
+def tensors_in(mapping: object) -> dict[str, TensorMeta]:
     """The tensor entries of a re-read state_dict mapping, as TensorMetas."""
     out = {}
     for k, val in _held(mapping).items():
@@ -229,13 +228,13 @@ def tensors_in(mapping: Any) -> dict[str, TensorMeta]:
     return out
 
 
-def _tensorish(obj: Any) -> TensorMeta | None:
+def _tensorish(obj: object) -> TensorMeta | None:
     if isinstance(obj, (LazyTensor, TensorMeta)):
         return as_meta(obj)
     return None
 
 
-def _same_number(a: Any, b: Any) -> bool:
+def _same_number(a: object, b: object) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, float):
@@ -243,7 +242,7 @@ def _same_number(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def same_quantizer(where: str, expected: tuple[Any, ...] | None, actual: tuple[Any, ...] | None,
+def same_quantizer(where: str, expected: tuple[object, ...] | None, actual: tuple[object, ...] | None,
                    pairs: list[tuple[str, OutTensor, TensorMeta]]) -> str | None:
     """A problem when a quantized tensor's scheme, scale, zero point or axis differ; per-channel
     scales and zero points join ``pairs`` (compared bit for bit with the other tensors)."""
@@ -251,7 +250,7 @@ def same_quantizer(where: str, expected: tuple[Any, ...] | None, actual: tuple[A
         return None
     if expected is None or actual is None or len(expected) != len(actual) or str(expected[0]) != str(actual[0]):
         return f"{where}: quantizer is {_describe_q(actual)}, expected {_describe_q(expected)}"
-    for i, (e, a) in enumerate(zip(expected[1:], actual[1:]), 1):
+    for i, (e, a) in enumerate(zip(expected[1:], actual[1:], strict=True), 1):
         if isinstance(e, TensorMeta):
             if not isinstance(a, TensorMeta):
                 return f"{where}: quantizer part {i} is not a tensor"
@@ -264,99 +263,126 @@ def same_quantizer(where: str, expected: tuple[Any, ...] | None, actual: tuple[A
     return None
 
 
-def _describe_q(q: tuple[Any, ...] | None) -> str:
+def _describe_q(q: tuple[object, ...] | None) -> str:
     return "none (not quantized)" if q is None else f"{q[0]}"
 
 
-def compare_tree(expected: Any, actual: Any, advance: Advance | None = None) -> list[str]:
-    """Walk what was pickled and what was re-read side by side: structure, scalars and tensor bytes."""
-    problems: list[str] = []
-    pairs: list[tuple[str, OutTensor, TensorMeta]] = []
-    memo: set[tuple[int, int]] = set()
+class _TreeWalk:
+    """What was pickled and what was re-read, side by side: one method per kind of value.
 
-    def walk(e: Any, a: Any, path: str, depth: int) -> None:
-        if len(problems) >= MAX_REPORTED or depth > 200:
+    Problems are collected (at most MAX_REPORTED); tensors are paired up and
+    their bytes compared in one pass at the end (compare_pairs).
+    """
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.pairs: list[tuple[str, OutTensor, TensorMeta]] = []
+        self.memo: set[tuple[int, int]] = set()
+
+    def walk(self, e: object, a: object, path: str, depth: int) -> None:
+        if len(self.problems) >= MAX_REPORTED or depth > 200:
             return
         where = path or "<top>"
         if isinstance(e, OutTensor) or _tensorish(e) is not None:
-            if (id(e), id(a)) in memo:
-                return
-            memo.add((id(e), id(a)))
-            if isinstance(e, OutTensor):
-                exp = e
-            else:
-                meta = as_meta(e)
-                exp = OutTensor(where, meta, meta.dtype)
-            act = _tensorish(a)
-            if act is None:
-                problems.append(f"{where}: expected a tensor, found {type(a).__name__}")
-                return
-            pairs.append((where, exp, act))
-            problem = same_quantizer(where, exp.source.quantizer if not exp.cast else None, act.quantizer, pairs)
-            if problem:
-                problems.append(problem)
-            return
-        if isinstance(e, Mapping):
-            if not isinstance(a, Mapping):
-                problems.append(f"{where}: expected a mapping, found {type(a).__name__}")
-                return
-            if list(map(str, e.keys())) != list(map(str, a.keys())):
-                missing = [str(k) for k in e if k not in a]
-                extra = [str(k) for k in a if k not in e]
-                detail = (f"missing {missing[:MAX_REPORTED]}" if missing else "") + \
-                    (f" unexpected {extra[:MAX_REPORTED]}" if extra else "") or "keys in another order"
-                problems.append(f"{where}: keys differ ({detail.strip()})")
-                return
-            for k in e:
-                walk(e[k], a[k], f"{path}.{k}" if path else str(k), depth + 1)
-            return
-        if isinstance(e, (list, tuple)):
-            if type(a) is not type(e) or len(a) != len(e):
-                problems.append(f"{where}: expected a {type(e).__name__} of {len(e)} items")
-                return
-            for i, (x, y) in enumerate(zip(e, a)):
-                walk(x, y, f"{path}.{i}" if path else str(i), depth + 1)
-            return
-        if isinstance(e, NumpyArray):
-            if not isinstance(a, NumpyArray) or a.shape != e.shape or a.data != e.data:
-                problems.append(f"{where}: NumPy array differs")
-            return
-        if isinstance(e, DTypeRef):
-            if not isinstance(a, DTypeRef) or a.name != e.name:
-                problems.append(f"{where}: dtype differs")
-            return
-        if e is None or isinstance(e, (bool, int, str, bytes, bytearray, complex)):
-            if type(a) is not type(e) or a != e:
-                problems.append(f"{where}: value is {a!r:.60}, expected {e!r:.60}")
-            return
-        if isinstance(e, float):
-            if type(a) is not type(e) or not (a == e or (math.isnan(a) and math.isnan(e))):
-                problems.append(f"{where}: value is {a!r}, expected {e!r}")
-            return
-        if isinstance(e, Placeholder):  # written back as it was read: same class, construction, state, items
-            if not isinstance(a, Placeholder) or a.qualname != e.qualname:
-                problems.append(f"{where}: expected an object of class {e.qualname}, found {type(a).__name__}")
-                return
-            ed, ad = e.__dict__, a.__dict__
-            if isinstance(ed.get("_ckpt_via"), tuple) != isinstance(ad.get("_ckpt_via"), tuple) or (
-                    not isinstance(ed.get("_ckpt_via"), tuple) and ed.get("_ckpt_via") != ad.get("_ckpt_via")):
-                problems.append(f"{where}: {e.qualname} is built another way than in the source")
-                return
-            for part in ("_ckpt_args", "_ckpt_state", "_ckpt_items", "_ckpt_setitems"):
-                walk(ed[part], ad[part], f"{where}<{part[6:]}>", depth + 1)
-            return
-        if isinstance(e, type) and issubclass(e, Placeholder):
-            if not (isinstance(a, type) and issubclass(a, Placeholder) and a is e):
-                problems.append(f"{where}: expected the class {e._ckpt_module}.{e._ckpt_name}")
-            return
-        if isinstance(e, (set, frozenset)):
-            if not isinstance(a, (set, frozenset)) or set(a) != set(e):
-                problems.append(f"{where}: set differs")
-            return
-        if isinstance(a, Placeholder):
-            return  # a real object (--unsafe) re-read safely as a placeholder: its pickling was torch's/pickle's own
+            self.tensor(e, a, where)
+        elif isinstance(e, Mapping):
+            self.mapping(e, a, path, depth)
+        elif isinstance(e, (list, tuple)):
+            self.sequence(e, a, path, depth)
+        elif e is None or isinstance(e, _VALUES):
+            self.note(_value_problem(e, a, where))
+        elif isinstance(e, Placeholder):  # written back as it was read: same class, construction, state, items
+            self.placeholder(e, a, where, depth)
+        else:  # another object (a real one under --unsafe is re-read as a placeholder): only these are compared
+            self.note(_class_or_set_problem(e, a, where))
 
-    walk(expected, actual, "", 0)
-    if problems:
-        return problems
-    return compare_pairs(pairs, advance)
+    def note(self, problem: str | None) -> None:
+        if problem is not None:
+            self.problems.append(problem)
+
+    def tensor(self, e: object, a: object, where: str) -> None:
+        if (id(e), id(a)) in self.memo:
+            return
+        self.memo.add((id(e), id(a)))
+        if isinstance(e, OutTensor):
+            exp = e
+        else:
+            meta = as_meta(e)  # type: ignore[arg-type]  # _tensorish said it is a LazyTensor or TensorMeta
+            exp = OutTensor(where, meta, meta.dtype)
+        act = _tensorish(a)
+        if act is None:
+            self.problems.append(f"{where}: expected a tensor, found {type(a).__name__}")
+            return
+        self.pairs.append((where, exp, act))
+        problem = same_quantizer(where, exp.source.quantizer if not exp.cast else None, act.quantizer, self.pairs)
+        if problem:
+            self.problems.append(problem)
+
+    def mapping(self, e: Mapping[object, object], a: object, path: str, depth: int) -> None:
+        where = path or "<top>"
+        if not isinstance(a, Mapping):
+            self.problems.append(f"{where}: expected a mapping, found {type(a).__name__}")
+            return
+        if list(map(str, e.keys())) != list(map(str, a.keys())):
+            missing = [str(k) for k in e if k not in a]
+            extra = [str(k) for k in a if k not in e]
+            detail = (f"missing {missing[:MAX_REPORTED]}" if missing else "") + \
+                (f" unexpected {extra[:MAX_REPORTED]}" if extra else "") or "keys in another order"
+            self.problems.append(f"{where}: keys differ ({detail.strip()})")
+            return
+        for k in e:
+            self.walk(e[k], a[k], f"{path}.{k}" if path else str(k), depth + 1)
+
+    def sequence(self, e: list[object] | tuple[object, ...], a: object, path: str, depth: int) -> None:
+        if not isinstance(a, (list, tuple)) or type(a) is not type(e) or len(a) != len(e):
+            self.problems.append(f"{path or '<top>'}: expected a {type(e).__name__} of {len(e)} items")
+            return
+        for i, (x, y) in enumerate(zip(e, a, strict=True)):
+            self.walk(x, y, f"{path}.{i}" if path else str(i), depth + 1)
+
+    def placeholder(self, e: Placeholder, a: object, where: str, depth: int) -> None:
+        if not isinstance(a, Placeholder) or a.qualname != e.qualname:
+            self.problems.append(f"{where}: expected an object of class {e.qualname}, found {type(a).__name__}")
+            return
+        ed, ad = e.__dict__, a.__dict__
+        if isinstance(ed.get("_ckpt_via"), tuple) != isinstance(ad.get("_ckpt_via"), tuple) or (
+                not isinstance(ed.get("_ckpt_via"), tuple) and ed.get("_ckpt_via") != ad.get("_ckpt_via")):
+            self.problems.append(f"{where}: {e.qualname} is built another way than in the source")
+            return
+        for part in ("_ckpt_args", "_ckpt_state", "_ckpt_items", "_ckpt_setitems"):
+            self.walk(ed[part], ad[part], f"{where}<{part[6:]}>", depth + 1)
+
+
+_VALUES = (NumpyArray, DTypeRef, bool, int, str, bytes, bytearray, complex, float)
+
+
+def _value_problem(e: object, a: object, where: str) -> str | None:
+    """A value that holds no tensors, re-read otherwise than it was written (None: the same)."""
+    if isinstance(e, NumpyArray):
+        same = isinstance(a, NumpyArray) and a.shape == e.shape and a.data == e.data
+        return None if same else f"{where}: NumPy array differs"
+    if isinstance(e, DTypeRef):
+        return None if isinstance(a, DTypeRef) and a.name == e.name else f"{where}: dtype differs"
+    if isinstance(e, float):
+        same = type(a) is type(e) and isinstance(a, float) and (a == e or (math.isnan(a) and math.isnan(e)))
+        return None if same else f"{where}: value is {a!r}, expected {e!r}"
+    return None if type(a) is type(e) and a == e else f"{where}: value is {a!r:.60}, expected {e!r:.60}"
+
+
+def _class_or_set_problem(e: object, a: object, where: str) -> str | None:
+    """A placeholder class or a set, re-read otherwise than it was written; other objects are not compared."""
+    if isinstance(e, type) and issubclass(e, Placeholder):
+        same = isinstance(a, type) and issubclass(a, Placeholder) and a is e
+        return None if same else f"{where}: expected the class {e._ckpt_module}.{e._ckpt_name}"
+    if isinstance(e, (set, frozenset)):
+        return None if isinstance(a, (set, frozenset)) and set(a) == set(e) else f"{where}: set differs"
+    return None
+
+
+def compare_tree(expected: object, actual: object, advance: Advance | None = None) -> list[str]:
+    """Walk what was pickled and what was re-read side by side: structure, scalars and tensor bytes."""
+    tree = _TreeWalk()
+    tree.walk(expected, actual, "", 0)
+    if tree.problems:
+        return tree.problems
+    return compare_pairs(tree.pairs, advance)

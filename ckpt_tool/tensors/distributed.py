@@ -1,0 +1,54 @@
+"""torch.distributed for one migrate run as several ranks (gloo): start, broadcast, gather, barrier.
+
+The only module that imports torch.distributed for commands/migrate/parallel/;
+the objects passed are small and picklable (paths, fingerprints, lists of
+problems), as ``broadcast_object_list`` and ``all_gather_object`` need.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TypeVar, cast
+
+T = TypeVar("T")
+
+
+def start(rank: int, world: int, timeout_s: float) -> bool:
+    """Join the process group (gloo) unless it already is; True when this call started it.
+
+    Raises ValueError when torch.distributed runs with another rank layout than ``rank``/``world``.
+    """
+    import torch.distributed as td
+
+    started = False
+    if not td.is_initialized():
+        td.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        started = True
+    if td.get_world_size() != world or td.get_rank() != rank:
+        raise ValueError(f"torch.distributed runs as rank {td.get_rank()} of {td.get_world_size()}")
+    return started
+
+
+def broadcast(obj: T, leader: bool) -> T:
+    """Rank 0's ``obj`` on every rank (the others' ``obj`` is not sent)."""
+    import torch.distributed as td
+
+    box: list[object] = [obj if leader else None]
+    td.broadcast_object_list(box, src=0)
+    return cast(T, box[0])
+
+
+def gather(obj: T, world: int) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    import torch.distributed as td
+
+    out: list[object] = [None] * world
+    td.all_gather_object(out, obj)
+    return cast(list[T], out)
+
+
+def barrier() -> None:
+    """Wait until every rank got here."""
+    import torch.distributed as td
+
+    td.barrier()
+

@@ -1,0 +1,82 @@
+"""migrate's plan: built once from the API's keywords, frozen, typed, picklable; one writer per output format."""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+
+from ckpt_tool import writers
+from ckpt_tool.commands.migrate.plan import MigratePlan, plan_migration
+from ckpt_tool.commands.migrate.shape import SHAPERS
+from ckpt_tool.commands.migrate.write import WRITERS, FolderWriter
+from ckpt_tool.errors import UsageError
+from ckpt_tool.format_names import OutputFormat
+
+
+def test_every_output_format_has_one_writer_and_one_shaper():
+    assert set(WRITERS) == set(OutputFormat) == set(SHAPERS)
+    assert {f for f, w in WRITERS.items() if isinstance(w, FolderWriter)} == writers.FOLDER_FORMATS
+
+
+@pytest.mark.parametrize("out,to,shards,fmt", [
+    ("a.pth", None, None, OutputFormat.TORCH_ZIP),
+    ("a.bin", None, None, OutputFormat.TORCH_ZIP),
+    ("a.safetensors", None, None, OutputFormat.SAFETENSORS),
+    ("shards/", None, 1000, OutputFormat.SHARDED),
+    ("folder", "dcp", None, OutputFormat.DCP),
+    (None, None, None, OutputFormat.TORCH_ZIP),
+])
+def test_choose_format_names_an_output_format_that_is_still_its_string(out, to, shards, fmt):
+    got = writers.choose_format(out, to, shards)
+    assert got is fmt and got == fmt.value and f"{got}" == fmt.value
+
+
+def test_the_plan_is_frozen_typed_and_crosses_a_process_boundary(tmp_path):
+    plan = plan_migration(tmp_path / "src.pth", tmp_path / "out.safetensors", key="model",
+                          strip_prefix=["module."], dtype="bf16", target_kwargs={"n": 2}, allow_missing=["head.*"],
+                          devices=["cpu"], max_shard_size=None, workers=3, verify=False, unsafe=True)
+    assert isinstance(plan, MigratePlan)
+    assert plan.source.path == str(tmp_path / "src.pth") and plan.source.key == "model" and plan.source.unsafe
+    assert plan.output.format is OutputFormat.SAFETENSORS and not plan.output.folder
+    assert plan.rules.strip_prefix == ("module.",) and plan.rules.dtype == "bf16"
+    v = plan.verification
+    assert (v.enabled, v.devices, v.allow_missing, dict(v.target_kwargs or {})) == (False, ("cpu",), ("head.*",),
+                                                                                    {"n": 2})
+    assert plan.parallelism.workers == 3 and plan.parallelism.dist is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.output.force = True  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(plan)) == plan
+
+
+def test_a_sharded_plan_is_a_folder(tmp_path):
+    plan = plan_migration("src.pth", tmp_path / "shards", max_shard_size="1MB")
+    assert plan.output.format is OutputFormat.SHARDED and plan.output.folder and plan.output.shard_bytes == 10**6
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"out": None}, "-o OUT"),
+    ({"auto": True}, "--target SPEC"),
+    ({"out": "a.safetensors", "sanitize": True}, "--sanitize"),
+    ({"out": "a.onnx"}, "cannot tell the output format"),
+])
+def test_usage_errors_are_raised_by_the_planner_before_anything_is_read(kwargs, message):
+    kwargs = {"out": "a.pth", **kwargs}
+    with pytest.raises(UsageError, match=message):
+        plan_migration("does-not-exist.pth", **kwargs)
+
+
+def test_rules_given_whole_replace_the_rule_options():
+    from ckpt_tool.keys.rules import RuleSet
+
+    rules = RuleSet(add_prefix="x.")
+    assert plan_migration("s.pth", "o.pth", rules=rules, strip_prefix=["ignored."]).rules is rules
+
+
+def test_a_dry_run_plans_no_ranks(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert plan_migration("s.pth", dry_run=True).parallelism.dist is None
+    dist = plan_migration("s.pth", "o.safetensors").parallelism.dist
+    assert dist is not None and (dist.rank, dist.world, dist.leader) == (1, 2, False)
+    assert pickle.loads(pickle.dumps(dist)) == dist

@@ -44,6 +44,14 @@ class Target:
     def by_key(self) -> dict[str, TensorMeta]:
         return {t.key: t for t in self.tensors}
 
+    @property
+    def attribute_prefixes(self) -> list[str]:
+        """``name.`` for the one direct child that holds all of the target's state (a wrapper's ``model.``)."""
+        children = [name for name, _ in self.module.named_children()]
+        if len(children) == 1 and not list(self.module.named_parameters(recurse=False)):
+            return [children[0] + "."]
+        return []
+
 
 def parse_target_kwargs(text: str | None) -> dict[str, Any]:
     """``--target-kwargs`` as a dict: a JSON object, or ``@file.json`` holding one."""

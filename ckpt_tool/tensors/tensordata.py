@@ -173,22 +173,6 @@ def all_finite(raw: Any, dtype: str) -> bool | None:
     return True
 
 
-def count_raw_nonfinite(raw: Any, dtype: str) -> tuple[int, int]:
-    """(NaN count, Inf count) of raw little-endian ``dtype`` values: the one NaN/Inf counter.
-
-    The bit test (all_finite) answers most chunks without torch; only a chunk
-    that holds a NaN or Inf is counted, with torch. gate's no_nan_inf check
-    (tensors/nonfinite.py) and migrate's cast check (tensors/castloss.py) use it.
-    """
-    if all_finite(raw, dtype) is not False:
-        return 0, 0
-    torch = _torch()
-    x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch_dtype(dtype))
-    if x.dtype.is_floating_point and x.element_size() == 1:  # float8: no isnan kernels everywhere
-        x = x.to(torch.float32)
-    return int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
-
-
 def raw_reads(t: TensorMeta, chunk_bytes: int = RAW_CHUNK) -> list[tuple[TensorMeta, int, int]]:
     """(tensor, byte offset into its data, length) per chunk of a contiguous tensor, for check_reads."""
     itemsize = t.itemsize

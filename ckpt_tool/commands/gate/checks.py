@@ -19,6 +19,7 @@ from ...limits import Limits
 from ...model import Checkpoint
 from ...pickles import severity
 from ...tensors.nonfinite import nonfinite_counts
+from ...progress import Progress
 from .policy import Policy
 
 # dtypes nobody is surprised by; anything else is a warning (--strict fails on it)
@@ -36,8 +37,6 @@ class Check:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "detail": self.detail, "skipped": self.skipped}
 
-
-Progress = Callable[[str, int, int], None]  # (path, tensors done, tensors in total)
 
 
 def _skip(name: str, why: str) -> Check:
@@ -170,7 +169,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
     if built is None:
         return _skip("matches_target", "no target (--target or the policy's target)")
     from ...keys.infer import suggest
-    from ..diff.diff import _attribute_prefixes, compare_tensors
+    from ..diff.diff import compare_tensors
 
     missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt.tensors, built.tensors, lazy=built.lazy)
     if pol.ignore_target_dtype:
@@ -191,7 +190,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
                      + _listing([f"{m.key} {m.a} vs {m.b}" for m in dtype_mm]))
     detail = "; ".join(parts)
     if missing or unexpected or shape_mm:
-        suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=_attribute_prefixes(built.module),
+        suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=built.attribute_prefixes,
                              lazy=built.lazy)
         if suggestion is not None:
             kwargs = json.dumps(dict(pol.target_kwargs)) if pol.target_kwargs else None
@@ -201,7 +200,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
     return Check("matches_target", False, detail)
 
 
-def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress | None) -> Check:
+def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress) -> Check:
     if not pol.nan_check:
         return _skip("no_nan_inf", "--no-nan-check")
     candidates = [t for t in ckpt.tensors if t.is_floating or t.dtype.startswith("complex")]
@@ -210,16 +209,19 @@ def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progres
     bad: list[str] = []
     no_data: list[str] = []
     counted = nonfinite_counts([t for t in candidates if t.storage is not None])
-    for i, t in enumerate(candidates):
-        if t.storage is None:
-            no_data.append(t.key)
-        else:
-            _, nan, inf = next(counted)
-            if nan or inf:
-                what = ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if p)
-                bad.append(f"{t.key} ({what})")
-        if progress is not None:
-            progress(path, i + 1, len(candidates))
+    progress.start(f"NaN/Inf {path}", len(candidates))
+    try:
+        for t in candidates:
+            if t.storage is None:
+                no_data.append(t.key)
+            else:
+                _, nan, inf = next(counted)
+                if nan or inf:
+                    what = ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if p)
+                    bad.append(f"{t.key} ({what})")
+            progress.advance(1)
+    finally:
+        progress.done()
     note = f"; {len(no_data)} tensor(s) hold no data (meta device)" if no_data else ""
     if bad:
         return Check("no_nan_inf", False, f"{len(bad)} of {len(candidates)} floating tensors hold NaN/Inf: "

@@ -25,6 +25,7 @@ from ...limits import DEFAULT_LIMITS, Limits
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
+from ...tensors.numpy_reads import c_order_bytes
 from ..checkpoint.loaded import Loaded, ReadOptions
 from ..detect import DCP
 from ..hf.index import outside_folder
@@ -285,7 +286,7 @@ def _blob_tensor_bytes(blob: bytes, key: str, dt: dtypes.DType, chunk: Chunk, fi
                       StorageRef(st.source, st.key, st.nbytes))
     if meta.numel and meta.byte_span[1] > st.nbytes:
         raise InputError(f"the {where} reaches past the end of its storage", file)
-    return _contiguous_bytes(meta)
+    return c_order_bytes(meta)
 
 
 def _prod(dims: tuple[int, ...]) -> int:
@@ -321,23 +322,6 @@ def _place(out: bytearray, data: bytes, shape: tuple[int, ...], chunk: Chunk, it
             if index[d] < outer[d]:
                 break
             index[d] = 0
-
-
-def _contiguous_bytes(meta: TensorMeta) -> bytes:
-    """A chunk's elements in C order; a strided chunk is gathered byte-wise with NumPy (never torch)."""
-    assert meta.storage is not None  # checked by the caller
-    if meta.numel == 0:
-        return b""
-    if meta.is_contiguous:
-        return meta.storage.source.read(meta.storage.key, meta.storage_offset * meta.itemsize, meta.nbytes)
-    import numpy as np
-
-    start, end = meta.byte_span
-    raw = np.frombuffer(meta.storage.source.read(meta.storage.key, start, end - start), dtype=np.uint8)
-    size = meta.itemsize
-    view = np.lib.stride_tricks.as_strided(
-        raw, shape=(*meta.shape, size), strides=(*(s * size for s in (meta.stride or ())), 1), writeable=False)
-    return np.ascontiguousarray(view).tobytes()
 
 
 @dataclass(frozen=True)

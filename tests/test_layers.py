@@ -107,7 +107,7 @@ def test_no_import_cycle():
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep):] + [dep])
+                cycles.append([*stack[stack.index(dep):], dep])
             elif dep not in state:
                 visit(dep)
         stack.pop()

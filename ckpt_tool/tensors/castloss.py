@@ -158,11 +158,9 @@ def cast_with_loss(x: Any, dtype: Any, count: bool = True) -> tuple[Any, CastLos
 
 def cast_tensor(meta: TensorMeta, dtype: str, *, count: bool = True) -> tuple[torch.Tensor, CastLoss]:
     """The tensor's data read into a CPU tensor and cast to ``dtype`` (any name dtypes.lookup knows: bf16, fp32)."""
-    import torch
+    from .tensordata import to_torch, torch_dtype
 
-    from .tensordata import to_torch
-
-    return cast_with_loss(to_torch(meta), getattr(torch, dtypes.lookup(dtype).name), count=count)
+    return cast_with_loss(to_torch(meta), torch_dtype(dtypes.lookup(dtype).name), count=count)
 
 
 def cast_to_bytes(meta: TensorMeta, dtype: str, *, count: bool = True) -> tuple[bytes, CastLoss]:

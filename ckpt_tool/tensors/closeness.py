@@ -88,7 +88,7 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float,
     same_dtype = ta.dtype == tb.dtype
     is_float = ta.is_floating or tb.is_floating or "complex" in (ta.dtype[:7], tb.dtype[:7])
     acc = Acc()
-    for xs, ys in zip(iter_chunks(ta, CHUNK), iter_chunks(tb, CHUNK)):
+    for xs, ys in zip(iter_chunks(ta, CHUNK), iter_chunks(tb, CHUNK), strict=False):
         if same_dtype and torch.equal(xs.view(torch.uint8), ys.view(torch.uint8)):
             # bit-identical (the common case when checking a conversion): only count NaN/Inf
             n, i = tensor_nonfinite(xs) if is_float else (0, 0)

@@ -23,10 +23,11 @@ def load_for_save(meta: TensorMeta, cast: str | None) -> tuple[object, CastLoss 
 
 def save_dcp(folder: str, state_dict: Mapping[str, object]) -> None:
     """``.metadata`` and ``__0_0.distcp`` of ``state_dict`` into ``folder``, files fsynced."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
 
-    writer = dcp.FileSystemWriter(folder, single_file_per_rank=True, sync_files=True)
+    writer = FileSystemWriter(folder, single_file_per_rank=True, sync_files=True)
     with warnings.catch_warnings():
         # one process is the intent here; torch warns that it assumes so
         warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
-        dcp.save(dict(state_dict), storage_writer=writer, no_dist=True)
+        save(dict(state_dict), storage_writer=writer, no_dist=True)

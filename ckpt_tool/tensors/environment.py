@@ -108,7 +108,7 @@ def probe_torch() -> TorchEnvironment | str:
     checks = tuple(check_device(d) for d in devices)
     cudnn = None
     try:
-        cudnn = torch.backends.cudnn.version() if available else None
+        cudnn = torch.backends.cudnn.version() if available else None  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001 - cudnn missing is a note, not a failure
         notes.append("cuDNN is not available")
     return TorchEnvironment(torch=torch.__version__, cuda=torch.version.cuda, cudnn=cudnn, cuda_available=available,

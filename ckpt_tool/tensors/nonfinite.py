@@ -87,7 +87,7 @@ def _small_nonfinite_counts(tensors: list[TensorMeta]) -> dict[int, tuple[int, i
             if all_finite(b"".join(raws), dtype):
                 out.update((id(t), (0, 0)) for t in batch)
             else:
-                for t, raw in zip(batch, raws):
+                for t, raw in zip(batch, raws, strict=True):
                     out[id(t)] = (0, 0) if all_finite(raw, dtype) else _count_chunk(raw, dtype)
     return out
 

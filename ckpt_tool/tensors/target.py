@@ -130,7 +130,7 @@ def import_spec_module(where: str, spec: str) -> Any:
         try:
             with _user_code():
                 module_spec.loader.exec_module(module)
-        except BaseException as exc:  # noqa: BLE001 - arbitrary user code; any failure is a bad target
+        except BaseException as exc:  # arbitrary user code; any failure is a bad target
             sys.modules.pop(name, None)
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -150,7 +150,7 @@ def import_spec_module(where: str, spec: str) -> Any:
                 "that holds it? a file works too: path/to/file.py:Name)"
             ) from None
         raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None
-    except BaseException as exc:  # noqa: BLE001 - arbitrary user code; any failure is a bad target
+    except BaseException as exc:  # arbitrary user code; any failure is a bad target
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None

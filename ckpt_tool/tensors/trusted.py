@@ -24,13 +24,13 @@ def torch_load_trusted(path: str) -> object:
 
     locations: dict[int, str] = {}
 
-    def to_cpu(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
+    def to_cpu(storage: torch.types.Storage, location: str) -> torch.types.Storage:
         locations[storage.data_ptr()] = str(location)
         return storage
 
     try:
         obj: object = torch.load(path, map_location=to_cpu, weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - trusted load: any failure of the file's code is a load error
+    except Exception as exc:  # trusted load: any failure of the file's code is a load error
         raise InputError(f"torch.load failed: {one_line(exc)}", path) from exc
     remember_locations(locations)
     return obj
@@ -41,8 +41,8 @@ def torchscript_state(path: str) -> OrderedDict[str, object]:
     import torch
 
     try:
-        module = torch.jit.load(path, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - trusted load: any failure of the file's code is a load error
+        module = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    except Exception as exc:  # trusted load: any failure of the file's code is a load error
         raise InputError(f"torch.jit.load failed: {one_line(exc)}", path) from exc
     return OrderedDict(module.state_dict())
 

@@ -1,16 +1,16 @@
 """How far A's tensor values are from B's, pair by pair (``ckpt diff --values``).
 
-The only part of diff that reads tensor bytes; closeness.py compares what the fast paths leave. Pairs are streamed chunk by
+The only part of diff that reads tensor bytes. Pairs are streamed chunk by
 chunk: identical, finite pairs cost a memcmp and a bit test, differing
 float16/32/64 pairs NumPy's arithmetic, and only the rest (NaN/Inf, other
-dtypes) torch, imported in the background while the fast paths run.
+dtypes) torch (closeness.py), imported in the background while the fast
+paths run.
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from ..model import TensorMeta
@@ -162,7 +162,8 @@ def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> 
     from .tensordata import iter_raw
 
     compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol)
-    for ra, rb in zip(iter_raw(ta, CHUNK * compare.fa.itemsize), iter_raw(tb, CHUNK * compare.fb.itemsize)):
+    for ra, rb in zip(iter_raw(ta, CHUNK * compare.fa.itemsize), iter_raw(tb, CHUNK * compare.fb.itemsize),
+                      strict=False):
         part = compare.chunk(ra, rb)
         if part is None:
             return None

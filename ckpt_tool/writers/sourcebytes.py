@@ -15,7 +15,6 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from .. import dtypes
 from ..errors import InputError
 from ..io.source import FileSource, pread_exact
 from ..model import StorageRef, TensorMeta

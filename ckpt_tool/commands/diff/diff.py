@@ -10,16 +10,17 @@ built on the meta device (tensors/target.py), which of course imports torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from ...errors import UsageError
 from ...io.remote.counts import counts_remote
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, TensorMeta, shapes_compatible
-from .metadata import content_metadata, mask_unread, metadata_diff
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.values import ValueDiff, compare_values
+from ...tensors.closeness import ValueDiff
+from ...tensors.values import compare_values
+from .metadata import content_metadata, mask_unread, metadata_diff
 from .report import DiffReport, Mismatch
 
 

@@ -41,7 +41,7 @@ class DoctorReport:
     def verdict(self) -> str:
         if self.ok:
             gpus = [d.device for d in self.devices if d.device != "cpu"]
-            return "OK: " + ("every device computed correctly (" + ", ".join(["cpu"] + gpus) + ")"
+            return "OK: " + ("every device computed correctly (" + ", ".join(["cpu", *gpus]) + ")"
                              if gpus else "the CPU computed correctly; no GPU is visible")
         failed = [d.device for d in self.devices if not d.ok]
         return "FAILED: " + "; ".join(list(self.problems) + [f"{d} did not compute correctly" for d in failed])

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +18,8 @@ from ...io.paths import dirname, is_url, isdir, open_bytes, url_bytes
 from ...limits import Limits
 from ...model import Checkpoint
 from ...pickles import severity
-from ...tensors.nonfinite import nonfinite_counts
 from ...progress import Progress
+from ...tensors.nonfinite import nonfinite_counts
 from .policy import Policy
 
 # dtypes nobody is surprised by; anything else is a warning (--strict fails on it)

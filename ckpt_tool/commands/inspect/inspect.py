@@ -1,9 +1,10 @@
 """``ckpt inspect``: what is in a checkpoint, from metadata alone (stats on request)."""
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -191,10 +192,8 @@ def _path_bytes(path: str) -> int:
         total = 0
         for root, _, files in os.walk(path):
             for f in files:
-                try:
+                with contextlib.suppress(OSError):  # removed while walking: not part of the size
                     total += os.path.getsize(os.path.join(root, f))
-                except OSError:
-                    pass
         return total
     try:
         return os.path.getsize(path)

@@ -37,11 +37,11 @@ def _load_pickle(path: str) -> tuple[Any, str]:
     except ImportError:
         if uses_dill:
             raise InputError("this is a dill pickle and dill is not installed (pip install dill)", path) from None
-        import pickle as loader  # type: ignore[no-redef]
+        import pickle as loader
     try:
         with open(path, "rb") as f:
             obj = loader.load(f)
-    except Exception as exc:  # noqa: BLE001 - trusted load: any failure of the file's code is a load error
+    except Exception as exc:  # trusted load: any failure of the file's code is a load error
         raise InputError(f"unpickling failed: {one_line(exc)}", path) from exc
     return obj, DILL if uses_dill else PICKLE
 

@@ -14,12 +14,13 @@ PKG = Path(__file__).resolve().parent.parent / "ckpt_tool"
 
 # Lowest first. A module may import its own layer (without cycles) or any layer below.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("vocabulary", {"errors", "model", "dtypes", "limits", "units", "version", "format_names", "progress"}),
+    ("vocabulary", {"errors", "model", "dtypes", "limits", "units", "version", "format_names", "progress",
+                    "exit_codes"}),
     ("io", {"io"}),
     ("pickles", {"pickles"}),
+    ("tensors", {"tensors"}),  # below formats: the --unsafe reader needs torch.load (tensors/trusted.py)
     ("formats", {"formats"}),
     ("keys", {"keys"}),
-    ("tensors", {"tensors"}),
     ("writers", {"writers"}),
     ("commands", {"commands"}),
     ("render", {"render"}),
@@ -106,7 +107,7 @@ def test_no_import_cycle():
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep):] + [dep])
+                cycles.append([*stack[stack.index(dep):], dep])
             elif dep not in state:
                 visit(dep)
         stack.pop()
@@ -116,6 +117,64 @@ def test_no_import_cycle():
         if node not in state:
             visit(node)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# The torch/NumPy adapter: the only package that may import either (torch costs 1-2 s and 200 MiB).
+ADAPTER = "ckpt_tool.tensors"
+HEAVY = frozenset(["torch", "numpy"])
+_IMPORTERS = frozenset(["__import__", "import_module"])  # __import__("torch"), importlib.import_module("numpy")
+
+
+def _heavy_imports(path: Path) -> set[str]:
+    """Each import of torch or NumPy in a file, as "line: what": statements wherever they stand
+    (function-level and TYPE_CHECKING ones too) and calls of __import__/import_module with a literal
+    name, also passed as a thread's target (``Thread(target=__import__, args=("torch",))``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            target = next((k.value for k in node.keywords if k.arg == "target"), None)
+            by_target = isinstance(target, ast.Name) and target.id in _IMPORTERS
+            if called in _IMPORTERS or by_target:
+                literals = [a for a in ast.walk(node) if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                names = [a.value for a in literals]
+        found.update(f"{node.lineno}: {n}" for n in names if n.split(".")[0] in HEAVY)
+    return found
+
+
+
+def _outside_adapter() -> dict[str, set[str]]:
+    return {m: hits for m, p in _modules().items()
+            if m != ADAPTER and not m.startswith(ADAPTER + ".") and (hits := _heavy_imports(p))}
+
+
+def test_only_the_tensors_package_imports_torch_or_numpy():
+    leaks = [f"{m} line {hit}" for m, hits in _outside_adapter().items() for hit in sorted(hits)]
+    assert not leaks, "torch/NumPy imported outside ckpt_tool/tensors (move the code there):\n" + "\n".join(leaks)
+
+
+def test_the_torch_check_can_fail(tmp_path: Path):
+    """Every way the package has imported torch or NumPy is seen (guards against a test that cannot fail)."""
+    fake = tmp_path / "x.py"
+    fake.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import threading, importlib\n"
+        "if TYPE_CHECKING:\n    import numpy as np\n"
+        "def f():\n    import torch.distributed as td\n"
+        "def g():\n    from numpy.lib import format\n"
+        "def h():\n    return __import__('torch')\n"
+        "def i():\n    return importlib.import_module('numpy')\n"
+        "def j():\n    threading.Thread(target=__import__, args=('torch',)).start()\n"
+        "def k():\n    import tomllib, os\n    from . import torch\n"
+    )
+    assert _heavy_imports(fake) == {"4: numpy", "6: torch.distributed", "8: numpy.lib", "10: torch",
+                                    "12: numpy", "14: torch"}
 
 
 @pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
@@ -138,11 +197,7 @@ def test_the_layer_checks_can_fail(tmp_path: Path):
 # A name (module or attribute) starting with ``_`` is private to the package that holds it. Privates of
 # ckpt_tool.formats.dcp.* may be used by ckpt_tool.formats.dcp.* (a feature's sub-packages count as
 # the feature) and nowhere else; a layer package's own privates (ckpt_tool.formats._x) by its children.
-# Violations in files other areas own, for the lead to clear at merge (issue 22):
-KNOWN_PRIVATE_REACHES: set[str] = {
-    # gate's check borrows diff's attribute-prefix helper: make it public in commands/diff (or move it down)
-    "ckpt_tool.commands.gate.checks: ckpt_tool.commands.diff.diff._attribute_prefixes",
-}
+KNOWN_PRIVATE_REACHES: set[str] = set()  # none left: keep it so
 
 
 def _is_private(name: str) -> bool:

@@ -1,35 +1,32 @@
 """ckpt diff A [B | --target SPEC]"""
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from ..errors import EXIT_FINDING, EXIT_OK
 from ..render.common import dumps
 from . import keep_until_exit
+from .exit_codes import exit_code
 from .options import (
     json_option,
     key_option,
     limit_options,
     limits_from,
     quiet_option,
-    target_kwargs_from,
+    target_kwargs_for,
+    target_options,
     torch_version_option,
     unsafe_option,
 )
-from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
+from .progress import progress_bars
+from .remote_io import download_option, remote_scope, verbose_option
 
 
 @click.command("diff")
 @click.argument("a", type=click.Path())
 @click.argument("b", type=click.Path(), required=False)
-@click.option("--target", default=None, metavar="SPEC",
-              help="Compare with a module instead of B: 'package.module:Name' or 'path/to/file.py:Name' "
-                   "(an nn.Module class, a factory function or an instance), built on the meta device.")
-@click.option("--target-kwargs", default=None, metavar="JSON",
-              help="Keyword arguments for the target's constructor, as a JSON object (or @file.json).")
+@target_options("Compare with a module instead of B")
 @json_option
 @key_option
 @click.option("--key-b", default=None, metavar="DOTTED.PATH",
@@ -58,25 +55,16 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     """
     from ..commands.diff.diff import diff
 
-    kw = target_kwargs_from(target_kwargs)
-    if kw and target is None:
-        from ..errors import UsageError
-
-        raise UsageError("--target-kwargs needs --target")
-    bars: list[Any] = []
-    show_bar = values and not quiet and not as_json and sys.stderr.isatty() and not transfer_bar([a, b], quiet)
-
-    def start(total: int) -> None:
-        bars.append(click.progressbar(length=total, label="comparing values", file=sys.stderr))
-
-    with remote_scope([a, b], download=download, verbose=verbose, quiet=quiet):
-        report = diff(a, b, target=target, target_kwargs=kw, key=key, key_b=key_b, unsafe=unsafe, values=values,
-                      atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, limits=limits_from(kwargs),
-                      progress=(lambda _key: bars[0].update(1)) if show_bar else None,
-                      on_start=start if show_bar else None, torch_version=torch_version)
+    kw = target_kwargs_for(target, target_kwargs)
+    bars = progress_bars(quiet=quiet or as_json, paths=[a, b])
+    try:
+        with remote_scope([a, b], download=download, verbose=verbose, quiet=quiet):
+            report = diff(a, b, target=target, target_kwargs=kw, key=key, key_b=key_b, unsafe=unsafe,
+                          values=values, atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata,
+                          limits=limits_from(kwargs), progress=bars, torch_version=torch_version)
+    finally:
+        bars.done()
     keep_until_exit(report)
-    for bar in bars:
-        bar.render_finish()
     from ..render.diff import render, verdict
 
     if as_json:
@@ -85,7 +73,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
         click.echo(verdict(report))
     else:
         click.echo(render(report))
-    return EXIT_OK if report.equal else EXIT_FINDING
+    return exit_code(report)
 
 
 COMMANDS = [diff_command]

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import EXIT_FINDING, EXIT_OK, UsageError
+from ..errors import UsageError
+from ..exit_codes import outcome_code
 from ..render.common import dumps
 from .options import json_option
 
@@ -33,7 +34,7 @@ def doctor_command(clean_path: str | None, dry_run: bool, as_json: bool) -> int:
 
         found = clean_temporaries(clean_path, dry_run=dry_run)
         click.echo(dumps(found.to_json()) if as_json else render_clean(found))
-        return EXIT_FINDING if found.failed else EXIT_OK
+        return outcome_code(failed=found.failed)
     if dry_run:
         raise UsageError("--dry-run goes with --clean FOLDER")
     from ..commands.doctor.doctor import run_doctor
@@ -41,7 +42,7 @@ def doctor_command(clean_path: str | None, dry_run: bool, as_json: bool) -> int:
 
     report = run_doctor()
     click.echo(dumps(report.to_json()) if as_json else render(report))
-    return 0 if report.ok else 1
+    return outcome_code(failed=not report.ok)
 
 
 COMMANDS = [doctor_command]

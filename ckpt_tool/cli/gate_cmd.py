@@ -1,13 +1,13 @@
 """ckpt gate PATH... [--target SPEC] [--policy FILE]"""
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from ..render.common import dumps
 from . import keep_until_exit
+from .exit_codes import exit_code
 from .options import (
     json_option,
     key_option,
@@ -16,18 +16,18 @@ from .options import (
     quiet_option,
     sarif_option,
     target_kwargs_from,
+    target_options,
     torch_version_option,
 )
-from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
+from .progress import progress_bars
+from .remote_io import download_option, remote_scope, verbose_option
 
 
 @click.command("gate")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--policy", "policy_file", type=click.Path(), default=None, metavar="FILE",
               help="A TOML policy (docs/ci.md); the options below override it.")
-@click.option("--target", default=None, metavar="SPEC",
-              help="The module the checkpoint must load into strictly: 'package.module:Name' or 'file.py:Name'.")
-@click.option("--target-kwargs", default=None, metavar="JSON", help="Constructor arguments for the target (JSON).")
+@target_options("The module the checkpoint must load into strictly")
 @key_option
 @click.option("--strict/--no-strict", default=None,
               help="Also fail on suspicious classes and on every warning inspect would print.")
@@ -73,23 +73,16 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
 
     policy = load_policy(policy_file) if policy_file else Policy()
     kw = target_kwargs_from(target_kwargs)
-    bars: dict[str, Any] = {}
-    show = not quiet and not as_json and sys.stderr.isatty() and not transfer_bar(paths, quiet)
-
-    def progress(path: str, done: int, total: int) -> None:
-        bar = bars.get(path)
-        if bar is None:
-            bar = bars[path] = click.progressbar(length=total, label=f"NaN/Inf {path}", file=sys.stderr)
-        bar.update(1)
-        if done == total:
-            bar.render_finish()
-
-    with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
-        report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
-                      nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
-                      required_metadata=required or None, sha256=sha256, weights_only_check=weights_only_check,
-                      allow_globals=allow_globals or None, torch_version=torch_version, limits=limits_from(kwargs),
-                      progress=progress if show else None)
+    bars = progress_bars(quiet=quiet or as_json, paths=paths)
+    try:
+        with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
+            report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
+                          nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
+                          required_metadata=required or None, sha256=sha256, weights_only_check=weights_only_check,
+                          allow_globals=allow_globals or None, torch_version=torch_version,
+                          limits=limits_from(kwargs), progress=bars)
+    finally:
+        bars.done()
     keep_until_exit(report)
     for f in report.files:
         if f.error:
@@ -108,7 +101,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
         from ..render.gate import render
 
         click.echo(render(report, quiet=quiet))
-    return report.exit_code
+    return exit_code(report)
 
 
 COMMANDS = [gate_command]

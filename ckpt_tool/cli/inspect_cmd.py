@@ -1,8 +1,6 @@
 """ckpt inspect PATH"""
 from __future__ import annotations
 
-import sys
-
 import click
 
 from . import keep_until_exit
@@ -15,7 +13,8 @@ from .options import (
     torch_version_option,
     unsafe_option,
 )
-from .remote_io import download_option, remote_scope, transfer_bar, verbose_option
+from .progress import progress_bars
+from .remote_io import download_option, remote_scope, verbose_option
 
 
 @click.command("inspect")
@@ -40,20 +39,14 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
     from ..commands.inspect.inspect import inspect
     from ..render.inspect import json_text, render
 
-    bars: list = []
-    show_bar = stats and not quiet and sys.stderr.isatty() and not transfer_bar([path], quiet)
-
-    def start(n: int) -> None:
-        if show_bar:
-            bars.append(click.progressbar(length=n, label="reading tensors", file=sys.stderr))
-
-    with remote_scope([path], download=download, verbose=verbose, quiet=quiet):
-        report = inspect(path, key=key, unsafe=unsafe, stats=stats, limits=limits_from(kwargs),
-                         on_start=start, progress=lambda t: bars[0].update(1) if bars else None,
-                         torch_version=torch_version)
+    bars = progress_bars(quiet=quiet, paths=[path])
+    try:
+        with remote_scope([path], download=download, verbose=verbose, quiet=quiet):
+            report = inspect(path, key=key, unsafe=unsafe, stats=stats, limits=limits_from(kwargs), progress=bars,
+                             torch_version=torch_version)
+    finally:
+        bars.done()
     keep_until_exit(report)
-    if bars:
-        bars[0].render_finish()
     if as_json:
         click.echo(json_text(report))
     else:

@@ -1,11 +1,13 @@
 """Options shared by several commands, declared once."""
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from ..limits import Limits
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,7 +58,8 @@ def limit_options(f: F) -> F:
     return f
 
 
-def limits_from(kwargs: dict[str, Any]) -> Any:
+def limits_from(kwargs: dict[str, Any]) -> Limits:
+    """The Limits the --max-* options (limit_options) ask for; they are popped from a command's kwargs."""
     from dataclasses import replace
 
     from ..limits import DEFAULT_LIMITS
@@ -71,17 +74,21 @@ def limits_from(kwargs: dict[str, Any]) -> Any:
     )
 
 
-T = TypeVar("T")
+def target_options(purpose: str) -> Callable[[F], F]:
+    """--target SPEC and --target-kwargs JSON, declared once; ``purpose`` opens --target's help
+    ("Compare with a module instead of B")."""
+    target = click.option(
+        "--target", default=None, metavar="SPEC",
+        help=f"{purpose}: 'package.module:Name' or 'path/to/file.py:Name' (an nn.Module class, a factory "
+             "function or an instance), built on the meta device where it can be.")
+    kwargs = click.option(
+        "--target-kwargs", default=None, metavar="JSON",
+        help="Keyword arguments for the target's constructor, as a JSON object (or @file.json).")
 
+    def decorate(f: F) -> F:
+        return target(kwargs(f))
 
-def progress(items: Iterable[T], *, label: str, length: int, quiet: bool) -> Iterator[T]:
-    """A progress bar on stderr, shown only on a terminal and when not quiet."""
-    if quiet or not sys.stderr.isatty():
-        yield from items
-        return
-    with click.progressbar(items, length=length, label=label, file=sys.stderr) as bar:
-        yield from bar
-
+    return decorate
 
 
 def target_kwargs_from(text: str | None) -> dict[str, Any] | None:
@@ -91,6 +98,17 @@ def target_kwargs_from(text: str | None) -> dict[str, Any] | None:
     from ..tensors.target import parse_target_kwargs
 
     return parse_target_kwargs(text)
+
+
+def target_kwargs_for(target: str | None, text: str | None) -> dict[str, Any] | None:
+    """target_kwargs_from, refusing --target-kwargs without --target (diff, migrate: no policy gives one)."""
+    kw = target_kwargs_from(text)
+    if kw and target is None:
+        from ..errors import UsageError
+
+        raise UsageError("--target-kwargs needs --target")
+    return kw
+
 
 sarif_option = click.option(
     "--sarif", "sarif_file", type=click.Path(), default=None, metavar="FILE",

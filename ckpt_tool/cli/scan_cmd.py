@@ -7,6 +7,7 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit, one_line
+from .exit_codes import exit_code
 from .options import json_option, limit_options, limits_from, quiet_option, sarif_option
 from .remote_io import download_option, remote_scope
 
@@ -55,7 +56,7 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
         from ..render.scan import render
 
         click.echo(render(report, verbose=verbose, quiet=quiet))
-    return report.exit_code
+    return exit_code(report)
 
 
 COMMANDS = [scan_command]

@@ -4,7 +4,6 @@ from __future__ import annotations
 import ast
 import io
 import struct
-import warnings
 
 from ..errors import InputError
 from .regions import Blob
@@ -55,16 +54,8 @@ def _tar_checksum_ok(head: bytes) -> bool:
     return stored == sum(head[:148]) + 256 + sum(head[156:512])
 
 
-def npy_pickle_offset(blob: Blob) -> int | None:
-    """Where the pickled data of an object-dtype ``.npy`` starts; None for plain arrays.
-
-    The header is parsed by NumPy's own reader (``numpy.lib.format``: a
-    Python literal read with ``ast.literal_eval``, never evaluated), so every
-    spelling ``np.load`` accepts counts: ``'O'``, ``'|O'``, ``'object'``,
-    structured dtypes with an object field, subarrays of objects, any header
-    version. ``np.load(allow_pickle=True)`` unpickles the data of any dtype
-    with ``hasobject``; without NumPy installed, a literal parse stands in.
-    """
+def npy_header(blob: Blob) -> tuple[int, int, int, int]:
+    """(major version, minor version, header start, header length) of a ``.npy`` file; InputError if malformed."""
     head = blob.read(0, 12)
     if len(head) < 10:
         raise InputError("truncated .npy header")
@@ -75,30 +66,24 @@ def npy_pickle_offset(blob: Blob) -> int | None:
     (hlen,) = struct.unpack_from("<H" if major == 1 else "<I", head, 8)
     if hlen > 1 << 20:
         raise InputError(".npy header is too large")
-    try:
-        import numpy
-        from numpy.lib import format as npformat
-    except ImportError:
-        return _literal_npy_offset(blob, start, hlen)
-    stream = io.BytesIO(blob.read(0, start + hlen))
-    stream.seek(8)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # NumPy warns about odd but readable headers
-            private = getattr(getattr(numpy.lib, "_format_impl", None), "_read_array_header", None)
-            if private is not None:  # np.load's own reader: every version, minor version checked
-                _, _, dtype = private(stream, (major, head[7]), max_header_size=1 << 21)
-            else:
-                read = npformat.read_array_header_1_0 if major == 1 else npformat.read_array_header_2_0
-                _, _, dtype = read(stream, max_header_size=1 << 21)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, OverflowError) as exc:
-        raise InputError(f"bad .npy header (np.load refuses it): {str(exc).splitlines()[0][:200]}") from None
-    if not isinstance(dtype, numpy.dtype):
-        raise InputError("bad .npy header: no dtype")
-    return start + hlen if dtype.hasobject else None
+    return major, head[7], start, hlen
 
 
-def _literal_npy_offset(blob: Blob, start: int, hlen: int) -> int | None:
+def npy_pickle_offset(blob: Blob) -> int | None:
+    """Where the pickled data of an object-dtype ``.npy`` starts; None for plain arrays.
+
+    The literal parse, without NumPy (which only tensors/ imports): it fails
+    closed, counting any field whose type is not a plain numeric or string
+    code as an object. The scanner's callers hand it NumPy's own reading
+    (tensors/numpy_reads.npy_pickle_offset); this is the stand-in when NumPy
+    is not installed, and the Scanner's default.
+    """
+    _, _, start, hlen = npy_header(blob)
+    return literal_npy_offset(blob, start, hlen)
+
+
+def literal_npy_offset(blob: Blob, start: int, hlen: int) -> int | None:
+    """The object-array offset from a literal parse of the header dict (ast.literal_eval: never evaluated)."""
     text = blob.read(start, hlen).decode("latin-1")
     try:
         header = ast.literal_eval(text)  # a literal only: ast never evaluates code

@@ -88,9 +88,13 @@ def scan_pickle_bytes(data: bytes, where: str) -> PickleScan:
 class Scanner:
     """Collects what one file's pickles reference while its bytes are dispatched by format."""
 
-    def __init__(self, path: str, limits: Limits) -> None:
+    def __init__(self, path: str, limits: Limits, *,
+                 npy_offset: Callable[[Blob], int | None] = npy_pickle_offset) -> None:
         self.path = path
         self.limits = limits
+        # where a .npy object array's pickle starts: callers hand in NumPy's own reading
+        # (tensors/numpy_reads.py); the default is the literal, fail-closed parse
+        self.npy_offset = npy_offset
         self.format: ScanFormat = Found.NONE
         self.globals: list[GlobalRef] = []
         self.findings: list[Finding] = []
@@ -157,7 +161,7 @@ class Scanner:
             self.finding(severity.SAFE, CVE_2025_32434_TAR, "tar")
             for name, sub in members:
                 self.blob(sub, name, 1, lenient=True)
-        probe = Scanner(self.path, self.limits)
+        probe = Scanner(self.path, self.limits, npy_offset=self.npy_offset)
         probe.pickles(blob, "", 0, limit=MAX_PICKLES, strict=False)
         # A header length's bytes start a pickle by chance 1 time in a few: an extension code (0x82-0x84)
         # that breaks on the next byte names nothing a loader would reach. A reading counts when its
@@ -355,7 +359,7 @@ class Scanner:
     # -- other containers --------------------------------------------------------
     def npy(self, blob: Blob, where: str, depth: int) -> None:
         try:
-            offset = npy_pickle_offset(blob)
+            offset = self.npy_offset(blob)
         except InputError as exc:
             self.error(where, exc.message)
             return

@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..commands.diff.report import DiffReport, ValueDiff
+from ..commands.diff.report import DiffReport
+from ..tensors.closeness import ValueDiff
 from .common import fold_labeled, shape_str, simple_table
 
 # Folded lines shown per section; --json always lists every key.

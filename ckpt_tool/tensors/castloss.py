@@ -3,16 +3,21 @@
 migrate casts each tensor once, whole, in memory (writers/sourcebytes.py); the
 counts are taken there, from the source and output values already in memory,
 so proving a cast costs no second read of the file. NaN/Inf are counted by
-the one counter (tensordata.count_raw_nonfinite); pre-existing NaN/Inf in the
+the one counter (nonfinite.count_raw_nonfinite); pre-existing NaN/Inf in the
 source are not counted as new.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import dtypes
 from ..errors import UsageError
+from ..model import TensorMeta
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ def cast_with_loss(x: Any, dtype: Any, count: bool = True) -> tuple[Any, CastLos
     """
     import torch
 
-    from .tensordata import count_raw_nonfinite
+    from .nonfinite import count_raw_nonfinite
 
     y = x.to(dtype).contiguous()
     if not count or y.numel() == 0 or not x.is_floating_point() or _widens(x.dtype, y.dtype):
@@ -149,3 +154,20 @@ def cast_with_loss(x: Any, dtype: Any, count: bool = True) -> tuple[Any, CastLos
         wide = xs.to(torch.float64).abs()
         saturated = int(((wide >= _rounds_to_max(y.dtype)) & torch.isfinite(y.to(torch.float64))).sum())
     return y, CastLoss(max(0, after - before), saturated, max(0, out_zero - src_zero), subnormal)
+
+
+def cast_tensor(meta: TensorMeta, dtype: str, *, count: bool = True) -> tuple[torch.Tensor, CastLoss]:
+    """The tensor's data read into a CPU tensor and cast to ``dtype`` (any name dtypes.lookup knows: bf16, fp32)."""
+    from .tensordata import to_torch, torch_dtype
+
+    return cast_with_loss(to_torch(meta), torch_dtype(dtypes.lookup(dtype).name), count=count)
+
+
+def cast_to_bytes(meta: TensorMeta, dtype: str, *, count: bool = True) -> tuple[bytes, CastLoss]:
+    """cast_tensor's values as C-contiguous little-endian bytes (the writers' form)."""
+    import torch
+
+    x, loss = cast_tensor(meta, dtype, count=count)
+    if x.numel() == 0:
+        return b"", loss
+    return bytes(x.reshape(-1).view(torch.uint8).numpy().tobytes()), loss

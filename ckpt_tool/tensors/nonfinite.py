@@ -1,16 +1,22 @@
-"""NaN and Inf counts of floating-point tensors, read at about the speed of the file.
+"""The one NaN/Inf counter, and the counts of whole tensors read at about the speed of the file.
 
 Each chunk is bit-tested first (tensordata.all_finite, no torch); only a
-chunk that holds a NaN or Inf is counted, with torch. ``ckpt gate``'s
-no_nan_inf check is the user.
+chunk that holds a NaN or Inf is counted, with torch (tensor_nonfinite,
+which widens float8 first: torch has no isinf kernel for float8_e4m3fn).
+Users: ``ckpt gate``'s no_nan_inf check, ``inspect --stats``
+(tensors/stats.py), ``diff --values`` (closeness.py) and migrate's cast
+check (castloss.py).
 """
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import TensorMeta
+
+if TYPE_CHECKING:
+    import torch
 
 _CHUNK = 4 << 20  # bytes of a contiguous tensor checked for NaN/Inf at a time (tensordata.RAW_CHUNK)
 
@@ -81,16 +87,45 @@ def _small_nonfinite_counts(tensors: list[TensorMeta]) -> dict[int, tuple[int, i
             if all_finite(b"".join(raws), dtype):
                 out.update((id(t), (0, 0)) for t in batch)
             else:
-                for t, raw in zip(batch, raws):
+                for t, raw in zip(batch, raws, strict=True):
                     out[id(t)] = (0, 0) if all_finite(raw, dtype) else _count_chunk(raw, dtype)
     return out
 
 
 def _count_chunk(raw: Any, dtype: str) -> tuple[int, int]:
-    """(NaN count, Inf count) of raw little-endian ``dtype`` values (tensordata.count_raw_nonfinite)."""
-    from .tensordata import count_raw_nonfinite
-
+    """(NaN count, Inf count) of raw little-endian ``dtype`` values (count_raw_nonfinite)."""
     return count_raw_nonfinite(raw, dtype)
+
+
+def tensor_nonfinite(x: torch.Tensor) -> tuple[int, int]:
+    """(NaN count, Inf count) of a torch tensor: the one counter every other count goes through.
+
+    Integers and bools hold neither. float8 values are widened to float32
+    first: torch has no isinf/isfinite kernels for float8_e4m3fn (isnan
+    alone works), and the widening is exact, so NaN stays NaN and Inf Inf.
+    """
+    import torch
+
+    if not (x.dtype.is_floating_point or x.is_complex()):
+        return 0, 0
+    if x.dtype.is_floating_point and x.element_size() == 1:
+        x = x.to(torch.float32)
+    return int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
+
+
+def count_raw_nonfinite(raw: Any, dtype: str) -> tuple[int, int]:
+    """(NaN count, Inf count) of raw little-endian ``dtype`` values.
+
+    The bit test (tensordata.all_finite) answers most chunks without torch;
+    only a chunk that holds a NaN or Inf is counted, with torch (tensor_nonfinite).
+    """
+    from .tensordata import all_finite, torch_dtype
+
+    if all_finite(raw, dtype) is not False:
+        return 0, 0
+    import torch
+
+    return tensor_nonfinite(torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch_dtype(dtype)))
 
 
 def count_nonfinite(t: TensorMeta, buffer: bytearray | None = None) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """Quantized tensors as torch objects, and quantized modules' packed params, for loading into a target.
 
 ckpt lists the tensors inside packed params under ``KEY.0``, ``KEY.1``
-(formats/locate.packed_items); a quantized module takes them back as the
+(tensors/packed.packed_items); a quantized module takes them back as the
 tuple it saved. The integer data and the quantizer each tensor was saved
 with (scale and zero point, or per-channel scales, zero points and axis)
 become a real quantized tensor only here, with torch.
@@ -38,7 +38,7 @@ def to_torch_any(t: TensorMeta) -> Any:
 
 def packed_layout(state: Mapping[str, Any]) -> dict[str, int]:
     """key -> tuple length of every packed params entry in a module's own state_dict."""
-    from ..formats.checkpoint.locate import packed_items
+    from .packed import packed_items
 
     out = {}
     for key, value in state.items():
@@ -65,7 +65,7 @@ def torch_state(actual: Mapping[str, TensorMeta], layout: Mapping[str, int]) -> 
 
 def flat_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """A torch state_dict with packed params tuples spread into ``KEY.i`` entries (None items left out)."""
-    from ..formats.checkpoint.locate import packed_items
+    from .packed import packed_items
 
     out: dict[str, Any] = {}
     for key, value in state.items():

@@ -44,6 +44,14 @@ class Target:
     def by_key(self) -> dict[str, TensorMeta]:
         return {t.key: t for t in self.tensors}
 
+    @property
+    def attribute_prefixes(self) -> list[str]:
+        """``name.`` for the one direct child that holds all of the target's state (a wrapper's ``model.``)."""
+        children = [name for name, _ in self.module.named_children()]
+        if len(children) == 1 and not list(self.module.named_parameters(recurse=False)):
+            return [children[0] + "."]
+        return []
+
 
 def parse_target_kwargs(text: str | None) -> dict[str, Any]:
     """``--target-kwargs`` as a dict: a JSON object, or ``@file.json`` holding one."""
@@ -122,7 +130,7 @@ def import_spec_module(where: str, spec: str) -> Any:
         try:
             with _user_code():
                 module_spec.loader.exec_module(module)
-        except BaseException as exc:  # noqa: BLE001 - arbitrary user code; any failure is a bad target
+        except BaseException as exc:  # arbitrary user code; any failure is a bad target
             sys.modules.pop(name, None)
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -142,7 +150,7 @@ def import_spec_module(where: str, spec: str) -> Any:
                 "that holds it? a file works too: path/to/file.py:Name)"
             ) from None
         raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None
-    except BaseException as exc:  # noqa: BLE001 - arbitrary user code; any failure is a bad target
+    except BaseException as exc:  # arbitrary user code; any failure is a bad target
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None

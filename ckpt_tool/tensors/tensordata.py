@@ -26,22 +26,25 @@ def tensor_bytes(t: TensorMeta) -> bytes:
     itemsize = t.itemsize
     if t.is_contiguous:
         return t.storage.source.read(t.storage.key, t.storage_offset * itemsize, t.nbytes)
-    return bytes(_gather(t).contiguous().view(_torch().uint8).numpy())
-
-
-def _torch() -> Any:
     import torch
 
-    return torch
+    return bytes(_gather(t).contiguous().view(torch.uint8).numpy())
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    return getattr(_torch(), name)
+    """torch's dtype of a canonical dtype name (dtypes.py: "bfloat16", "float8_e4m3fn")."""
+    import torch
+
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise InputError(f"{name!r} is not a dtype this torch ({torch.__version__}) knows")
+    return dtype
 
 
 def _gather(t: TensorMeta) -> torch.Tensor:
     """A strided view materialised from the bytes it spans."""
-    torch = _torch()
+    import torch
+
     start, end = t.byte_span
     assert t.storage is not None
     raw = bytearray(t.storage.source.read(t.storage.key, start, end - start))
@@ -52,7 +55,8 @@ def _gather(t: TensorMeta) -> torch.Tensor:
 
 def to_torch(t: TensorMeta) -> torch.Tensor:
     """A CPU torch tensor holding the data (a fresh copy, safe to modify)."""
-    torch = _torch()
+    import torch
+
     dtype = torch_dtype(t.dtype)
     if t.numel == 0:
         return torch.empty(t.shape, dtype=dtype)
@@ -69,7 +73,8 @@ def iter_chunks(t: TensorMeta, elements: int) -> Iterator[torch.Tensor]:
     one chunk whatever the tensor's size (value diff of multi-GB tensors);
     a strided view is gathered whole and then sliced.
     """
-    torch = _torch()
+    import torch
+
     dtype = torch_dtype(t.dtype)
     if t.numel == 0:
         return
@@ -173,22 +178,6 @@ def all_finite(raw: Any, dtype: str) -> bool | None:
     return True
 
 
-def count_raw_nonfinite(raw: Any, dtype: str) -> tuple[int, int]:
-    """(NaN count, Inf count) of raw little-endian ``dtype`` values: the one NaN/Inf counter.
-
-    The bit test (all_finite) answers most chunks without torch; only a chunk
-    that holds a NaN or Inf is counted, with torch. gate's no_nan_inf check
-    (tensors/nonfinite.py) and migrate's cast check (tensors/castloss.py) use it.
-    """
-    if all_finite(raw, dtype) is not False:
-        return 0, 0
-    torch = _torch()
-    x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch_dtype(dtype))
-    if x.dtype.is_floating_point and x.element_size() == 1:  # float8: no isnan kernels everywhere
-        x = x.to(torch.float32)
-    return int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
-
-
 def raw_reads(t: TensorMeta, chunk_bytes: int = RAW_CHUNK) -> list[tuple[TensorMeta, int, int]]:
     """(tensor, byte offset into its data, length) per chunk of a contiguous tensor, for check_reads."""
     itemsize = t.itemsize
@@ -207,7 +196,7 @@ def group_reads(groups: Sequence[tuple[TensorMeta, ...]],
     reads: list[tuple[Read, ...]] = []
     owner: list[int] = []
     for g, tensors in enumerate(groups):
-        chunks = list(zip(*(raw_reads(t, chunk_bytes) for t in tensors)))
+        chunks = list(zip(*(raw_reads(t, chunk_bytes) for t in tensors), strict=True))  # same-sized tensors
         reads.extend(chunks)
         owner.extend([g] * len(chunks))
     return reads, owner
@@ -261,10 +250,7 @@ def check_reads(reads: Sequence[tuple[Read, ...]], check: Callable[..., Any], *,
                     return
                 claimed[0] = i + 1
             try:
-                if skip is not None and skip(i):
-                    result = None
-                else:
-                    result = check(i, *map(read, reads[i], bufs))
+                result = None if skip is not None and skip(i) else check(i, *map(read, reads[i], bufs))
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
                 with cond:
                     errors.append(exc)
@@ -311,7 +297,7 @@ def same_bytes(a: Any, b: Any) -> bool:
     if memcmp is not None and len(a) >= 4096:
         # parts of buffers: libc's memcmp on their addresses (NumPy's == makes a bool array first)
         x, y = np.frombuffer(a, dtype="u1"), np.frombuffer(b, dtype="u1")
-        return memcmp(x.ctypes.data, y.ctypes.data, len(x)) == 0
+        return bool(memcmp(x.ctypes.data, y.ctypes.data, len(x)) == 0)
 
     x, y = np.frombuffer(a, dtype="u1"), np.frombuffer(b, dtype="u1")
     words = len(x) - len(x) % 8

@@ -9,10 +9,10 @@ from typing import Any
 
 from ..errors import RuleConflict
 from ..format_names import Format
-from ..formats.checkpoint.locate import is_tensor, packed_items
 from ..keys.rules import RuleSet
 from ..model import Checkpoint
 from ..pickles.unpickle.placeholders import Placeholder, is_module_placeholder
+from ..tensors.packed import is_tensor, packed_items
 from .base import OutTensor
 from .torchsave.datapkl import make_state_dict
 

@@ -15,11 +15,10 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from .. import dtypes
 from ..errors import InputError
 from ..io.source import FileSource, pread_exact
 from ..model import StorageRef, TensorMeta
-from ..tensors.castloss import CastLoss, cast_with_loss
+from ..tensors.castloss import cast_to_bytes
 from ..tensors.tensordata import tensor_bytes
 from .base import CHUNK, OutTensor
 
@@ -28,19 +27,8 @@ _GAP = 1 << 20  # bytes of other data a coalesced read may skip over
 
 
 def cast_bytes(meta: TensorMeta, dtype: str) -> bytes:
-    """The tensor's values converted to ``dtype`` (torch is imported only here)."""
-    return _cast(meta, dtype)[0]
-
-
-def _cast(meta: TensorMeta, dtype: str, count: bool = True) -> tuple[bytes, CastLoss]:
-    import torch
-
-    from ..tensors.tensordata import to_torch
-
-    x, loss = cast_with_loss(to_torch(meta), getattr(torch, dtypes.lookup(dtype).name), count=count)
-    if x.numel() == 0:
-        return b"", loss
-    return x.reshape(-1).view(torch.uint8).numpy().tobytes(), loss
+    """The tensor's values converted to ``dtype`` (the torch adapter casts: tensors/castloss.py)."""
+    return cast_to_bytes(meta, dtype)[0]
 
 
 def out_bytes(t: OutTensor) -> bytes:
@@ -51,7 +39,7 @@ def out_bytes(t: OutTensor) -> bytes:
     not count again.
     """
     if t.cast:
-        data, loss = _cast(t.source, t.dtype, count=t.loss is None)
+        data, loss = cast_to_bytes(t.source, t.dtype, count=t.loss is None)
         if t.loss is None:
             t.loss = loss
         return data

@@ -2,25 +2,27 @@
 
 Key, shape and dtype differences follow ``load_state_dict`` and come from
 metadata alone; when both sides are checkpoints nothing here imports torch.
-``values=True`` streams tensor pairs one at a time (diff_values.py) and is
+``values=True`` streams tensor pairs one at a time (tensors/values.py) and is
 the only path that reads tensor bytes; metadata is compared in
-diff_metadata.py and reported in diff_report.py. A ``--target`` is a module
-built on the meta device (target.py), which of course imports torch.
+metadata.py and reported in report.py. A ``--target`` is a module
+built on the meta device (tensors/target.py), which of course imports torch.
 """
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from ...errors import UsageError
 from ...io.remote.counts import counts_remote
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, TensorMeta, shapes_compatible
+from ...progress import NO_PROGRESS, Progress
+from ...tensors.closeness import ValueDiff
+from ...tensors.values import compare_values
 from .metadata import content_metadata, mask_unread, metadata_diff
-from .report import DiffReport, Mismatch, ValueDiff
-from .values import compare_values
+from .report import DiffReport, Mismatch
 
 
 def compare_tensors(
@@ -67,18 +69,17 @@ def diff(
     values: bool = False,
     atol: float = 1e-8,
     rtol: float = 1e-5,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress = NO_PROGRESS,
     fail_on_metadata: bool = False,
     limits: Limits = DEFAULT_LIMITS,
-    on_start: Callable[[int], None] | None = None,
     torch_version: str | None = None,
 ) -> DiffReport:
     """Compare checkpoint ``a`` with checkpoint ``b`` or with a ``target`` module spec.
 
     ``key`` selects A's state_dict (and B's, unless ``key_b`` is given).
     ``values`` compares the data of every common key of equal shape,
-    reading one tensor pair at a time; ``on_start`` gets the number of
-    pairs before the first is read, ``progress`` each key after it is done.
+    reading one tensor pair at a time, and reports the pairs done to
+    ``progress`` ("comparing values").
     ``torch_version``: whose weights_only rules predict torch.load of each side.
     """
     from ...formats import load
@@ -106,7 +107,7 @@ def diff(
         b_label, b_tensors, b_format = target, list(built.tensors), f"nn.Module built on {built.device}"
         lazy, plain = built.lazy, built.plain_tensor_attributes
         warnings += list(built.warnings)  # each already says "target ..."
-        target_prefixes = _attribute_prefixes(built.module)
+        target_prefixes = built.attribute_prefixes
     else:
         b_label = os.fspath(cast(str, b))  # not None: checked above
         ckpt_b = load(b_label, key=key_b if key_b is not None else key, unsafe=unsafe, limits=limits,
@@ -133,8 +134,6 @@ def diff(
             bad_shape = {m.key for m in shape_mm}
             b_map = ckpt_b.by_key
             pairs = [(t, b_map[t.key]) for t in ckpt_a.tensors if t.key in b_map and t.key not in bad_shape]
-            if on_start is not None:
-                on_start(len(pairs))
             value_diffs, skipped = compare_values(pairs, atol=atol, rtol=rtol, progress=progress)
             if skipped:
                 warnings.append(f"{len(skipped)} tensor(s) hold no data and were not compared: "
@@ -155,11 +154,3 @@ def diff(
         weights_only_a=assess(ckpt_a, torch_version),
         weights_only_b=assess(ckpt_b, torch_version) if ckpt_b is not None else None,
     )
-
-
-def _attribute_prefixes(module: Any) -> list[str]:
-    """``name.`` for each direct child of the target that holds all of its state (a wrapper's ``model.``)."""
-    children = [name for name, _ in module.named_children()]
-    if len(children) == 1 and not list(module.named_parameters(recurse=False)):
-        return [children[0] + "."]
-    return []

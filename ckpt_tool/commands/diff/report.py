@@ -1,16 +1,16 @@
 """What ``ckpt diff`` reports: key, shape and dtype mismatches, value differences, the verdict.
 
-Frozen dataclasses that the comparisons (diff.py, diff_values.py) fill in and
+Frozen dataclasses that the comparisons (diff.py, tensors/closeness.py) fill in and
 the renderers (render/diff.py) read; nothing here reads a checkpoint.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...io.remote.counts import with_remote
+from ...tensors.closeness import ValueDiff
 
 if TYPE_CHECKING:
     from ...keys.infer import Suggestion
@@ -24,38 +24,6 @@ class Mismatch:
     key: str
     a: Any  # shape list or dtype string
     b: Any
-
-
-@dataclass(frozen=True)
-class ValueDiff:
-    """How far A's values are from B's for one key, judged like torch.allclose(equal_nan=True)."""
-
-    key: str
-    max_abs: float
-    max_rel: float
-    nan_a: int
-    nan_b: int
-    inf_a: int
-    inf_b: int
-    passed: bool
-    mismatched: int = 0  # elements outside atol + rtol * |b|
-    numel: int = 0
-    compared_as: str = ""  # the dtype both sides were compared in
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key, "max_abs": _json_float(self.max_abs), "max_rel": _json_float(self.max_rel),
-            "passed": self.passed, "mismatched": self.mismatched, "numel": self.numel,
-            "nan_a": self.nan_a, "nan_b": self.nan_b, "inf_a": self.inf_a, "inf_b": self.inf_b,
-            "compared_as": self.compared_as,
-        }
-
-
-def _json_float(x: float) -> float | str:
-    """JSON has no NaN/Infinity: those become the strings "nan", "inf" (as in inspect)."""
-    if math.isnan(x) or math.isinf(x):
-        return str(x)
-    return x
 
 
 @dataclass(frozen=True)

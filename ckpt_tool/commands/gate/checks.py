@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from ...io.paths import dirname, is_url, isdir, open_bytes, url_bytes
 from ...limits import Limits
 from ...model import Checkpoint
 from ...pickles import severity
+from ...progress import Progress
 from ...tensors.nonfinite import nonfinite_counts
 from .names import CheckName
 from .policy import Policy
@@ -41,8 +42,6 @@ class Check:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "detail": self.detail, "skipped": self.skipped}
 
-
-Progress = Callable[[str, int, int], None]  # (path, tensors done, tensors in total)
 
 
 def _skip(name: CheckName, why: str) -> Check:
@@ -175,7 +174,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
     if built is None:
         return _skip(CheckName.MATCHES_TARGET, "no target (--target or the policy's target)")
     from ...keys.infer import suggest
-    from ..diff.diff import _attribute_prefixes, compare_tensors
+    from ..diff.diff import compare_tensors
 
     missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt.tensors, built.tensors, lazy=built.lazy)
     if pol.ignore_target_dtype:
@@ -196,7 +195,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
                      + _listing([f"{m.key} {m.a} vs {m.b}" for m in dtype_mm]))
     detail = "; ".join(parts)
     if missing or unexpected or shape_mm:
-        suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=_attribute_prefixes(built.module),
+        suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=built.attribute_prefixes,
                              lazy=built.lazy)
         if suggestion is not None:
             kwargs = json.dumps(dict(pol.target_kwargs)) if pol.target_kwargs else None
@@ -206,7 +205,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
     return Check(CheckName.MATCHES_TARGET, False, detail)
 
 
-def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress | None) -> Check:
+def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress) -> Check:
     if not pol.nan_check:
         return _skip(CheckName.NO_NAN_INF, "--no-nan-check")
     candidates = [t for t in ckpt.tensors if t.is_floating or t.dtype.startswith("complex")]
@@ -215,16 +214,19 @@ def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progres
     bad: list[str] = []
     no_data: list[str] = []
     counted = nonfinite_counts([t for t in candidates if t.storage is not None])
-    for i, t in enumerate(candidates):
-        if t.storage is None:
-            no_data.append(t.key)
-        else:
-            _, nan, inf = next(counted)
-            if nan or inf:
-                what = ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if p)
-                bad.append(f"{t.key} ({what})")
-        if progress is not None:
-            progress(path, i + 1, len(candidates))
+    progress.start(f"NaN/Inf {path}", len(candidates))
+    try:
+        for t in candidates:
+            if t.storage is None:
+                no_data.append(t.key)
+            else:
+                _, nan, inf = next(counted)
+                if nan or inf:
+                    what = ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if p)
+                    bad.append(f"{t.key} ({what})")
+            progress.advance(1)
+    finally:
+        progress.done()
     note = f"; {len(no_data)} tensor(s) hold no data (meta device)" if no_data else ""
     if bad:
         return Check(CheckName.NO_NAN_INF, False, f"{len(bad)} of {len(candidates)} floating tensors hold NaN/Inf: "

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import CkptError, UsageError
+from ...exit_codes import outcome_code
 from ...io.remote.counts import counts_remote, with_remote
 from ...limits import DEFAULT_LIMITS, Limits
+from ...progress import NO_PROGRESS, Progress
 from .checks import (
     Check,
-    Progress,
     check_dtype_policy,
     check_file_size,
     check_matches_target,
@@ -60,11 +61,8 @@ class GateReport:
     @property
     def exit_code(self) -> int:
         """1 a file is dangerous (even if also unreadable), else 2 a file could not be read, else 0 or 1."""
-        if any(f.dangerous for f in self.files):
-            return 1
-        if any(f.error for f in self.files):
-            return 2
-        return 0 if self.passed else 1
+        return outcome_code(dangerous=any(f.dangerous for f in self.files),
+                            unreadable=any(f.error for f in self.files), failed=not self.passed)
 
     def to_json(self) -> dict[str, Any]:
         return with_remote({"passed": self.passed, "files": [f.to_json() for f in self.files],
@@ -89,9 +87,12 @@ def gate(
     allow_globals: Sequence[str] | None = None,
     torch_version: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
-    progress: Progress | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> GateReport:
-    """Check each path against the policy; arguments that are not None override it."""
+    """Check each path against the policy; arguments that are not None override it.
+
+    ``progress`` sees the tensors the NaN/Inf check reads, one step per file.
+    """
     if not paths:
         raise UsageError("give at least one checkpoint to gate")
     pol = (policy or Policy()).with_overrides(
@@ -115,7 +116,7 @@ def gate(
     return GateReport(tuple(files), pol)
 
 
-def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Progress | None) -> FileGate:
+def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Progress) -> FileGate:
     safety = loads_safely(path, pol, limits)
     checks = [safety.check]
     danger = safety.dangerous

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -17,18 +17,9 @@ from ...io.remote.counts import counts_remote
 from ...keys.prefixes import detect_prefixes
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, Deferred, TensorMeta, is_contiguous_layout, json_safe
+from ...progress import NO_PROGRESS, Progress
+from ...tensors.stats import TensorStats, compute_stats
 from ..weights_only.verdict import WeightsOnlyReport, assess
-
-
-@dataclass(frozen=True)
-class TensorStats:
-    key: str
-    min: float | None
-    max: float | None
-    mean: float | None
-    std: float | None
-    nan: int
-    inf: int
 
 
 @dataclass(frozen=True)
@@ -140,27 +131,6 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
     return notes
 
 
-def compute_stats(t: TensorMeta) -> TensorStats:
-    """min/max/mean/std and NaN/Inf counts, reading the tensor's bytes."""
-    from ... import dtypes
-    from ...tensors.tensordata import to_torch
-
-    if dtypes.lookup(t.dtype).is_quantized:  # integer codes without their scale: no meaningful figures
-        return TensorStats(t.key, None, None, None, None, 0, 0)
-    x = to_torch(t)
-    torch = __import__("torch")
-    if x.numel() == 0 or x.dtype == torch.bool or x.is_complex():
-        return TensorStats(t.key, None, None, None, None, 0, 0)
-    xf = x.to(torch.float64)
-    nan = int(torch.isnan(xf).sum())
-    inf = int(torch.isinf(xf).sum())
-    finite = xf[torch.isfinite(xf)]
-    if finite.numel() == 0:
-        return TensorStats(t.key, None, None, None, None, nan, inf)
-    std = float(finite.std()) if finite.numel() > 1 else 0.0
-    return TensorStats(t.key, float(finite.min()), float(finite.max()), float(finite.mean()), std, nan, inf)
-
-
 @counts_remote("path")
 def inspect(
     path: str | os.PathLike[str],
@@ -169,11 +139,10 @@ def inspect(
     unsafe: bool = False,
     stats: bool = False,
     limits: Limits = DEFAULT_LIMITS,
-    progress: Callable[[TensorMeta], None] | None = None,
-    on_start: Callable[[int], None] | None = None,
+    progress: Progress = NO_PROGRESS,
     torch_version: str | None = None,
 ) -> InspectReport:
-    """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true.
+    """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true (tensors read go to ``progress``).
 
     ``torch_version`` picks the torch whose weights_only rules the prediction
     applies (default: the installed torch, else the newest known).
@@ -183,15 +152,14 @@ def inspect(
     per_tensor = None
     if stats:
         per_tensor = {}
-        if on_start is not None:
-            on_start(len(ckpt.tensors))
+        progress.start("reading tensors", len(ckpt.tensors))
         try:
             for t in ckpt.tensors:
                 if t.storage is not None:
                     per_tensor[t.key] = compute_stats(t)
-                if progress is not None:
-                    progress(t)
+                progress.advance(1)
         finally:
+            progress.done()
             ckpt.close()  # the files reading opened; reading again reopens them
     p = os.fspath(path)
     size = url_bytes(p) if is_url(p) else _path_bytes(p)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import CkptError, InputError
+from ...exit_codes import outcome_code
 from ...format_names import Format
 from ...formats import read_file
 from ...formats.checkpoint.build import build
@@ -40,6 +41,7 @@ from ...model import GlobalRef
 from ...pickles import severity
 from ...pickles.scanner import ERROR, Found, ScanFormat, Scanner, Verdict
 from ...pickles.walk.walker import Finding
+from ...tensors.numpy_reads import npy_pickle_offset
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,8 @@ class ScanReport:
     def exit_code(self) -> int:
         """1 on a dangerous file (--strict: also suspicious), else 2 on an unreadable one, else 0."""
         bad = {severity.DANGEROUS} | ({severity.SUSPICIOUS} if self.strict else set())
-        if any(f.verdict in bad or any(g.severity in bad for g in f.globals) for f in self.files):
-            return 1
-        return 2 if any(f.errors for f in self.files) else 0
+        found = any(f.verdict in bad or any(g.severity in bad for g in f.globals) for f in self.files)
+        return outcome_code(dangerous=found, unreadable=any(f.errors for f in self.files))
 
     def to_json(self) -> dict[str, Any]:
         return with_remote({
@@ -267,7 +268,7 @@ def scan_file(path: str, *, limits: Limits = DEFAULT_LIMITS, explicit: bool = Tr
     ``hint`` (Found.DCP_DATA: a data file whose metadata is unreadable) come from
     the folder walk.
     """
-    scanner = Scanner(path, limits)
+    scanner = Scanner(path, limits, npy_offset=npy_pickle_offset)
     try:
         src = open_bytes(path)
     except CkptError as exc:

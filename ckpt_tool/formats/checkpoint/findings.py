@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 def walk_file(path: str, limits: Limits) -> Scanner | None:
     """The static walk of one regular file or URL (None for folders and unreadable paths)."""
     from ...pickles.scanner import Scanner  # the walker is a 20 ms import: only when a file gives reason
+    from ...tensors.numpy_reads import npy_pickle_offset
 
     if not is_url(path) and not os.path.isfile(path):
         return None
@@ -43,7 +44,7 @@ def walk_file(path: str, limits: Limits) -> Scanner | None:
     except CkptError:
         return None
     try:
-        scanner = Scanner(path, limits)
+        scanner = Scanner(path, limits, npy_offset=npy_pickle_offset)
         if data.size:
             scanner.top_level(Blob.from_source(data), path)
         return scanner

@@ -13,7 +13,8 @@ from typing import Any
 
 from ...errors import InputError, LimitExceeded, UsageError
 from ...model import Candidate, TensorMeta
-from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, Placeholder, is_module_placeholder
+from ...pickles.unpickle.placeholders import LazyTensor, Placeholder, is_module_placeholder
+from ...tensors.packed import TENSOR_TYPES, is_tensor, packed_items
 
 # Where training code conventionally keeps the weights, in order of preference.
 WELL_KNOWN_KEYS = (
@@ -27,17 +28,6 @@ NOT_WEIGHTS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim",
                "lr_scheduler", "lr_schedulers", "scaler", "grad_scaler", "callbacks", "loops")
 MAX_DEPTH = 64
 MAX_SHARED_VISITS = 100_000  # revisits of shared submodules (tied weights need a handful)
-
-
-_TENSOR_TYPES = (LazyTensor, TensorMeta, NumpyArray)
-
-
-def is_tensor(obj: Any) -> bool:
-    if isinstance(obj, _TENSOR_TYPES):
-        # NumPy arrays of strings/objects/big-endian data are metadata, not tensors
-        return not isinstance(obj, NumpyArray) or obj.dtype is not None
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.Tensor)
 
 
 def module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth: int = 0,
@@ -82,24 +72,6 @@ def module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth:
         if is_tensor(value) and not name.startswith("_"):
             # plain tensor attributes never reach a state_dict; remembered for warnings
             out.setdefault("\0plain:" + prefix + name, value)
-
-
-PACKED_SUFFIX = "_packed_params"
-
-
-def packed_items(key: str, value: Any) -> list[tuple[str, Any]] | None:
-    """The tensors inside a quantized module's packed params entry, under ``KEY.0``, ``KEY.1``, or None.
-
-    ``torch.ao`` quantized and dynamic-quantized Linear layers save
-    ``PREFIX._packed_params._packed_params`` as a tuple (qint8 weight, float
-    bias or None): these are tensors of the state_dict like any other, listed,
-    migrated and compared by their position in the tuple.
-    """
-    if not key.endswith(PACKED_SUFFIX) or type(value) not in (tuple, list) or not value or len(value) > 8:
-        return None
-    if not all(v is None or is_tensor(v) for v in value) or all(v is None for v in value):
-        return None
-    return [(f"{key}.{i}", v) for i, v in enumerate(value) if v is not None]
 
 
 def real_module_tensors(module: Any) -> OrderedDict[str, Any]:
@@ -181,7 +153,7 @@ def _is_flat_state_dict(obj: Any) -> bool:
         return True
     tensors = 0
     for k, v in obj.items():
-        if type(v) in _TENSOR_TYPES or is_tensor(v):
+        if type(v) in TENSOR_TYPES or is_tensor(v):
             tensors += 1
         elif not str(k).endswith("_extra_state"):
             return False

@@ -6,48 +6,24 @@ handles like the restricted readers' placeholders.
 """
 from __future__ import annotations
 
-import sys
-from collections import OrderedDict
 from typing import Any
 
-from ... import dtypes
 from ...errors import InputError
 from ...format_names import Format
-from ...pickles.unpickle.placeholders import NumpyArray
+from ...tensors.trusted import numpy_arrays_as_records, one_line, torch_load_trusted, torchscript_state
 from ..checkpoint.loaded import Loaded, ReadOptions
-
-_MAX_DEPTH = 64
 
 
 def read_unsafe(path: str, fmt: Format, options: ReadOptions) -> Loaded:
     """Load with torch.load(weights_only=False) or dill, mapping every storage to the CPU."""
-    import torch
-
-    from .live import remember_locations
-
     note = "loaded with --unsafe: the file's pickles were executed (use only for files you trust)"
     if fmt == Format.PICKLE:
         obj, fmt = _load_pickle(path)
     elif _is_torchscript(path, fmt):
-        try:
-            module = torch.jit.load(path, map_location="cpu")
-        except Exception as exc:  # noqa: BLE001 - trusted load: any failure of the file's code is a load error
-            raise InputError(f"torch.jit.load failed: {_one_line(exc)}", path) from exc
-        loaded = Loaded(Format.TORCHSCRIPT, OrderedDict(module.state_dict()), warnings=[note], layout="torchscript")
-        return loaded
+        return Loaded(Format.TORCHSCRIPT, torchscript_state(path), warnings=[note], layout="torchscript")
     else:
-        locations: dict[int, str] = {}
-
-        def to_cpu(storage: Any, location: str) -> Any:
-            locations[storage.data_ptr()] = str(location)
-            return storage
-
-        try:
-            obj = torch.load(path, map_location=to_cpu, weights_only=False)
-        except Exception as exc:  # noqa: BLE001 - trusted load: any failure of the file's code is a load error
-            raise InputError(f"torch.load failed: {_one_line(exc)}", path) from exc
-        remember_locations(locations)
-    return Loaded(fmt, _numpy_arrays(obj, 0), warnings=[note])
+        obj = torch_load_trusted(path)
+    return Loaded(fmt, numpy_arrays_as_records(obj), warnings=[note])
 
 
 def _load_pickle(path: str) -> tuple[Any, Format]:
@@ -61,12 +37,12 @@ def _load_pickle(path: str) -> tuple[Any, Format]:
     except ImportError:
         if uses_dill:
             raise InputError("this is a dill pickle and dill is not installed (pip install dill)", path) from None
-        import pickle as loader  # type: ignore[no-redef]
+        import pickle as loader
     try:
         with open(path, "rb") as f:
             obj = loader.load(f)
-    except Exception as exc:  # noqa: BLE001 - trusted load: any failure of the file's code is a load error
-        raise InputError(f"unpickling failed: {_one_line(exc)}", path) from exc
+    except Exception as exc:  # trusted load: any failure of the file's code is a load error
+        raise InputError(f"unpickling failed: {one_line(exc)}", path) from exc
     return obj, Format.DILL if uses_dill else Format.PICKLE
 
 
@@ -85,33 +61,3 @@ def _is_torchscript(path: str, fmt: Format) -> bool:
         archive.close()
     prefix = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
     return f"{prefix}constants.pkl" in archive.members or any(n.startswith(f"{prefix}code/") for n in names)
-
-
-def _numpy_arrays(obj: Any, depth: int) -> Any:
-    """Real NumPy arrays in containers become NumpyArray records, as the safe reader makes them."""
-    np = sys.modules.get("numpy")
-    if np is None or depth > _MAX_DEPTH:
-        return obj
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
-            return obj
-        arr = obj.astype(obj.dtype.newbyteorder("<")) if obj.dtype.byteorder == ">" else obj
-        code = arr.dtype.str
-        dt = dtypes.BY_NUMPY.get(code)
-        # tobytes() is C order whatever the array's layout (and keeps 0-d arrays 0-d)
-        return NumpyArray(dt, tuple(int(d) for d in arr.shape), False, arr.tobytes(order="C"), code)
-    if isinstance(obj, dict):
-        for k in list(obj):
-            obj[k] = _numpy_arrays(obj[k], depth + 1)
-        return obj
-    if isinstance(obj, list):
-        obj[:] = [_numpy_arrays(v, depth + 1) for v in obj]
-        return obj
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_numpy_arrays(v, depth + 1) for v in obj)
-    return obj
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

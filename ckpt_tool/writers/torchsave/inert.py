@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import UnsafeContentError
-from ...formats.checkpoint.locate import is_tensor
 from ...pickles import severity
 from ...pickles.unpickle.placeholders import NumpyScalar, Placeholder
 from ...pickles.unpickle.rebuilders import NumpyDType
+from ...tensors.packed import is_tensor
 
 _MAX_DEPTH = 200
 _DILL = ("dill._dill", "dill.dill", "dill")

@@ -337,10 +337,20 @@ def test_values_with_target_is_a_usage_error(fixtures_dir, run_cli):
 
 
 def test_progress_is_called_once_per_pair(fixtures_dir):
-    seen, totals = [], []
-    diff(str(fixtures_dir / "tiny_mlp.pth"), str(fixtures_dir / "legacy.pth"), values=True,
-         progress=seen.append, on_start=totals.append)
-    assert totals == [7] and len(seen) == 7
+    calls: list[tuple[str, object]] = []
+
+    class Recorder:  # the ckpt_tool.progress.Progress protocol
+        def start(self, label: str, total: int) -> None:
+            calls.append(("start", total))
+
+        def advance(self, n: int) -> None:
+            calls.append(("advance", n))
+
+        def done(self) -> None:
+            calls.append(("done", None))
+
+    diff(str(fixtures_dir / "tiny_mlp.pth"), str(fixtures_dir / "legacy.pth"), values=True, progress=Recorder())
+    assert calls == [("start", 7)] + [("advance", 1)] * 7 + [("done", None)]
 
 
 # ------------------------------------------------------------------ metadata

@@ -29,7 +29,7 @@ def test_cli_json_and_text(run_cli):
 
 
 def test_a_device_that_cannot_compute_is_a_failure():
-    bad = check_device(torch, "cuda:99" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}")
+    bad = check_device("cuda:99" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}")
     assert not bad.ok and bad.detail
 
 

@@ -21,7 +21,7 @@ from ckpt_tool.io.zip.archive import ZipArchive
 from ckpt_tool.render.common import simple_table
 from ckpt_tool.tensors.tensordata import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
 
-diff_mod = importlib.import_module("ckpt_tool.commands.diff.values")
+diff_mod = importlib.import_module("ckpt_tool.tensors.values")
 nonfinite_mod = importlib.import_module("ckpt_tool.tensors.nonfinite")
 
 FLOATS = ["float16", "bfloat16", "float32", "float64", "complex64", "complex128",

@@ -10,10 +10,10 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ... import dtypes
-from ...errors import InputError
-from ...io.source import MemorySource
-from ...model import StorageRef, TensorMeta
+from .. import dtypes
+from ..errors import InputError
+from ..io.source import MemorySource
+from ..model import StorageRef, TensorMeta
 
 # MemorySource -> {storage data_ptr: key in its buffers}
 _STORAGE_KEYS: weakref.WeakKeyDictionary[MemorySource, dict[int, str]] = weakref.WeakKeyDictionary()

@@ -1,14 +1,14 @@
 """ckpt migrate SRC -o OUT"""
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import EXIT_FINDING, EXIT_OK, UsageError
+from ..errors import UsageError
 from ..render.common import dumps
 from . import keep_until_exit
+from .exit_codes import exit_code
 from .options import (
     json_option,
     key_option,
@@ -16,53 +16,15 @@ from .options import (
     limits_from,
     quiet_option,
     target_kwargs_from,
+    target_options,
     unsafe_option,
 )
+from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
 
 if TYPE_CHECKING:
     from ..io.atomic.staletemp import CleanReport
     from ..keys.rules import RuleSet
-    from ..progress import Progress
-
-
-class _Bar(Protocol):
-    """What _Bars uses of a click progress bar."""
-
-    def update(self, n_steps: int) -> None: ...
-
-    def render_finish(self) -> None: ...
-
-
-class _Bars:
-    """ckpt_tool.progress.Progress as click progress bars on stderr (terminal only)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar: _Bar | None = None
-        self.pending = 0
-        self.step = 1
-
-    def start(self, label: str, total: int) -> None:
-        self.done()
-        if self.enabled:
-            self.bar = click.progressbar(length=max(total, 1), label=label.ljust(12), file=sys.stderr)
-            self.step = max(total // 200, 1)  # redraw at most ~200 times, however many tensors
-
-    def advance(self, n: int) -> None:
-        if self.bar is not None:
-            self.pending += n
-            if self.pending >= self.step:
-                self.bar.update(self.pending)
-                self.pending = 0
-
-    def done(self) -> None:
-        if self.bar is not None:
-            if self.pending:
-                self.bar.update(self.pending)
-            self.bar.render_finish()
-            self.bar = None
-        self.pending = 0
 
 
 @click.command("migrate")
@@ -83,10 +45,7 @@ class _Bars:
                    "report); without it such a cast fails and nothing is written.")
 @click.option("--rules", "rules_file", default=None, metavar="FILE",
               help="A TOML rules file (applied before the options above; see docs/migrate.md).")
-@click.option("--target", default=None, metavar="SPEC",
-              help="Module the output must load into with strict=True: 'pkg.module:Name' or 'file.py:Name'.")
-@click.option("--target-kwargs", default=None, metavar="JSON",
-              help="Constructor arguments for --target (JSON or @file).")
+@target_options("Module the output must load into with strict=True")
 @click.option("--auto", is_flag=True, help="Infer the rules that make SRC match --target (printed before applying).")
 @click.option("--allow-missing", multiple=True, metavar="GLOB",
               help="Target keys that may be missing from the output (a new head the model initialises).")
@@ -154,7 +113,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
         if found.removed and not quiet:
             click.echo(removed_line(found.removed), err=True)
 
-    bars: Progress = _Bars(not quiet and sys.stderr.isatty())
+    bars = progress_bars(quiet=quiet, label_width=12)  # remote_scope below draws no bar of its own
     try:
         with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
             report = migrate(
@@ -173,7 +132,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
         click.echo(dumps(report.to_json()))
     elif (not quiet or not report.ok) and not follower():
         click.echo(render(report))
-    return EXIT_OK if report.ok else EXIT_FINDING
+    return exit_code(report)
 
 
 COMMANDS = [migrate_command]

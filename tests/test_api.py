@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_api_functions_survive_submodule_imports(fixtures_dir):
-    import ckpt_tool.commands.diff.diff  # noqa: F401 - binds nothing over the API function
-    import ckpt_tool.commands.inspect.inspect  # noqa: F401
+    import ckpt_tool.commands.diff.command  # noqa: F401 - binds nothing over the API function
+    import ckpt_tool.commands.inspect.command  # noqa: F401
 
     for _ in range(2):
         report = ckpt_tool.inspect(str(fixtures_dir / "tiny_mlp.pth"))
@@ -48,7 +48,7 @@ def test_every_public_name_resolves_and_is_listed():
 
 
 def test_results_are_the_commands_reports(fixtures_dir):
-    from ckpt_tool.commands.inspect.inspect import InspectReport
+    from ckpt_tool.commands.inspect.command import InspectReport
 
     report = ckpt_tool.inspect(fixtures_dir / "tiny_mlp.pth")
     assert isinstance(report, InspectReport) and isinstance(report, ckpt_tool.InspectReport)

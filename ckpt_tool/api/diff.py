@@ -1,7 +1,7 @@
 """``ckpt_tool.diff``: what happens if A's weights are loaded where B (or a target) is expected."""
 from __future__ import annotations
 
-from ..commands.diff import diff as _command
+from ..commands.diff import command as _command
 from ..commands.diff.report import DiffReport as _DiffReport
 from ..render.diff import render
 from .text import returning

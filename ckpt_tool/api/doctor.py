@@ -1,7 +1,7 @@
 """``ckpt_tool.doctor``: python, torch and CUDA versions and devices, each device checked by a computation."""
 from __future__ import annotations
 
-from ..commands.doctor import doctor as _command
+from ..commands.doctor import command as _command
 from ..render.doctor import render
 from .text import returning
 

@@ -1,7 +1,7 @@
 """``ckpt_tool.gate``: the pre-deploy checks, each pass/fail, as ``ckpt gate`` reports them."""
 from __future__ import annotations
 
-from ..commands.gate import gate as _command
+from ..commands.gate import command as _command
 from ..render.gate import render
 from .text import returning
 

@@ -1,7 +1,7 @@
 """``ckpt_tool.inspect``: what is in a checkpoint, as ``ckpt inspect`` shows it."""
 from __future__ import annotations
 
-from ..commands.inspect import inspect as _command
+from ..commands.inspect import command as _command
 from ..render.inspect import render
 from .text import returning
 

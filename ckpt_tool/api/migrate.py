@@ -1,7 +1,7 @@
 """``ckpt_tool.migrate``: rewrite keys, format and dtype of a checkpoint, atomically, and prove the result."""
 from __future__ import annotations
 
-from ..commands.migrate import migrate as _command
+from ..commands.migrate import command as _command
 from ..commands.migrate.report import MigrateReport as _MigrateReport
 from ..render.migrate import render
 from .text import returning

@@ -1,7 +1,7 @@
 """``ckpt_tool.scan``: the static scan of every pickle in the inputs, as ``ckpt scan`` reports it."""
 from __future__ import annotations
 
-from ..commands.scan import scan as _command
+from ..commands.scan import command as _command
 from ..render.scan import render
 from .text import returning
 

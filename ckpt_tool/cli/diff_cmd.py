@@ -53,7 +53,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     the values are apart; prints the `ckpt migrate` command that fixes key
     prefixes and renames. Exit code: 0 no differences, 1 differences, 2 error.
     """
-    from ..commands.diff.diff import diff
+    from ..commands.diff.command import diff
 
     kw = target_kwargs_for(target, target_kwargs)
     bars = progress_bars(quiet=quiet or as_json, paths=[a, b])

@@ -29,7 +29,7 @@ def doctor_command(clean_path: str | None, dry_run: bool, as_json: bool) -> int:
     FOLDER is not a folder.
     """
     if clean_path is not None:
-        from ..commands.doctor.doctor import clean_temporaries
+        from ..commands.doctor.command import clean_temporaries
         from ..render.cleanup import render as render_clean
 
         found = clean_temporaries(clean_path, dry_run=dry_run)
@@ -37,7 +37,7 @@ def doctor_command(clean_path: str | None, dry_run: bool, as_json: bool) -> int:
         return outcome_code(failed=found.failed)
     if dry_run:
         raise UsageError("--dry-run goes with --clean FOLDER")
-    from ..commands.doctor.doctor import run_doctor
+    from ..commands.doctor.command import run_doctor
     from ..render.doctor import render
 
     report = run_doctor()

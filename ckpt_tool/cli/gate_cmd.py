@@ -68,7 +68,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     Exit code: 0 all passed, 1 a check failed (a dangerous file fails with 1
     even when it is also unreadable), 2 a file or folder could not be read.
     """
-    from ..commands.gate.gate import gate
+    from ..commands.gate.command import gate
     from ..commands.gate.policy import Policy, load_policy
 
     policy = load_policy(policy_file) if policy_file else Policy()

@@ -36,7 +36,7 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
 
     Reads no tensor data unless --stats is given.
     """
-    from ..commands.inspect.inspect import inspect
+    from ..commands.inspect.command import inspect
     from ..render.inspect import json_text, render
 
     bars = progress_bars(quiet=quiet, paths=[path])

@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import UsageError
 from ..render.common import dumps
 from . import keep_until_exit
 from .exit_codes import exit_code
@@ -15,7 +14,7 @@ from .options import (
     limit_options,
     limits_from,
     quiet_option,
-    target_kwargs_from,
+    target_kwargs_for,
     target_options,
     unsafe_option,
 )
@@ -91,16 +90,14 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     0 written and verified (or a clean dry run), 1 verification or target
     check failed (nothing written), 2 error.
     """
-    from ..commands.migrate.migrate import migrate
+    from ..commands.migrate.command import migrate
     from ..commands.migrate.parallel.torchrun import follower
     from ..render.migrate import render
 
     if follower():  # a torchrun rank other than 0: rank 0 prints the one report
         quiet, as_json = True, False
 
-    kw = target_kwargs_from(target_kwargs)
-    if kw and target is None:
-        raise UsageError("--target-kwargs needs --target")
+    kw = target_kwargs_for(target, target_kwargs)
 
     def announce(rules: RuleSet) -> None:
         if not as_json and not quiet:

@@ -37,7 +37,7 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
     code: 0 all safe (or suspicious without --strict), 1 dangerous content
     (with --strict also suspicious), 2 a file could not be read.
     """
-    from ..commands.scan.scan import scan
+    from ..commands.scan.command import scan
 
     with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
         report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other,

@@ -1,7 +1,7 @@
 """Text rendering of a DoctorReport."""
 from __future__ import annotations
 
-from ..commands.doctor.doctor import DoctorReport
+from ..commands.doctor.command import DoctorReport
 from .common import human_bytes
 
 

@@ -1,7 +1,7 @@
 """Text rendering of a GateReport: one line per check, PASS/FAIL, with its detail."""
 from __future__ import annotations
 
-from ..commands.gate.gate import GateReport
+from ..commands.gate.command import GateReport
 
 
 def render(report: GateReport, *, quiet: bool = False) -> str:

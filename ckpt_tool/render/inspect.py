@@ -8,7 +8,7 @@ from json.encoder import encode_basestring_ascii as _quote
 from operator import attrgetter
 from typing import Any
 
-from ..commands.inspect.inspect import InspectReport
+from ..commands.inspect.command import InspectReport
 from ..format_names import Format
 from .common import dumps, human_bytes, human_count, shape_str, simple_columns
 

@@ -1,7 +1,7 @@
 """Text rendering of a ScanReport: one block per file, worst first within the list order."""
 from __future__ import annotations
 
-from ..commands.scan.scan import FileScan, ScanReport
+from ..commands.scan.command import FileScan, ScanReport
 
 
 def _file_block(f: FileScan, verbose: bool) -> list[str]:

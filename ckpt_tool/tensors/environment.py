@@ -2,7 +2,7 @@
 
 Versions alone do not prove a GPU works (a driver mismatch, a busy or
 faulty device, MIG without a slice): one seeded matmul per device, checked
-against a float64 reference on the CPU, does. commands/doctor/doctor.py
+against a float64 reference on the CPU, does. commands/doctor/command.py
 adds the Python side and the verdict.
 """
 from __future__ import annotations

@@ -1,1 +1,8 @@
 """``ckpt diff``: what happens when A's weights are loaded where B is expected."""
+
+# The surface siblings and users import (``from ckpt_tool.commands.diff import diff`` as before the
+# package split); the modules below it are the feature's own.
+from .command import compare_tensors, diff
+from .report import DiffReport
+
+__all__ = ["DiffReport", "compare_tensors", "diff"]

@@ -72,7 +72,7 @@ class SafetyVerdict:
 def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
     """Scan ``path`` as ``ckpt scan`` does: dangerous names first, then what could not be read."""
     from ...errors import CkptError
-    from ..scan.scan import scan
+    from ..scan.command import scan
 
     try:
         report = scan([path], strict=pol.strict, limits=limits, allow_globals=pol.weights_only_allow)
@@ -174,7 +174,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
     if built is None:
         return _skip(CheckName.MATCHES_TARGET, "no target (--target or the policy's target)")
     from ...keys.infer import suggest
-    from ..diff.diff import compare_tensors
+    from ..diff.command import compare_tensors
 
     missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt.tensors, built.tensors, lazy=built.lazy)
     if pol.ignore_target_dtype:
@@ -342,7 +342,7 @@ def sha256_file(path: str) -> str:
 
 def strict_warnings(ckpt: Checkpoint, pol: Policy) -> list[str]:
     """Every warning inspect prints, plus unusual dtypes and layouts and oversized metadata."""
-    from ..inspect.inspect import layout_notes
+    from ..inspect.command import layout_notes
 
     out = _lifted(ckpt, pol.weights_only_allow)
     unusual = Counter(t.dtype for t in ckpt.tensors if t.dtype not in USUAL_DTYPES)

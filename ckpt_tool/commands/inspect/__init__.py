@@ -1,1 +1,7 @@
 """``ckpt inspect``: what is in a checkpoint, from metadata alone."""
+
+# The surface siblings and users import (``from ckpt_tool.commands.inspect import inspect`` as before the
+# package split); the modules below it are the feature's own.
+from .command import InspectReport, inspect
+
+__all__ = ["InspectReport", "inspect"]

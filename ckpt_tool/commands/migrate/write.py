@@ -1,6 +1,6 @@
 """Writing a planned migration: write the temporary output, verify it, and publish it or leave nothing.
 
-Every decision was made before (commands/migrate/migrate.py) and travels in a
+Every decision was made before (commands/migrate/command.py) and travels in a
 ``WriteJob``; here the bytes are written beside OUT by the writer that
 ``WRITERS`` names for the output format, read back and compared, and renamed
 into place only when every check passed.

@@ -17,7 +17,7 @@ from models import Stack, TinyMLP, TinyMLPv2
 from safetensors.torch import save_file
 
 from ckpt_tool import diff
-from ckpt_tool.commands.diff.diff import compare_tensors
+from ckpt_tool.commands.diff.command import compare_tensors
 from ckpt_tool.keys.infer import suggest
 from ckpt_tool.model import TensorMeta
 from ckpt_tool.render.common import fold_keys, fold_labeled
@@ -582,7 +582,7 @@ def test_values_memory_stays_far_below_the_largest_tensor(tmp_path):
     a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
     sparse_safetensors(a, 1, (4096, 4096))  # a 32 MiB tensor
     sparse_safetensors(b, 1, (4096, 4096), dtype="F32", itemsize=4)  # 64 MiB: not bit-identical, compared in fp32
-    baseline = peak_rss_mib("import torch, safetensors, ckpt_tool.commands.diff.diff, deepdiff")
+    baseline = peak_rss_mib("import torch, safetensors, ckpt_tool.commands.diff.command, deepdiff")
     peak = peak_rss_mib(
         f"from ckpt_tool import diff\nr = diff({str(a)!r}, {str(b)!r}, values=True)\n"
         "assert len(r.values) == 1 and not r.value_mismatch and r.values[0].numel == 4096 * 4096\n")

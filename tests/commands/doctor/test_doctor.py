@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from ckpt_tool.commands.doctor.doctor import check_device, run_doctor
+from ckpt_tool.commands.doctor.command import check_device, run_doctor
 
 
 def test_doctor_reports_versions_and_checks_the_cpu():

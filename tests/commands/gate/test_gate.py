@@ -284,7 +284,7 @@ def test_policy_defaults():
 
 
 def test_check_names_are_declared_once_and_print_as_before(run_cli, clean, tmp_path):
-    from ckpt_tool.commands.gate.gate import CheckName
+    from ckpt_tool.commands.gate.command import CheckName
 
     r = run_cli("gate", str(clean), "--json", "--junit", str(tmp_path / "j.xml"))
     names = [c["name"] for c in json.loads(r.out)["files"][0]["checks"]]

@@ -204,7 +204,7 @@ def _odd_layouts(tmp_path):
 
 def test_json_rows_written_row_by_row_equal_json_dumps(tmp_path, fixtures_dir):
     """render.inspect.json_text (the --json fast path) gives exactly json.dumps(report.to_json())."""
-    from ckpt_tool.commands.inspect.inspect import inspect as inspect_report
+    from ckpt_tool.commands.inspect.command import inspect as inspect_report
     from ckpt_tool.render.common import dumps
     from ckpt_tool.render.inspect import json_text
 

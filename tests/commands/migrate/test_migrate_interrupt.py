@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = """
 import importlib, sys, time
-m = importlib.import_module("ckpt_tool.commands.migrate.migrate")  # the module (ckpt_tool.commands.migrate.migrate is the API function)
+m = importlib.import_module("ckpt_tool.commands.migrate.command")  # the module (ckpt_tool.commands.migrate.command is the API function)
 marker = sys.argv[1]
 
 class Stall:

@@ -197,7 +197,7 @@ def test_diff_reports_each_side(training, fixtures_dir, run_cli):
 
 
 def test_gate_weights_only_check_pass_fail_and_policy(training, fixtures_dir, tmp_path, run_cli):
-    from ckpt_tool.commands.gate.gate import gate
+    from ckpt_tool.commands.gate.command import gate
     from ckpt_tool.commands.gate.policy import load_policy
 
     def wo(report):
@@ -230,7 +230,7 @@ def test_gate_weights_only_check_pass_fail_and_policy(training, fixtures_dir, tm
 
 
 def test_gate_never_counts_a_dangerous_global_as_allowed(tmp_path):
-    from ckpt_tool.commands.gate.gate import gate
+    from ckpt_tool.commands.gate.command import gate
 
     class Call:
         def __reduce__(self):

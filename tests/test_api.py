@@ -139,3 +139,25 @@ def test_every_module_imports_in_a_fresh_interpreter():
 def test_version_matches_cli(run_cli):
     r = run_cli("--version")
     assert r.code == 0 and ckpt_tool.__version__ in r.out
+
+
+def test_the_import_paths_of_before_the_package_split_still_give_the_same_objects():
+    """docs/migrate.md and docs/diff.md import the commands from their packages (issue 22 kept these paths)."""
+    code = """
+import inspect, ckpt_tool
+from ckpt_tool.commands.migrate import migrate, MigrateReport
+from ckpt_tool.commands.diff import diff, compare_tensors, DiffReport
+from ckpt_tool.commands.inspect import inspect as inspect_cmd, InspectReport
+from ckpt_tool.commands.gate import gate, GateReport
+from ckpt_tool.commands.scan import scan, ScanReport
+from ckpt_tool.commands.doctor import run_doctor, DoctorReport
+from ckpt_tool.keys.infer import suggest
+from ckpt_tool.tensors.target import build_target
+from ckpt_tool.formats import load
+assert all(inspect.isfunction(f) for f in (migrate, diff, compare_tensors, inspect_cmd, gate, scan, run_doctor,
+                                           suggest, build_target, load))
+assert issubclass(ckpt_tool.MigrateReport, MigrateReport) and issubclass(ckpt_tool.InspectReport, InspectReport)
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.stdout.strip() == "ok", r.stderr

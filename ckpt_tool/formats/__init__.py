@@ -33,6 +33,7 @@ _READERS: dict[str, str] = {
     _detect.DCP: "dcp.metadata:read_dcp",
     _detect.TORCH_TAR: "torchsave.tar:read_legacy_tar",
     _detect.DEEPSPEED: "deepspeed.read:read_deepspeed",
+    _detect.TORCH_EXPORT: "export.read:read_export",
 }
 
 

@@ -19,6 +19,7 @@ DCP = "dcp"
 DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
 TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints (formats/torchsave/tar.py)
 DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
+TORCH_EXPORT = "torch-export"  # a torch.export.save .pt2 archive (formats/export/)
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
 # The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):
@@ -40,6 +41,7 @@ EXPECTED_BY_EXTENSION = {
     ".dill": {PICKLE, DILL},
     ".json": {SHARDED},
     ".jit": {TORCHSCRIPT},
+    ".pt2": {TORCH_EXPORT},
 }
 
 
@@ -90,9 +92,40 @@ def detect(path: str) -> str:
     if tar_magic == b"ustar":
         return TORCH_TAR
     fmt = detect_bytes(head, size, path)
+    if fmt == TORCH_ZIP and is_export_archive(path):
+        return TORCH_EXPORT
     if fmt == PICKLE and paths.basename(path) == ".metadata":
         return DCP  # the metadata file of a torch.distributed.checkpoint folder, given directly
     return fmt
+
+
+def is_export_archive(path: str) -> bool:
+    """A zip that torch.export.save wrote: an ``archive_format`` record in the archive's folder.
+
+    The first local header usually tells (torch.export.save writes its
+    weights, constants or models first; torch.save its data.pkl); only a zip
+    whose first member says neither has its central directory read here.
+    """
+    from ..io.zip.archive import ZipArchive
+    from ..pickles.pt2_layout import FIRST_MEMBER_DIRS, archive_root
+
+    with paths.open_bytes(path) as data:
+        header = data.read_upto(0, 30)
+        n = int.from_bytes(header[26:28], "little") if len(header) == 30 else 0
+        name = data.read_upto(30, n).decode("utf-8", "replace") if n else ""
+    inner = name.split("/", 1)[1] if "/" in name else ""
+    if inner.startswith(FIRST_MEMBER_DIRS) or inner == "archive_format":
+        return True
+    if inner in ("data.pkl", "") or inner.startswith(("code/", "constants.pkl", ".data/")):
+        return False
+    try:
+        archive = ZipArchive(path)
+    except InputError:
+        return False  # the torch-zip reader says what is wrong with it
+    try:
+        return archive_root(archive.names()) is not None
+    finally:
+        archive.close()
 
 
 def distributed_message(shard: str) -> str:

@@ -34,6 +34,8 @@ from .members import (
     script_calls,
     script_class_is_torchs,
 )
+from .pt2_layout import archive_root
+from .pt2_scan import TORCH_EXPORT, walk_export
 from .walk.walker import BytesRef, Finding, Walk, walk
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
@@ -267,6 +269,12 @@ class Scanner:
             self.package(names, where)
         if is_script:
             self.script_code(blob, entries, where)
+        export_root = archive_root(names)
+        if export_root is not None:  # torch.export .pt2: each member judged by what torch.export.load does with it
+            if self.format == TORCH_ZIP and depth == 0:
+                self.format = TORCH_EXPORT
+            walk_export(self, blob, entries, export_root, where, depth)
+            return
         pickles = [e for e in entries if e.name.endswith(".pkl")]
         known = set(self.storage_keys)
         self.storage_keys = set()

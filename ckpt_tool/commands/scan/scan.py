@@ -43,6 +43,7 @@ from ...pickles.scanner import (
     PICKLE,
     SAFETENSORS,
     TAR,
+    TORCH_EXPORT,
     TORCH_LEGACY,
     TORCH_ZIP,
     TORCHSCRIPT,
@@ -125,7 +126,7 @@ class ScanReport:
 
 
 # Formats a reader exists for: each file of these is also read, as inspect would read it.
-_READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR, ZIP])
+_READABLE = frozenset([TORCH_ZIP, TORCHSCRIPT, TORCH_LEGACY, PICKLE, SAFETENSORS, TAR, ZIP, TORCH_EXPORT])
 
 
 def lift(fs: FileScan, allowed: frozenset[str]) -> FileScan:

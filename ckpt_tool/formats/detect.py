@@ -92,27 +92,30 @@ def detect(path: str) -> str:
     if tar_magic == b"ustar":
         return TORCH_TAR
     fmt = detect_bytes(head, size, path)
-    if fmt == TORCH_ZIP and is_export_archive(path):
+    if fmt == TORCH_ZIP and is_export_archive(path, head):
         return TORCH_EXPORT
     if fmt == PICKLE and paths.basename(path) == ".metadata":
         return DCP  # the metadata file of a torch.distributed.checkpoint folder, given directly
     return fmt
 
 
-def is_export_archive(path: str) -> bool:
+def is_export_archive(path: str, head: bytes) -> bool:
     """A zip that torch.export.save wrote: an ``archive_format`` record in the archive's folder.
 
-    The first local header usually tells (torch.export.save writes its
-    weights, constants or models first; torch.save its data.pkl); only a zip
-    whose first member says neither has its central directory read here.
+    The first local header (in ``head``, the file's first bytes) usually
+    tells: torch.export.save writes its weights, constants or models first,
+    torch.save its data.pkl. Only a zip whose first member says neither has
+    its central directory read here.
     """
     from ..io.zip.archive import ZipArchive
     from ..pickles.pt2_layout import FIRST_MEMBER_DIRS, archive_root
 
-    with paths.open_bytes(path) as data:
-        header = data.read_upto(0, 30)
-        n = int.from_bytes(header[26:28], "little") if len(header) == 30 else 0
-        name = data.read_upto(30, n).decode("utf-8", "replace") if n else ""
+    n = int.from_bytes(head[26:28], "little") if len(head) >= 30 else 0
+    raw = head[30:30 + n]
+    if len(raw) < n:  # a long first name: read it (one small read, local or remote)
+        with paths.open_bytes(path) as data:
+            raw = data.read_upto(30, n)
+    name = raw.decode("utf-8", "replace")
     inner = name.split("/", 1)[1] if "/" in name else ""
     if inner.startswith(FIRST_MEMBER_DIRS) or inner == "archive_format":
         return True

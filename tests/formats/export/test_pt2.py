@@ -138,6 +138,8 @@ def test_a_hostile_sample_inputs_pickle_is_flagged(pt2, tmp_path, run_cli):
     assert r.code == 1, r
     found = json.loads(r.out)["files"][0]
     assert any(g["name"] == "system" for g in found["globals"]), found
+    r = run_cli("gate", str(bad))
+    assert r.code == 1 and "system" in r.out, r  # every command reports what scan does
 
 
 def test_a_use_pickle_weight_is_walked_as_the_pickle_torch_export_load_unpickles(pt2, tmp_path, run_cli):

@@ -37,13 +37,13 @@ from ...io.tree import Link, walk
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef
 from ...pickles import severity
+from ...pickles.pt2_scan import TORCH_EXPORT
 from ...pickles.scanner import (
     DCP_DATA,
     ERROR,
     PICKLE,
     SAFETENSORS,
     TAR,
-    TORCH_EXPORT,
     TORCH_LEGACY,
     TORCH_ZIP,
     TORCHSCRIPT,

@@ -28,6 +28,7 @@ class Format(_Name):
     SHARDED = "sharded"  # a ``*.index.json`` weight map over safetensors or .bin shards
     DCP = "dcp"
     DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
+    TORCH_EXPORT = "torch-export"  # a torch.export.save ``.pt2`` archive (formats/torchsave/export.py)
 
 
 class OutputFormat(_Name):

@@ -32,6 +32,7 @@ EXPECTED_BY_EXTENSION: dict[str, frozenset[Format]] = {
     ".dill": frozenset({Format.PICKLE, Format.DILL}),
     ".json": frozenset({Format.SHARDED}),
     ".jit": frozenset({Format.TORCHSCRIPT}),
+    ".pt2": frozenset({Format.TORCH_EXPORT}),
 }
 
 
@@ -82,9 +83,43 @@ def detect(path: str) -> Format:
     if tar_magic == b"ustar":
         return Format.TORCH_TAR
     fmt = detect_bytes(head, size, path)
+    if fmt == Format.TORCH_ZIP and is_export_archive(path, head):
+        return Format.TORCH_EXPORT
     if fmt == Format.PICKLE and paths.basename(path) == ".metadata":
         return Format.DCP  # the metadata file of a torch.distributed.checkpoint folder, given directly
     return fmt
+
+
+def is_export_archive(path: str, head: bytes) -> bool:
+    """A zip that torch.export.save wrote: an ``archive_format`` record in the archive's folder.
+
+    The first local header (in ``head``, the file's first bytes) usually
+    tells: torch.export.save writes its weights, constants or models first,
+    torch.save its data.pkl. Only a zip whose first member says neither has
+    its central directory read here.
+    """
+    from ..io.zip.archive import ZipArchive
+    from ..pickles.pt2_layout import FIRST_MEMBER_DIRS, archive_root
+
+    n = int.from_bytes(head[26:28], "little") if len(head) >= 30 else 0
+    raw = head[30:30 + n]
+    if len(raw) < n:  # a long first name: read it (one small read, local or remote)
+        with paths.open_bytes(path) as data:
+            raw = data.read_upto(30, n)
+    name = raw.decode("utf-8", "replace")
+    inner = name.split("/", 1)[1] if "/" in name else ""
+    if inner.startswith(FIRST_MEMBER_DIRS) or inner == "archive_format":
+        return True
+    if inner in ("data.pkl", "") or inner.startswith(("code/", "constants.pkl", ".data/")):
+        return False
+    try:
+        archive = ZipArchive(path)
+    except InputError:
+        return False  # the torch-zip reader says what is wrong with it
+    try:
+        return archive_root(archive.names()) is not None
+    finally:
+        archive.close()
 
 
 def distributed_message(shard: str) -> str:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..model import TensorMeta
+from .inserts import insertion_candidates
 from .prefixes import KNOWN_PREFIXES, detect_prefixes
 from .rules import RuleSet
 from .scoring import sample
@@ -136,4 +137,5 @@ def rename_candidates(unmatched: Sequence[tuple[str, TensorMeta]],
                 head = key[len(pa):].split(".", 1)[0]
                 rule = (re.escape(pa + head) + r"\.(.*)", _escape_repl(pb + head) + r".\1")
                 counts[rule] += 1
+    counts.update(insertion_candidates(unmatched, missing))  # an adapter name inserted (PEFT's ``default``)
     return [rule for rule, _ in counts.most_common(24)]

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..model import TensorMeta
 from .candidates import prefix_candidates, rename_candidates
+from .inserts import head_drop
 from .rules import RuleSet
 from .scoring import Score, Scorer, rank
 
@@ -32,6 +33,7 @@ class Suggestion:
     remaining_unexpected: int
     remaining_shape_mismatch: int = 0
     renamed: int = 0  # source keys whose name the rewrite changes
+    dropped: int = 0  # source keys a --drop rule leaves out (an extra head the target lacks)
 
     @property
     def complete(self) -> bool:
@@ -58,10 +60,12 @@ class Suggestion:
                 "strip_prefix": list(r.strip_prefix),
                 "add_prefix": r.add_prefix,
                 "rename": [{"pattern": p, "replacement": s} for p, s in r.rename],
+                "drop": list(r.drop),
             },
             "options": r.cli_args(),
             "reconciled": self.reconciled,
             "renamed": self.renamed,
+            "dropped": self.dropped,
             "remaining_missing": self.remaining_missing,
             "remaining_unexpected": self.remaining_unexpected,
             "remaining_shape_mismatch": self.remaining_shape_mismatch,
@@ -128,9 +132,25 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
         if _ambiguous([x[3] for x in ranked]):
             break
         _, _, best_rules, best = ranked[0]
-    if best_rules.is_empty:
-        return None
-    if not scorer.agrees_with_migrate(best_rules):
+    if not best_rules.is_empty and not scorer.agrees_with_migrate(best_rules):
         return None  # migrate would not do what was scored: never print a command that misleads
     reconciled = len(best.matched - base.matched)
+    if best.unexpected and not best.missing and not best.shape_bad:
+        dropped = _drop_head(scorer, best_rules, source)
+        if dropped is not None:
+            return Suggestion(dropped[0], reconciled, 0, 0, 0, best.renamed, dropped=dropped[1])
+    if best_rules.is_empty:
+        return None
     return Suggestion(best_rules, reconciled, best.missing, best.unexpected, best.shape_bad, best.renamed)
+
+
+def _drop_head(scorer: Scorer, rules: RuleSet, source: Sequence[TensorMeta]) -> tuple[RuleSet, int] | None:
+    """``rules`` plus ``--drop 'HEAD.*'`` when only an extra head is left over, checked with migrate's new_key."""
+    unmatched, _ = scorer.residual(rules)
+    left = {out for out, _ in unmatched}
+    glob = head_drop(left, [out for out in (scorer.outputs(rules) or ()) if out not in left])
+    if glob is None:
+        return None
+    with_drop = rules.then(RuleSet(drop=(glob,)))
+    gone = [t.key for t in source if with_drop.new_key(t.key) is None]
+    return (with_drop, len(gone)) if len(gone) == len(left) else None

@@ -36,6 +36,8 @@ from .members import (
     script_calls,
     script_class_is_torchs,
 )
+from .pt2_layout import archive_root
+from .pt2_scan import walk_export
 from .severity import Severity
 from .walk.walker import BytesRef, Finding, Walk, walk
 
@@ -287,6 +289,12 @@ class Scanner:
             self.package(names, where)
         if is_script:
             self.script_code(blob, entries, where)
+        export_root = archive_root(names)
+        if export_root is not None:  # torch.export .pt2: each member judged by what torch.export.load does with it
+            if self.format == Format.TORCH_ZIP and depth == 0:
+                self.format = Format.TORCH_EXPORT
+            walk_export(self, blob, entries, export_root, where, depth)
+            return
         pickles = [e for e in entries if e.name.endswith(".pkl")]
         known = set(self.storage_keys)
         self.storage_keys = set()

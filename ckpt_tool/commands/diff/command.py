@@ -20,6 +20,7 @@ from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, TensorMeta, shapes_compatible
 from ...progress import NO_PROGRESS, Progress
 from ...tensors.closeness import ValueDiff
+from ...tensors.ties import filled_by_ties, tie_advice, tied_groups
 from ...tensors.values import compare_values
 from .metadata import content_metadata, mask_unread, metadata_diff
 from .report import DiffReport, Mismatch
@@ -99,6 +100,7 @@ def diff(
     warnings = [f"A: {w}" for w in ckpt_a.warnings]
     lazy: tuple[str, ...] = ()
     plain: tuple[str, ...] = ()
+    groups: list[tuple[str, ...]] = []
     ckpt_b: Checkpoint | None = None
     if target is not None:
         from ...tensors.target import build_target
@@ -108,6 +110,7 @@ def diff(
         lazy, plain = built.lazy, built.plain_tensor_attributes
         warnings += list(built.warnings)  # each already says "target ..."
         target_prefixes = built.attribute_prefixes
+        groups = tied_groups(built.module)
     else:
         b_label = os.fspath(cast(str, b))  # not None: checked above
         ckpt_b = load(b_label, key=key_b if key_b is not None else key, unsafe=unsafe, limits=limits,
@@ -117,6 +120,9 @@ def diff(
         target_prefixes = []
     try:
         missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt_a.tensors, b_tensors, lazy=lazy)
+        tied = filled_by_ties(missing, ckpt_a.keys, groups)
+        if tied:
+            warnings.append(tie_advice(tied))
         suggestion = None
         if missing or unexpected or shape_mm:
             from ...keys.infer import suggest  # rules and scoring: only when the keys do not line up
@@ -150,7 +156,7 @@ def diff(
         b_kind="target" if target is not None else "checkpoint", a_format=ckpt_a.format, b_format=b_format,
         a_count=len(ckpt_a.tensors), b_count=len(b_tensors), compared_values=bool(values),
         atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata, key=key, key_b=key_b,
-        target_kwargs=dict(target_kwargs or {}), plain_tensor_attributes=plain,
+        target_kwargs=dict(target_kwargs or {}), plain_tensor_attributes=plain, tied=tuple(tied),
         weights_only_a=assess(ckpt_a, torch_version),
         weights_only_b=assess(ckpt_b, torch_version) if ckpt_b is not None else None,
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...io.remote.counts import with_remote
 from ...tensors.closeness import ValueDiff
+from ...tensors.ties import TiedKey
 
 if TYPE_CHECKING:
     from ...keys.infer import Suggestion
@@ -54,6 +55,7 @@ class DiffReport:
     key_b: str | None = None
     target_kwargs: Mapping[str, Any] = field(default_factory=dict)
     plain_tensor_attributes: tuple[str, ...] = ()
+    tied: tuple[TiedKey, ...] = ()  # missing keys the --target's shared Parameters fill (still in ``missing``)
     # torch.load(weights_only=True) of each side (b: None for a --target); never part of ``equal``
     weights_only_a: WeightsOnlyReport | None = None
     weights_only_b: WeightsOnlyReport | None = None
@@ -112,6 +114,7 @@ class DiffReport:
             "metadata_diff": self.metadata_diff,
             "suggestion": suggestion,
             "plain_tensor_attributes": list(self.plain_tensor_attributes),
+            "tied": [t.to_json() for t in self.tied],
             "warnings": list(self.warnings),
             "weights_only": {
                 "a": self.weights_only_a.to_json() if self.weights_only_a is not None else None,

@@ -116,7 +116,8 @@ class ScanReport:
 
 # Formats a reader exists for: each file of these is also read, as inspect would read it.
 _READABLE: frozenset[ScanFormat] = frozenset([Format.TORCH_ZIP, Format.TORCHSCRIPT, Format.TORCH_LEGACY, Format.PICKLE,
-                                              Format.SAFETENSORS, Found.TAR, Found.ZIP])
+                                              Format.SAFETENSORS, Found.TAR, Found.ZIP,
+                                              Format.TORCH_EXPORT])
 
 
 def lift(fs: FileScan, allowed: frozenset[str]) -> FileScan:

@@ -60,7 +60,8 @@ def needs_walk(loaded: Loaded, path: str = "") -> bool:
     safetensors file whose name torch.load does not hand to safetensors: it
     reads the same bytes as a tar, then as pickles (a polyglot's other readings).
     """
-    return (loaded.metadata.get("unexpected_members") is not None or loaded.format in (Format.TORCHSCRIPT, Format.DCP)
+    return (loaded.metadata.get("unexpected_members") is not None or loaded.format in (Format.TORCHSCRIPT, Format.DCP,
+                                                                                        Format.TORCH_EXPORT)
             or (loaded.format == Format.SAFETENSORS and not path.endswith(".safetensors"))
             or any(r.severity != severity.SAFE for r in loaded.references) or _items_set_on_non_dict(loaded))
 

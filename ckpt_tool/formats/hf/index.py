@@ -14,6 +14,7 @@ from ...limits import DEFAULT_LIMITS
 from ...model import TensorMeta
 from ..checkpoint.loaded import Loaded, ReadOptions
 from ..detect import find_index
+from ..safetensors.header import restore_aliases
 
 
 def index_path(path: str) -> str:
@@ -100,6 +101,9 @@ def read_sharded(
         if tensor is None:
             raise InputError(f"tensor {key!r} is mapped to shard {shard!r} but that shard does not hold it", ipath)
         merged[key] = tensor
+    meta = index.get("metadata")
+    if isinstance(meta, dict):  # huggingface_hub.save_torch_state_dict's tie records: {alias: stored key}
+        restore_aliases(merged, {k: v for k, v in meta.items() if isinstance(v, str) and k not in weight_map})
     unlisted = sorted(k for shard, ts in per_shard.items() for k in ts if weight_map.get(k) != shard)
     if unlisted:
         loaded.warnings.append(

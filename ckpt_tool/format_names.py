@@ -28,6 +28,9 @@ class Format(_Name):
     SHARDED = "sharded"  # a ``*.index.json`` weight map over safetensors or .bin shards
     DCP = "dcp"
     DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
+    # A folder a library wrote (save_pretrained, PEFT, diffusers, sentence-transformers, Trainer, accelerate):
+    # what detect says of it; the report's format is that of the weights it holds (formats/hf/read.py).
+    HF_FOLDER = "hf-folder"
 
 
 class OutputFormat(_Name):

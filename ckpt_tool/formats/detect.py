@@ -19,6 +19,7 @@ DCP = "dcp"
 DILL = "dill"  # a pickle that uses dill's by-value globals (read like PICKLE)
 TORCH_TAR = "torch-tar"  # torch 0.1.x tar-based checkpoints (formats/torchsave/tar.py)
 DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
+HF_FOLDER = "hf-folder"  # a folder a library wrote (save_pretrained, PEFT, diffusers, Trainer): formats/hf/folders.py
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
 # The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):
@@ -63,8 +64,10 @@ def detect(path: str) -> str:
     if paths.isdir(path):
         if paths.isfile(paths.join(path, ".metadata")):
             return DCP
+        from .hf.folders import is_library_folder
+
         if find_index(path):
-            return SHARDED
+            return HF_FOLDER if is_library_folder(path) else SHARDED
         from .deepspeed.files import is_deepspeed
 
         if is_deepspeed(path):
@@ -77,9 +80,11 @@ def detect(path: str) -> str:
                 "torch.distributed.checkpoint folder without its .metadata file (the save did not "
                 "finish, or .metadata was not copied); ckpt needs .metadata to read the shards", path,
             )
+        if is_library_folder(path):
+            return HF_FOLDER
         raise InputError(
             "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata, no DeepSpeed latest "
-            "or *_model_states.pt)", path
+            "or *_model_states.pt, no config.json or adapter_config.json of a library's folder)", path
         )
     with paths.open_bytes(path) as data:
         size = data.size

@@ -10,6 +10,7 @@ not listed.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from ...errors import CkptError
@@ -21,6 +22,12 @@ from ...pickles.weights_only.inputs import SAFETENSORS as ST_INPUT
 from .folder import SAFETENSORS, TORCH_LOAD, FileVerdict, PerFile
 
 _PICKLED = (".bin", ".pt", ".pth", ".pkl", ".ckpt", ".pickle")
+# The NumPy globals the libraries allowlist around torch.load(weights_only=True) of their RNG states:
+# transformers' trainer_pt_utils.safe_globals() for rng_state.pth, accelerate's TORCH_SAFE_GLOBALS for
+# random_states_N.pkl (the RNG state of numpy.random is an ndarray of uint32).
+NUMPY_RNG_GLOBALS = frozenset({"numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct",
+                               "numpy.ndarray", "numpy.dtype", "numpy.dtypes.UInt32DType"})
+_RNG_STATES = re.compile(r"(^|/)(rng_state(_\d+)?\.pth|random_states_\d+\.pkl)$")
 
 
 def hf_folder_files(ck: Checkpoint, torch_version: str | None, per_file: PerFile) -> tuple[FileVerdict, ...] | None:
@@ -62,6 +69,10 @@ def _verdict(full: str, shown: str, torch_version: str | None, per_file: PerFile
         loads, needs, reason, dangerous = per_file(loaded.weights_only, torch_version)
         if loaded.weights_only.container == ST_INPUT and loads:
             reason = "holds no pickle; torch 2.13's torch.load hands a *.safetensors path to safetensors"
+        elif not loads and reason is None and not dangerous and needs and _RNG_STATES.search(shown) \
+                and set(needs) <= NUMPY_RNG_GLOBALS:
+            return FileVerdict(shown, loader, True, reason=(
+                f"with the NumPy globals its library allowlists for RNG states: {', '.join(needs)}"))
         return FileVerdict(shown, loader, loads, needs, reason, dangerous)
     finally:
         for source in loaded.sources:

@@ -58,7 +58,7 @@ _ACCELERATE_STATE = re.compile(r"^(optimizer(_\d+)?\.bin|scheduler(_\d+)?\.bin|r
 _ACCELERATE_MODEL = re.compile(r"^(model(_\d+)?\.safetensors|pytorch_model(_\d+)?\.bin)$")
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")  # transformers.trainer_utils._re_checkpoint
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pkl", ".ckpt", ".h5", ".msgpack", ".index.json")
-_MARKERS = ("config.json", "adapter_config.json", "model_index.json", "modules.json")
+_MARKERS = ("config.json", "adapter_config.json", "model_index.json", "modules.json", "scheduler_config.json")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +160,8 @@ def identify(path: str) -> Folder:
     checkpoints = _checkpoints(path, names)
     if checkpoints:
         return _run(path, checkpoints)
+    if "scheduler_config.json" in names:
+        raise InputError("a diffusers scheduler folder (scheduler_config.json): it holds no weights", path)
     raise InputError("not a folder a library ckpt reads wrote (no config.json, adapter_config.json, "
                      "model_index.json, modules.json, accelerate state or checkpoint-N/)", path)
 
@@ -218,7 +220,7 @@ def _run(path: str, checkpoints: list[tuple[int, str]]) -> Folder:
     latest = checkpoints[-1][1]
     inner = identify(paths.join(path, latest))
     run: JsonObject = {"latest": latest, "others": [n for _, n in checkpoints[:-1]]}
-    state_path = paths.join(path, latest, "trainer_state.json")
+    state_path = paths.join(paths.join(path, latest), "trainer_state.json")
     if paths.isfile(state_path):
         state = read_json(state_path)
         best = state.get("best_model_checkpoint")

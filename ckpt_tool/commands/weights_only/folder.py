@@ -70,11 +70,6 @@ def folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile)
     from ...pickles.weights_only.inputs import SAFETENSORS as ST_INPUT
     from ...pickles.weights_only.inputs import SHARDED
 
-    from .hf_folder import hf_folder_files
-
-    hf_files = hf_folder_files(ck, torch_version, per_file)
-    if hf_files is not None:  # a library's folder: its weights and its training-state files
-        return FolderVerdict(_not_a_file(ck.path, "its library's loader reads its files one by one"), hf_files)
     inp = ck.weights_only
     if inp is not None and inp.container == SHARDED:
         files = tuple(_shard(name, part, torch_version, per_file, part is not None and part.container == ST_INPUT)

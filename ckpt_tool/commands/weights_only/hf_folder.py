@@ -19,7 +19,7 @@ from ...formats.checkpoint.loaded import ReadOptions
 from ...io.paths import join
 from ...model import Checkpoint
 from ...pickles.weights_only.inputs import SAFETENSORS as ST_INPUT
-from .folder import SAFETENSORS, TORCH_LOAD, FileVerdict, PerFile
+from .folder import SAFETENSORS, TORCH_LOAD, FileVerdict, FolderVerdict, PerFile
 
 _PICKLED = (".bin", ".pt", ".pth", ".pkl", ".ckpt", ".pickle")
 # The NumPy globals the libraries allowlist around torch.load(weights_only=True) of their RNG states:
@@ -28,6 +28,15 @@ _PICKLED = (".bin", ".pt", ".pth", ".pkl", ".ckpt", ".pickle")
 NUMPY_RNG_GLOBALS = frozenset({"numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct",
                                "numpy.ndarray", "numpy.dtype", "numpy.dtypes.UInt32DType"})
 _RNG_STATES = re.compile(r"(^|/)(rng_state(_\d+)?\.pth|random_states_\d+\.pkl)$")
+
+
+def hf_folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile) -> FolderVerdict | None:
+    """The verdict of a library's folder, file by file; None when ``ck`` is not one."""
+    files = hf_folder_files(ck, torch_version, per_file)
+    if files is None:
+        return None
+    return FolderVerdict("a folder: torch.load cannot open it (it raises IsADirectoryError); its library's "
+                         "loader reads its files one by one", files)
 
 
 def hf_folder_files(ck: Checkpoint, torch_version: str | None, per_file: PerFile) -> tuple[FileVerdict, ...] | None:
@@ -79,4 +88,4 @@ def _verdict(full: str, shown: str, torch_version: str | None, per_file: PerFile
             source.close()
 
 
-__all__ = ["hf_folder_files"]
+__all__ = ["NUMPY_RNG_GLOBALS", "hf_folder_files", "hf_folder_verdict"]

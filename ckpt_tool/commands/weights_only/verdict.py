@@ -137,7 +137,9 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
     """
     from ...pickles.weights_only.inputs import predict_input
 
-    folder = folder_verdict(ck, torch_version, _per_file)
+    from .hf_folder import hf_folder_verdict
+
+    folder = hf_folder_verdict(ck, torch_version, _per_file) or folder_verdict(ck, torch_version, _per_file)
     if folder is not None:
         return _folder_report(ck.path, folder, torch_version)
     inp = ck.weights_only

@@ -79,7 +79,8 @@ class Folder:
 
     def metadata(self) -> JsonObject:
         """The ``hf_folder`` entry of the report's metadata (JSON-safe)."""
-        out: JsonObject = {"library": str(self.library), "layout": str(self.layout), "weights": self.weights, "config": dict(self.config), "files": list(self.files)}
+        out: JsonObject = {"library": str(self.library), "layout": str(self.layout), "weights": self.weights,
+                           "config": dict(self.config), "files": list(self.files)}
         if self.not_read:
             out["not_read"] = dict(self.not_read)
         if self.components:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from ...errors import InputError
 from ...io import paths
-from ...model import TensorMeta
+from ...model import DataSource, GlobalRef, TensorMeta
 from ..checkpoint.loaded import Loaded, ReadOptions
 from .folders import Folder, Layout, has_weights, identify
 
@@ -30,15 +30,17 @@ def read_folder(path: str, options: ReadOptions, read_file: ReadFile, locate: Lo
     found = identify(path)
     if found.layout == Layout.PIPELINE:
         return _read_pipeline(found, options, read_file, locate)
-    assert found.weights is not None  # every layout but a pipeline names its weights  # noqa: S101
+    if found.weights is None:  # identify names the weights of every layout but a pipeline
+        raise InputError(f"a {found.library} {found.layout} folder naming no weights file", path)
     loaded = read_file(paths.join(found.folder, found.weights), options)
     meta = found.metadata()
     loaded.metadata = {**loaded.metadata, "hf_folder": meta}
     loaded.warnings.extend(f"{name} is not read: {why}" for name, why in found.not_read)
     if found.run:
-        others = found.run.get("others") or []
+        others = found.run.get("others")
+        also = ", ".join(str(o) for o in others) if isinstance(others, list) else ""
         loaded.warnings.insert(0, f"a Trainer run folder: reading its latest checkpoint, {found.run['latest']}"
-                               + (f" (also here: {', '.join(map(str, others))})" if others else ""))
+                               + (f" (also here: {also})" if also else ""))
     return loaded
 
 
@@ -47,7 +49,9 @@ def _read_pipeline(found: Folder, options: ReadOptions, read_file: ReadFile, loc
     meta = found.metadata()
     components: dict[str, dict[str, object]] = {}
     formats: set[str] = set()
-    references, warnings, sources = [], [], []
+    references: list[GlobalRef] = []
+    warnings: list[str] = []
+    sources: list[DataSource] = []
     for name, lib, cls in found.components:
         sub = paths.join(found.path, name)
         entry: dict[str, object] = {"library": lib, "class": cls, "weights": None, "tensors": 0}

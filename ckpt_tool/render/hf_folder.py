@@ -1,6 +1,7 @@
 """The summary lines of a library's folder in ``ckpt inspect`` (the ``hf_folder`` metadata entry)."""
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 
@@ -18,7 +19,7 @@ def _config_text(config: Mapping[str, object]) -> str:
     if dtype:
         parts.append(f"saved as {dtype}")
     if config.get("tie_word_embeddings") is not None:
-        parts.append(f"tie_word_embeddings {config['tie_word_embeddings']}")
+        parts.append(f"tie_word_embeddings {json.dumps(config['tie_word_embeddings'])}")
     if config.get("r") is not None:
         parts.append(f"r {config['r']}, lora_alpha {config.get('lora_alpha')}")
     if config.get("target_modules"):

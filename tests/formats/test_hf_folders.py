@@ -205,3 +205,21 @@ def test_two_accelerate_models_are_an_error(tmp_path, run_cli):
 def test_a_folder_of_no_library_is_still_refused(tmp_path, run_cli):
     (tmp_path / "notes.txt").write_text("hello")
     assert_one_line_error(run_cli("inspect", str(tmp_path)), "folder holds no checkpoint")
+
+
+def test_json_that_names_a_folder_outside_is_refused(tmp_path, run_cli):
+    outside = _config(tmp_path / "outside", _class_name="UNet2DModel")
+    _weights(outside / "diffusion_pytorch_model.safetensors")
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    (pipe / "model_index.json").write_text(json.dumps({"_class_name": "P", "unet": ["diffusers", "UNet2DModel"],
+                                                       "../outside": ["diffusers", "UNet2DModel"]}))
+    (pipe / "unet").symlink_to(outside, target_is_directory=True)
+    assert_one_line_error(run_cli("inspect", str(pipe)), "model_index.json", "'../outside'", "outside the folder")
+    (pipe / "model_index.json").write_text(json.dumps({"_class_name": "P", "unet": ["diffusers", "UNet2DModel"]}))
+    assert_one_line_error(run_cli("inspect", str(pipe)), "'unet'", "through a symbolic link")
+    st_folder = tmp_path / "st"
+    st_folder.mkdir()
+    (st_folder / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "../outside",
+                                                         "type": "sentence_transformers.models.Transformer"}]))
+    assert_one_line_error(run_cli("inspect", str(st_folder)), "modules.json", "outside the folder")

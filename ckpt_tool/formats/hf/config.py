@@ -25,18 +25,23 @@ DIFFUSERS_FIELDS = ("_class_name", "_diffusers_version")
 
 def read_json(path: str, max_bytes: int = DEFAULT_LIMITS.max_header_bytes) -> JsonObject:
     """A JSON object file, size-limited; a file that is not one is an InputError naming it."""
+    value = _read_value(path, max_bytes)
+    if not isinstance(value, dict):
+        raise InputError(f"bad {paths.basename(path)}: not a JSON object", path)
+    return {str(k): v for k, v in value.items()}
+
+
+def _read_value(path: str, max_bytes: int) -> object:
     with paths.open_bytes(path) as data:
         if data.size > max_bytes:
             raise LimitExceeded(f"{paths.basename(path)} is {data.size} bytes, over the limit of {max_bytes} "
                                 "(raise it with --max-header-bytes)", path)
         raw = data.read(0, data.size)
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value: object = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputError(f"bad {paths.basename(path)}: {exc}", path) from None
-    if not isinstance(value, dict):
-        raise InputError(f"bad {paths.basename(path)}: not a JSON object", path)
-    return {str(k): v for k, v in value.items()}
+    return value
 
 
 def pick(obj: JsonObject, fields: tuple[str, ...]) -> JsonObject:
@@ -82,13 +87,5 @@ def st_modules(value: object, where: str) -> list[JsonObject]:
     return out
 
 
-def read_modules(path: str) -> list[JsonObject]:
-    with paths.open_bytes(path) as data:
-        if data.size > DEFAULT_LIMITS.max_header_bytes:
-            raise LimitExceeded("modules.json is over the header-size limit", path)
-        raw = data.read(0, data.size)
-    try:
-        value = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InputError(f"bad modules.json: {exc}", path) from None
-    return st_modules(value, path)
+def read_modules(path: str, max_bytes: int = DEFAULT_LIMITS.max_header_bytes) -> list[JsonObject]:
+    return st_modules(_read_value(path, max_bytes), path)

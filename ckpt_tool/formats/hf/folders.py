@@ -10,6 +10,7 @@ and the small JSON files only: no weights file is opened here.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -90,6 +91,19 @@ class Folder:
         if self.run:
             out["run"] = dict(self.run)
         return out
+
+
+def check_inside(folder: str, name: str, named_by: str) -> None:
+    """Fail closed on a folder name a JSON file gives that leads outside ``folder`` ('..', absolute, a link out)."""
+    parts = name.replace("\\", "/").split("/")
+    if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+        raise InputError(f"{named_by} names {name!r}, which points outside the folder", folder)
+    if paths.is_url(folder) or not os.path.lexists(os.path.join(folder, *parts)):
+        return
+    root = os.path.realpath(folder)
+    if os.path.commonpath([root, os.path.realpath(os.path.join(folder, *parts))]) != root:
+        raise InputError(f"{named_by} names {name!r}, which leads outside the folder through a symbolic link",
+                         folder)
 
 
 def _names(folder: str) -> list[str]:
@@ -177,6 +191,8 @@ def _folder(path: str, names: list[str], library: Library, layout: Layout, chose
 def _pipeline(path: str, names: list[str]) -> Folder:
     index = read_json(paths.join(path, "model_index.json"))
     components = tuple((name, lib, cls) for name, (lib, cls) in sorted(pipeline_components(index).items()))
+    for name, _, _ in components:
+        check_inside(path, name, "model_index.json")
     missing = [name for name, _, _ in components if name not in names]
     if missing:
         raise InputError(f"a diffusers pipeline folder whose model_index.json names components that are not "
@@ -199,6 +215,8 @@ def _sentence_transformers(path: str, names: list[str]) -> Folder:
     if len(holders) != 1:
         raise InputError(f"a sentence-transformers folder with {len(holders)} Transformer modules in modules.json "
                          "(ckpt reads the one that holds the model's weights): give its folder", path)
+    for m in modules:
+        check_inside(path, str(m["path"]) or ".", "modules.json")
     sub = str(holders[0]["path"]).strip("/")
     where = paths.join(path, sub) if sub else path
     inner = _names(where) if sub else names

@@ -29,6 +29,9 @@ class Format(_Name):
     DCP = "dcp"
     DEEPSPEED = "deepspeed"  # a DeepSpeed run folder (``latest``) or tag folder, read as the consolidated model
     TORCH_EXPORT = "torch-export"  # a torch.export.save ``.pt2`` archive (formats/torchsave/export.py)
+    # A folder a library wrote (save_pretrained, PEFT, diffusers, sentence-transformers, Trainer, accelerate):
+    # what detect says of it; the report's format is that of the weights it holds (formats/hf/read.py).
+    HF_FOLDER = "hf-folder"
 
 
 class OutputFormat(_Name):

@@ -87,6 +87,10 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
         loaded = read_sharded(path, options, read_part, _shard_tensors)
         loaded.weights_only = wo_input.WeightsOnlyInput(wo_input.SHARDED, path=path, parts=tuple(
             (name, part.weights_only) for name, part in parts))
+    elif fmt == Format.HF_FOLDER:  # a library's folder: the weights it names, read by their own reader
+        from .hf.read import read_folder
+
+        loaded = read_folder(path, options, read_file, _shard_tensors)
     else:
         try:
             loaded = reader_for(fmt)(path, options)

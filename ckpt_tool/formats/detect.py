@@ -56,8 +56,10 @@ def detect(path: str) -> Format:
     if paths.isdir(path):
         if paths.isfile(paths.join(path, ".metadata")):
             return Format.DCP
+        from .hf.folders import is_library_folder
+
         if find_index(path):
-            return Format.SHARDED
+            return Format.HF_FOLDER if is_library_folder(path) else Format.SHARDED
         from .deepspeed.files import is_deepspeed
 
         if is_deepspeed(path):
@@ -70,9 +72,11 @@ def detect(path: str) -> Format:
                 "torch.distributed.checkpoint folder without its .metadata file (the save did not "
                 "finish, or .metadata was not copied); ckpt needs .metadata to read the shards", path,
             )
+        if is_library_folder(path):
+            return Format.HF_FOLDER
         raise InputError(
             "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata, no DeepSpeed latest "
-            "or *_model_states.pt)", path
+            "or *_model_states.pt, no config.json or adapter_config.json of a library's folder)", path
         )
     with paths.open_bytes(path) as data:
         size = data.size

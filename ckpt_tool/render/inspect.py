@@ -72,6 +72,9 @@ def summary_lines(report: InspectReport) -> list[str]:
     if isinstance(ds, dict):  # what was consolidated: the run the partitions come from
         lines.append(f"training:   DeepSpeed ZeRO-{ds.get('zero_stage')}, {ds.get('world_size')} rank(s), "
                      f"{ds.get('dtype')}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
+    from .hf_folder import folder_lines
+
+    lines.extend(folder_lines(c.metadata))  # a library's folder: who wrote it, what config.json says
     if c.state_dict_key is not None:
         where = repr(c.state_dict_key) if c.state_dict_key else "top level"
         lines.append(f"state_dict: {where}")

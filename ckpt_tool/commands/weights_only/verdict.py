@@ -129,8 +129,9 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
     None when the readers recorded nothing to predict from.
     """
     from ...pickles.weights_only.inputs import WeightsOnlyInput, predict_input
+    from .hf_folder import hf_folder_verdict
 
-    folder = folder_verdict(ck, torch_version, _per_file)
+    folder = hf_folder_verdict(ck, torch_version, _per_file) or folder_verdict(ck, torch_version, _per_file)
     if folder is not None:
         return _folder_report(ck.path, folder, torch_version)
     inp = ck.weights_only

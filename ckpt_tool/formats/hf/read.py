@@ -1,0 +1,83 @@
+"""Read a library's folder as the model it holds (folders.py decides which file that is).
+
+The weights file (or sharded set) is read by its own reader, so a
+save_pretrained folder reports the format of its weights (``safetensors``,
+``torch-zip``, ``sharded``); what the folder adds is the ``hf_folder``
+metadata entry: the library, the layout, what config.json says, and the
+folder's other files (the Trainer's optimizer, scheduler and RNG states),
+whose weights_only verdicts inspect lists. A diffusers pipeline has no one
+model: its components' weights are read each in turn and reported under
+``COMPONENT.`` prefixes, as the pipeline's single-file checkpoints key them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable
+
+from ...errors import InputError
+from ...format_names import Format
+from ...io import paths
+from ...model import DataSource, GlobalRef, TensorMeta
+from ..checkpoint.loaded import Loaded, ReadOptions
+from .folders import Folder, Layout, has_weights, identify
+
+ReadFile = Callable[[str, ReadOptions], Loaded]
+Locate = Callable[[Loaded, str], list[TensorMeta]]
+
+
+def read_folder(path: str, options: ReadOptions, read_file: ReadFile, locate: Locate) -> Loaded:
+    """The model of a library's folder, with the folder's ``hf_folder`` metadata."""
+    found = identify(path)
+    if found.layout == Layout.PIPELINE:
+        return _read_pipeline(found, options, read_file, locate)
+    if found.weights is None:  # identify names the weights of every layout but a pipeline
+        raise InputError(f"a {found.library} {found.layout} folder naming no weights file", path)
+    loaded = read_file(paths.join(found.folder, found.weights), options)
+    meta = found.metadata()
+    loaded.metadata = {**loaded.metadata, "hf_folder": meta}
+    loaded.warnings.extend(f"{name} is not read: {why}" for name, why in found.not_read)
+    if found.run:
+        others = found.run.get("others")
+        also = ", ".join(str(o) for o in others) if isinstance(others, list) else ""
+        loaded.warnings.insert(0, f"a Trainer run folder: reading its latest checkpoint, {found.run['latest']}"
+                               + (f" (also here: {also})" if also else ""))
+    return loaded
+
+
+def _read_pipeline(found: Folder, options: ReadOptions, read_file: ReadFile, locate: Locate) -> Loaded:
+    merged: OrderedDict[str, TensorMeta] = OrderedDict()
+    meta = found.metadata()
+    components: dict[str, dict[str, object]] = {}
+    formats: set[Format] = set()
+    references: list[GlobalRef] = []
+    warnings: list[str] = []
+    sources: list[DataSource] = []
+    for name, lib, cls in found.components:
+        sub = paths.join(found.path, name)
+        entry: dict[str, object] = {"library": lib, "class": cls, "weights": None, "tensors": 0}
+        components[name] = entry
+        if not paths.isdir(sub) or not has_weights(sub):
+            continue
+        part = read_file(sub, options)
+        tensors = locate(part, sub)
+        inner = part.metadata.get("hf_folder")
+        entry["weights"] = inner.get("weights") if isinstance(inner, dict) else None
+        entry["format"] = part.format
+        entry["tensors"] = len(tensors)
+        formats.add(part.format)
+        references.extend(part.references)
+        warnings.extend(f"{name}: {w}" for w in part.warnings)
+        sources.extend(part.sources)
+        for t in tensors:
+            merged[f"{name}.{t.key}"] = dataclasses.replace(t, key=f"{name}.{t.key}")
+    if not merged:
+        raise InputError("a diffusers pipeline folder none of whose components holds weights "
+                         f"({', '.join(components) or 'model_index.json names none'})", found.path)
+    meta["components"] = components
+    # one format when every component has it; a pipeline of mixed files is reported as the folder it is
+    fmt = next(iter(formats)) if len(formats) == 1 else Format.HF_FOLDER
+    loaded = Loaded(fmt, merged, layout="state_dict", tensors=list(merged.values()))
+    loaded.metadata = {"hf_folder": meta}
+    loaded.references, loaded.warnings, loaded.sources = references, warnings, sources
+    return loaded

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,13 @@ from click.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 sys.path.insert(0, str(FIXTURES))
+
+# The suite starts ckpt in fresh interpreters hundreds of times (the CLI in a subprocess, the parity
+# harness, the crash driver). With PYTHONDONTWRITEBYTECODE set (these machines set it) each one compiles
+# the package's ~100 modules again, 10-15 ms a start that tests nothing; an installed package has its
+# bytecode. The subprocesses share one cache outside the tree instead.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"ckpt-tests-pycache-{os.getuid()}"))
 
 
 @pytest.fixture

@@ -56,6 +56,9 @@ if TYPE_CHECKING:
               help="Processes writing a .safetensors or sharded output (default: the cores, for DeepSpeed and "
                    "DCP sources). Under torchrun each rank writes its share instead.")
 @click.option("--state-dict-only", is_flag=True, help="Write only the weights, not epoch/optimizer/args metadata.")
+@click.option("--keep-container", is_flag=True,
+              help="With --key: write the selected state_dict back inside the rest of the container (epoch, "
+                   "optimizer, the other state_dicts); without it, --key writes that state_dict alone.")
 @click.option("--sanitize", is_flag=True,
               help="Rewrite the metadata into types torch.load(weights_only=True) accepts (Namespace -> dict, NumPy "
                    "-> numbers and tensors, enums -> values, other objects -> dicts) and prove the output loads "
@@ -75,7 +78,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                     allow_overflow: bool, rules_file: str | None, target: str | None, target_kwargs: str | None,
                     auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
-                    workers: int | None, state_dict_only: bool, sanitize: bool, force: bool, dry_run: bool,
+                    workers: int | None, state_dict_only: bool, keep_container: bool, sanitize: bool, force: bool,
+                    dry_run: bool,
                     verify: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool, verbose: bool,
                     **kwargs: object) -> int:
     """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
@@ -118,7 +122,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                 drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
                 target_kwargs=kw, auto=auto,
                 allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
-                state_dict_only=state_dict_only, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify,
+                state_dict_only=state_dict_only, keep_container=keep_container, sanitize=sanitize, force=force,
+                dry_run=dry_run, verify=verify,
                 unsafe=unsafe,
                 limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
             )

@@ -115,6 +115,7 @@ def migrate(
     max_shard_size: int | str | None = None,
     workers: int | None = None,
     state_dict_only: bool = False,
+    keep_container: bool = False,
     sanitize: bool = False,
     force: bool = False,
     dry_run: bool = False,
@@ -137,6 +138,8 @@ def migrate(
     ``torch.load(weights_only=True)`` accepts (writers/torchsave/sanitize.py) and proves
     the output loads that way in a fresh process; without it, objects read
     as placeholders are written back exactly as they were.
+    ``key`` selects the state_dict to write: the output holds that sub-dict alone, unless
+    ``keep_container`` writes it back in place inside the rest of the container.
     ``allow_overflow`` writes an output even when a cast turned finite values
     into inf/NaN (the counts are in the report); without it that fails, and
     nothing is published.
@@ -147,8 +150,8 @@ def migrate(
         src, out, to=to, key=key, rules=rules, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
         drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
         target_kwargs=target_kwargs, auto=auto, allow_missing=allow_missing, devices=devices,
-        max_shard_size=max_shard_size, workers=workers, state_dict_only=state_dict_only, sanitize=sanitize,
-        force=force, dry_run=dry_run, verify=verify, unsafe=unsafe, limits=limits)
+        max_shard_size=max_shard_size, workers=workers, state_dict_only=state_dict_only, keep_container=keep_container,
+        sanitize=sanitize, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe, limits=limits)
     hooks = Hooks(progress=progress or NO_PROGRESS, on_rules=on_rules, on_cleaned=on_cleaned,
                   after_write=_after_write)
     s = plan.source

@@ -123,6 +123,7 @@ def plan_migration(
     max_shard_size: int | str | None = None,
     workers: int | None = None,
     state_dict_only: bool = False,
+    keep_container: bool = False,
     sanitize: bool = False,
     force: bool = False,
     dry_run: bool = False,
@@ -143,6 +144,11 @@ def plan_migration(
     if sanitize and fmt is not OutputFormat.TORCH_ZIP:
         raise UsageError("--sanitize rewrites the metadata of a torch (.pth) output; a safetensors or DCP output "
                          "holds no pickled metadata, so it needs none")
+    if keep_container and state_dict_only:
+        raise UsageError("--keep-container and --state-dict-only contradict each other: give one")
+    # --key selects the state_dict to write (CONTRACT: "select (--key)"): the output is that sub-dict alone,
+    # unless --keep-container writes it back into the rest of the container
+    state_dict_only = state_dict_only or (key is not None and not keep_container)
     if rules is None:
         rules = build_rules(rules_file=rules_file, strip_prefix=strip_prefix, add_prefix=add_prefix,
                             rename=rename, drop=drop, dtype=dtype)

@@ -863,17 +863,40 @@ def test_large_tensors_checked_on_every_core_name_the_one_that_differs(tmp_path)
     assert migrate(src, out, devices=["cpu"]).ok  # and without the flip, all four are proven equal
 
 
-def test_key_picks_one_state_dict_and_keeps_the_others(tmp_path, run_cli):
+def _ema_checkpoint(tmp_path):
     torch.manual_seed(0)
     a, b = TinyMLP().state_dict(), TinyMLP().state_dict()
     src = tmp_path / "ema.pth"
     torch.save({"model": a, "ema": {f"module.{k}": v for k, v in b.items()}, "step": 5}, src)
+    return src, a, b
+
+
+def test_key_writes_the_selected_state_dict_alone(tmp_path, run_cli):
+    """Issue 23: `--key ema -o sub.pth` is the sub-dict users ask for (before, it needed --state-dict-only too)."""
+    src, _, b = _ema_checkpoint(tmp_path)
     out = tmp_path / "out.pth"
     r = run_cli("migrate", str(src), "-o", str(out), "--key", "ema", "--strip-prefix", "module.")
     assert r.code == 0, r
     got = torch.load(out, weights_only=True)
+    assert list(got) == list(b) and same_bits(dict(got), dict(b))
+    TinyMLP().load_state_dict(got, strict=True)
+
+
+def test_keep_container_writes_the_selected_state_dict_back_among_the_others(tmp_path, run_cli):
+    src, a, b = _ema_checkpoint(tmp_path)
+    out = tmp_path / "out.pth"
+    r = run_cli("migrate", str(src), "-o", str(out), "--key", "ema", "--strip-prefix", "module.", "--keep-container")
+    assert r.code == 0, r
+    got = torch.load(out, weights_only=True)
     assert list(got) == ["model", "ema", "step"] and got["step"] == 5
     assert same_bits(dict(got["ema"]), dict(b)) and same_bits(dict(got["model"]), dict(a))
+
+
+def test_keep_container_with_state_dict_only_is_a_usage_error(tmp_path, run_cli):
+    src, _, _ = _ema_checkpoint(tmp_path)
+    r = run_cli("migrate", str(src), "-o", str(tmp_path / "o.pth"), "--key", "ema", "--keep-container",
+                "--state-dict-only")
+    assert r.code == 2 and "contradict" in r.err and not (tmp_path / "o.pth").exists()
 
 
 @pytest.mark.parametrize("out_name", ["late.pth", "late_shards"])

@@ -73,6 +73,10 @@ def _shape_torch(ck: Checkpoint, plan: MigratePlan, chosen: object, tensors: Seq
         from ...writers.torchsave.sanitize import sanitize as sanitize_tree
 
         root, conversions = sanitize_tree(root, rules_for(None).allowed)
+        if ck.layout in ("module", "torchscript"):  # the biggest conversion of all: say it, not "already plain"
+            what = "a pickled nn.Module" if ck.layout == "module" else "a TorchScript archive"
+            conversions = [f"(the file): {what} -> its state_dict (load it with model.load_state_dict)",
+                           *conversions]
         sanitized = tuple(conversions)
     data_pkl, table = pickle_root(root)
     return Shaped(payload=TorchPayload(data_pkl=data_pkl, table=table, root=root, sd_key=sd_key),

@@ -43,11 +43,18 @@ class WeightsOnlyReport:
     dangerous: tuple[str, ...] = ()  # in ``needs`` and able to run code: never allowlist them
     imports: tuple[str, ...] = ()  # modules the fix imports, one per need
     files: tuple[FileVerdict, ...] = ()  # a folder or index: the verdict for each file its loader reads
+    whole_module: bool = False  # a pickled nn.Module (torch.save(model)): its weights are worth more than its classes
+
+    @property
+    def main_needs(self) -> tuple[str, ...]:
+        """Needs defined in ``__main__``: only the script that defined them can import them, so no allowlist
+        line run anywhere else loads the file (it fails with "module '__main__' has no attribute ...")."""
+        return tuple(n for n in self.needs if n.startswith("__main__."))
 
     @property
     def fixable(self) -> bool:
         """Allowlisting ``needs`` makes it load (and none of them is dangerous)."""
-        return self.applies and not self.loads and self.reason is None and not self.dangerous
+        return self.applies and not self.loads and self.reason is None and not self.dangerous and not self.main_needs
 
     @property
     def fix(self) -> str | None:
@@ -65,12 +72,22 @@ class WeightsOnlyReport:
     @property
     def sanitize_command(self) -> str | None:
         """``ckpt migrate --sanitize`` turns the metadata into types weights_only accepts (torch files only)."""
-        if self.loads or not self.applies or self.dangerous or os.path.isdir(self.path):
+        if self.loads or not self.applies or self.dangerous or self.whole_module or os.path.isdir(self.path):
             return None
-        local = self.path.rsplit("/", 1)[-1] if "://" in self.path else self.path  # a URL: write beside you
-        root, ext = os.path.splitext(local)
+        root, ext = os.path.splitext(self._local())
         out = f"{root}.weights_only{ext if ext in ('.pth', '.pt', '.bin', '.ckpt') else '.pth'}"
         return f"ckpt migrate {shlex.quote(self.path)} -o {shlex.quote(out)} --sanitize"
+
+    @property
+    def extract_command(self) -> str | None:
+        """A pickled nn.Module: its state_dict written out without running it, what loads anywhere."""
+        if self.loads or not self.applies or not self.whole_module or os.path.isdir(self.path):
+            return None
+        out = f"{os.path.splitext(self._local())[0]}.state_dict.safetensors"
+        return f"ckpt migrate {shlex.quote(self.path)} -o {shlex.quote(out)}"
+
+    def _local(self) -> str:
+        return self.path.rsplit("/", 1)[-1] if "://" in self.path else self.path  # a URL: write beside you
 
     @property
     def torch_loaded(self) -> tuple[FileVerdict, ...]:
@@ -82,7 +99,7 @@ class WeightsOnlyReport:
             "loads": self.loads, "needs": list(self.needs), "torch": self.torch, "reason": self.reason,
             "applies": self.applies, "default_weights_only": self.default_weights_only,
             "dangerous": list(self.dangerous), "fix": self.fix,
-            "fix_imports": self.fix_imports, "sanitize": self.sanitize_command,
+            "fix_imports": self.fix_imports, "sanitize": self.sanitize_command, "extract": self.extract_command,
             "files": [f.to_json() for f in self.files],
         }
 
@@ -116,6 +133,13 @@ class WeightsOnlyReport:
         if self.fix is not None:
             out.append(f"  fix, if you trust these classes: {self.fix_imports}")
             out.append(f"    {self.fix}")
+        if self.main_needs and not self.dangerous and self.reason is None:
+            out.append(f"  no allowlist helps elsewhere: {', '.join(self.main_needs)} lived in the script that saved "
+                       "it (__main__), which no other program can import")
+        extract = self.extract_command
+        if extract is not None:
+            out.append(f"  {'or extract' if self.fix else 'extract'} its weights (nothing is run; load them with "
+                       f"model.load_state_dict(safetensors.torch.load_file(...))): {extract}")
         sanitize = self.sanitize_command
         if sanitize is not None:
             out.append(f"  {'or rewrite' if self.fix else 'rewrite'} it with plain metadata (no allowlist needed): "
@@ -142,7 +166,7 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
     dangerous = tuple(n for n in v.needs if severity.severity(*_split(n, modules)) == severity.DANGEROUS)
     imports = tuple(dict.fromkeys(_import_for(_split(n, modules)[0]) for n in v.needs))
     return WeightsOnlyReport(ck.path, v.loads, v.needs, v.torch, v.reason, v.default_weights_only, v.applies,
-                             dangerous, imports)
+                             dangerous, imports, whole_module=ck.layout == "module")
 
 
 def _per_file(inp: Any, torch_version: str | None) -> tuple[bool, tuple[str, ...], str | None, tuple[str, ...]]:

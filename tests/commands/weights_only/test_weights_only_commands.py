@@ -299,3 +299,42 @@ def test_migrate_never_writes_a_dangerous_reference_back(tmp_path, run_cli):
 def test_sanitize_is_for_torch_outputs(training, tmp_path, run_cli):
     r = run_cli("migrate", str(training), "-o", str(tmp_path / "o.safetensors"), "--key", "model", "--sanitize")
     assert r.code == 2 and "--sanitize" in r.err
+
+
+def test_a_whole_model_pickle_gets_the_advice_that_works(fixtures_dir, tmp_path, run_cli, monkeypatch):
+    """Issue 23: `safe_globals([__main__.WholeModel, ...])` cannot work outside the script that saved the model
+    (torch raises "module '__main__' has no attribute 'WholeModel'"); extracting the state_dict does."""
+    import shlex
+
+    import torch
+    from generate import WholeModel  # fixtures/generate.py, on sys.path through conftest
+    from safetensors.torch import load_file
+
+    src = fixtures_dir / "whole_model.pth"
+    r = run_cli("inspect", str(src), "--json")
+    assert r.code == 0, r
+    wo = json.loads(r.out)["weights_only"]
+    assert not wo["loads"] and wo["fix"] is None and wo["sanitize"] is None
+    assert "__main__.WholeModel" in wo["needs"] and wo["extract"].startswith("ckpt migrate ")
+    text = run_cli("inspect", str(src)).out
+    assert "safe_globals" not in text and "no allowlist helps elsewhere: __main__.WholeModel" in text
+    # the offered command, run as given (its output beside a copy of the file), loads into the model
+    copy = tmp_path / "whole_model.pth"
+    copy.write_bytes(src.read_bytes())
+    r = run_cli("inspect", str(copy), "--json")
+    args = shlex.split(json.loads(r.out)["weights_only"]["extract"])[1:]
+    r = run_cli(*args)
+    assert r.code == 0, r
+    model = WholeModel()
+    model.load_state_dict(load_file(tmp_path / "whole_model.state_dict.safetensors"), strict=True)
+    # the fixture is ours: a real load to compare values, with its class where the pickle says it lived
+    monkeypatch.setattr(sys.modules["__main__"], "WholeModel", WholeModel, raising=False)
+    original = torch.load(src, weights_only=False)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), original.state_dict().values(),
+                                                 strict=True))
+
+
+def test_sanitize_of_a_whole_model_says_it_became_a_state_dict(fixtures_dir, tmp_path, run_cli):
+    r = run_cli("migrate", str(fixtures_dir / "whole_model.pth"), "-o", str(tmp_path / "o.pth"), "--sanitize")
+    assert r.code == 0, r
+    assert "already plain" not in r.out and "a pickled nn.Module -> its state_dict" in r.out

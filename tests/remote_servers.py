@@ -370,4 +370,5 @@ def comparable_doc(out: str) -> dict:
     if isinstance(wo, dict):  # the commands they suggest name the file (and, for a URL, a local output)
         wo.pop("fix", None)
         wo.pop("sanitize", None)
+        wo.pop("extract", None)
     return doc

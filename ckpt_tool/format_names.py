@@ -8,14 +8,17 @@ from __future__ import annotations
 from enum import Enum
 
 
-class _Name(str, Enum):
-    """A closed set of names whose ``str()`` is the name itself (``enum.StrEnum`` is Python 3.11+)."""
+class Name(str, Enum):
+    """A closed set of names whose ``str()`` is the name itself (``enum.StrEnum`` is Python 3.11+).
+
+    Every closed vocabulary of the package (formats, severities, check names, ...) derives from it.
+    """
 
     def __str__(self) -> str:
         return str(self.value)
 
 
-class Format(_Name):
+class Format(Name):
     """What a file or folder is, as detect.py tells it from its bytes (never from its name)."""
 
     TORCH_ZIP = "torch-zip"
@@ -34,7 +37,7 @@ class Format(_Name):
     HF_FOLDER = "hf-folder"
 
 
-class OutputFormat(_Name):
+class OutputFormat(Name):
     """What ``ckpt migrate`` can write; each has one writer (writers/)."""
 
     TORCH_ZIP = "torch-zip"

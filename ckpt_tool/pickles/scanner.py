@@ -14,11 +14,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Literal
 
 from ..errors import CkptError, InputError
-from ..format_names import Format
+from ..format_names import Format, Name
 from ..io.containers import is_legacy_magic, npy_pickle_offset, tar_members
 from ..io.regions import Blob
 from ..io.zip.archive import Member
@@ -48,7 +47,7 @@ ERROR: Literal["error"] = "error"  # a file's verdict when it could not be read 
 Verdict = Severity | Literal["error"]
 
 
-class Found(str, Enum):
+class Found(Name):
     """What a file's bytes are when they are no reader's Format (scan reads more than ckpt loads)."""
 
     ZIP = "zip"  # a zip that is no torch archive, or one appended to a pickle
@@ -57,9 +56,6 @@ class Found(str, Enum):
     DCP_DATA = "dcp-data"  # a ``.distcp`` file of a DCP folder, read by the items its ``.metadata`` lists
     FOLDER = "folder"
     NONE = "none"  # nothing scan could read
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 ScanFormat = Format | Found  # what ``scan`` reports per file

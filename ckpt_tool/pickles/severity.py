@@ -14,20 +14,17 @@ argument of an inert trampoline, a persistent id) and that is not inert is
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import Enum
 
+from ..format_names import Name
 from .inert import is_inert
 
 
-class Severity(str, Enum):
+class Severity(Name):
     """How dangerous a global (or a finding) is; a ``str`` Enum, so JSON and text show the plain name."""
 
     SAFE = "safe"
     SUSPICIOUS = "suspicious"
     DANGEROUS = "dangerous"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 # The members under their short names (``severity.SAFE``), as every caller spells them.

@@ -156,6 +156,22 @@ def test_a_use_pickle_weight_is_walked_as_the_pickle_torch_export_load_unpickles
     assert r.code != 0 or "dangerous" in r.out + r.err
 
 
+@pytest.mark.parametrize("field,value", [("sizes", [{"as_int": 4096}, {"as_int": 4096}]),
+                                         ("storage_offset", {"as_int": 1 << 20}),
+                                         ("strides", [{"as_int": 1}])])
+def test_a_config_claiming_more_than_its_member_holds_fails_closed(pt2, tmp_path, run_cli, field, value):
+    """The config is the archive's word; the member's bytes decide: no tensor is reported that is not stored."""
+    with zipfile.ZipFile(pt2) as z:
+        config = json.loads(z.read("net/data/weights/model_weights_config.json"))
+    entry = next(e for e in config["config"].values() if len(e["tensor_meta"]["sizes"]) == 2)
+    entry["tensor_meta"][field] = value
+    bad = tmp_path / "bad.pt2"
+    _rewrite(pt2, bad, {"data/weights/model_weights_config.json": json.dumps(config).encode()})
+    for command in ("inspect", "gate"):
+        r = run_cli(command, str(bad))
+        assert r.code == 2 and ("reaches past the end" in r.err or "could store" in r.err), r
+
+
 def test_a_member_outside_the_layout_fails_closed(pt2, tmp_path, run_cli):
     odd = tmp_path / "odd.pt2"
     _rewrite(pt2, odd, {}, extra={"notes/readme.bin": b"hello"})

@@ -1,10 +1,10 @@
 """The names of ``ckpt gate``'s checks, declared once: JSON, JUnit, SARIF and the text show them as written here."""
 from __future__ import annotations
 
-from enum import Enum
+from ...format_names import Name
 
 
-class CheckName(str, Enum):
+class CheckName(Name):
     """One gate check; a ``str`` Enum, so ``check.name == "sha256"`` and JSON keep the plain name."""
 
     LOADS_SAFELY = "loads_safely"
@@ -17,6 +17,3 @@ class CheckName(str, Enum):
     REQUIRED_METADATA = "required_metadata"
     SHA256 = "sha256"
     WARNINGS = "warnings"
-
-    def __str__(self) -> str:
-        return str(self.value)

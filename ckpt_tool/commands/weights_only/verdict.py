@@ -163,10 +163,9 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
         return None
     v = predict_input(inp, torch_version)
     modules = _modules(inp)
-    dangerous = tuple(n for n in v.needs if severity.severity(*_split(n, modules)) == severity.DANGEROUS)
     imports = tuple(dict.fromkeys(_import_for(_split(n, modules)[0]) for n in v.needs))
     return WeightsOnlyReport(ck.path, v.loads, v.needs, v.torch, v.reason, v.default_weights_only, v.applies,
-                             dangerous, imports, whole_module=ck.layout == "module")
+                             _dangerous(v.needs, modules), imports, whole_module=ck.layout == "module")
 
 
 def _per_file(inp: Any, torch_version: str | None) -> tuple[bool, tuple[str, ...], str | None, tuple[str, ...]]:
@@ -174,9 +173,12 @@ def _per_file(inp: Any, torch_version: str | None) -> tuple[bool, tuple[str, ...
     from ...pickles.weights_only.inputs import predict_input
 
     v = predict_input(inp, torch_version)
-    modules = _modules(inp)
-    dangerous = tuple(n for n in v.needs if severity.severity(*_split(n, modules)) == severity.DANGEROUS)
-    return v.loads, v.needs, v.reason, dangerous
+    return v.loads, v.needs, v.reason, _dangerous(v.needs, _modules(inp))
+
+
+def _dangerous(needs: tuple[str, ...], modules: dict[str, str]) -> tuple[str, ...]:
+    """The needs that can run code: never offered for allowlisting."""
+    return tuple(n for n in needs if severity.severity(*_split(n, modules)) == severity.DANGEROUS)
 
 
 def _folder_report(path: str, folder: FolderVerdict, torch_version: str | None) -> WeightsOnlyReport:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 
 from ...errors import InputError
+from ...format_names import Name
 from ...io import paths
 from .config import JsonObject, adapter_config, model_config, pipeline_components, read_json, read_modules
 
 
-class Library(str, Enum):
+class Library(Name):
     """Who wrote the folder (the report's ``hf_folder.library``)."""
 
     TRANSFORMERS = "transformers"
@@ -29,11 +29,8 @@ class Library(str, Enum):
     SENTENCE_TRANSFORMERS = "sentence-transformers"
     ACCELERATE = "accelerate"
 
-    def __str__(self) -> str:
-        return str(self.value)
 
-
-class Layout(str, Enum):
+class Layout(Name):
     """What kind of folder it is (the report's ``hf_folder.layout``)."""
 
     SAVE_PRETRAINED = "save_pretrained"
@@ -43,9 +40,6 @@ class Layout(str, Enum):
     TRAINER_CHECKPOINT = "trainer checkpoint"
     SAVE_STATE = "save_state"
     RUN = "run"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

@@ -106,11 +106,19 @@ class _Reading:
                              "as raw bytes)", self.path)
         if p.symbolic:
             raise InputError(f"{p.fqn!r}: a symbolic size or stride in a stored tensor", self.path)
+        strides = p.strides if p.strides is not None else ()
+        if len(strides) != len(p.sizes) or min((*p.sizes, *strides, p.storage_offset), default=0) < 0:
+            raise InputError(f"{p.fqn!r}: sizes {list(p.sizes)}, strides {list(strides)} and offset "
+                             f"{p.storage_offset} are not a tensor torch could store", self.path)
         ref = self.storages.get(member)
         if ref is None:
             ref = StorageRef(self.source, member, self.archive.members[member].size)
             self.storages[member] = ref
-        return TensorMeta(p.fqn, dtype, p.sizes, p.strides, p.storage_offset, ref)
+        meta = TensorMeta(p.fqn, dtype, p.sizes, p.strides, p.storage_offset, ref)
+        if meta.byte_span[1] > ref.nbytes:  # the config's word against the member's bytes: never a tensor unread
+            raise InputError(f"tensor {p.fqn!r} reaches past the end of its member {member!r} ({ref.nbytes} bytes)",
+                             self.path)
+        return meta
 
     def payloads(self, folder: str, entries: list[Payload], prefix: str, out: OrderedDict[str, object]) -> None:
         for p in entries:

@@ -44,3 +44,6 @@ class OutputFormat(Name):
     SAFETENSORS = "safetensors"
     SHARDED = "sharded"
     DCP = "dcp"
+    # a folder from_pretrained loads: the weights as safetensors (sharded with an index when asked) beside the
+    # source folder's config, tokenizer and other small files (writers/hf_folder.py)
+    HF_FOLDER = "hf-folder"

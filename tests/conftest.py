@@ -22,6 +22,28 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"ckpt-tests-pycache-{os.getuid()}"))
 
 
+@pytest.fixture(scope="session")
+def hf_written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    """The folders Hugging Face libraries write (tests/hf_writers.py, one subprocess a session): the
+    output folder, and layout -> folder (or {"skipped": why} where its library is not installed)."""
+    import json
+
+    out = tmp_path_factory.mktemp("hf-folders")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "hf_writers.py"), str(out)],
+                       check=False, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out, json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def hf_folder(written: tuple[Path, dict[str, object]], layout: str) -> tuple[Path, Path]:
+    """(the folder of ``layout``, the library's own state_dict of it); skips where its library is missing."""
+    out, got = written
+    where = got[layout]
+    if isinstance(where, dict):
+        pytest.skip(f"{layout}: {where['skipped']}")
+    return Path(str(where)), out / "expected" / f"{layout}.safetensors"
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES
@@ -32,7 +54,7 @@ def run_cli():
     """Run ``ckpt ARGS`` in-process through main(); returns (exit code, stdout, stderr)."""
     from ckpt_tool.cli import main
 
-    def run(*args: str) -> "CliResult":
+    def run(*args: str) -> CliResult:
         runner = CliRunner()
         result = runner.invoke(_Main(main), list(args), catch_exceptions=False)
         return CliResult(result.exit_code, result.stdout, result.stderr)

@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 @click.command("migrate")
 @click.argument("src", type=click.Path())
 @click.option("-o", "--output", "out", default=None, metavar="OUT",
-              help="Output file (.pth/.pt/.bin, .safetensors) or folder (--max-shard-size, --to dcp).")
-@click.option("--to", type=click.Choice(["pth", "safetensors", "dcp"], case_sensitive=False), default=None,
-              help="Output format (default: from OUT's extension).")
+              help="Output file (.pth/.pt/.bin, .safetensors) or folder (--max-shard-size, --to dcp, --to hf).")
+@click.option("--to", type=click.Choice(["pth", "safetensors", "dcp", "hf"], case_sensitive=False), default=None,
+              help="Output format (default: from OUT's extension). hf: a Hugging Face folder from_pretrained loads "
+                   "(safetensors weights, with SRC's config and tokenizer files).")
 @key_option
 @click.option("--strip-prefix", multiple=True, metavar="P", help="Remove P from keys that start with it (repeatable).")
 @click.option("--add-prefix", default=None, metavar="P", help="Prepend P to every key.")
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 @click.option("--keep-container", is_flag=True,
               help="With --key: write the selected state_dict back inside the rest of the container (epoch, "
                    "optimizer, the other state_dicts); without it, --key writes that state_dict alone.")
+@click.option("--config-from", default=None, metavar="DIR",
+              help="With --to hf: copy the config and tokenizer files from DIR (a model's folder) instead of SRC.")
 @click.option("--sanitize", is_flag=True,
               help="Rewrite the metadata into types torch.load(weights_only=True) accepts (Namespace -> dict, NumPy "
                    "-> numbers and tensors, enums -> values, other objects -> dicts) and prove the output loads "
@@ -78,7 +81,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                     allow_overflow: bool, rules_file: str | None, target: str | None, target_kwargs: str | None,
                     auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
-                    workers: int | None, state_dict_only: bool, keep_container: bool, sanitize: bool, force: bool,
+                    workers: int | None, state_dict_only: bool, keep_container: bool, config_from: str | None,
+                    sanitize: bool, force: bool,
                     dry_run: bool,
                     verify: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool, verbose: bool,
                     **kwargs: object) -> int:
@@ -122,7 +126,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                 drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
                 target_kwargs=kw, auto=auto,
                 allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
-                state_dict_only=state_dict_only, keep_container=keep_container, sanitize=sanitize, force=force,
+                state_dict_only=state_dict_only, keep_container=keep_container, config_from=config_from,
+                sanitize=sanitize, force=force,
                 dry_run=dry_run, verify=verify,
                 unsafe=unsafe,
                 limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,

@@ -108,6 +108,13 @@ def render(report: MigrateReport) -> str:
         out.append(f"shards:   {len(report.shards)}")
     if report.metadata_kept:
         out.append(f"metadata: kept {_sample(list(report.metadata_kept))}")
+    if report.copied:
+        out.append(f"copied:   {len(report.copied)} file(s) beside the weights: {_sample(list(report.copied))}")
+    if report.left_out:
+        by_why: dict[str, list[str]] = {}
+        for f, why in report.left_out:
+            by_why.setdefault(why, []).append(f)
+        out.append("left out: " + "; ".join(f"{_sample(files, 6)} ({why})" for why, files in by_why.items()))
     if report.sanitized is not None:
         out.append(f"sanitized: {len(report.sanitized)} conversion(s) for torch.load(weights_only=True)"
                    + (":" if report.sanitized else " (the metadata was already plain)"))

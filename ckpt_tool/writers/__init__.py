@@ -4,6 +4,8 @@
 - safetensors: one ``.safetensors`` file (standard library only)
 - sharded: a folder of safetensors shards plus ``model.safetensors.index.json``
 - dcp: a torch.distributed.checkpoint folder (written by torch)
+- hf_folder: a Hugging Face folder (weights as safetensors, one file or sharded, with the source folder's
+  config and tokenizer files), what ``from_pretrained`` loads
 
 The formats are ``format_names.OutputFormat``; commands/migrate/write.py
 holds the table from each one to its writer.
@@ -17,11 +19,12 @@ from ..format_names import OutputFormat
 
 # --to values -> format
 TO_CHOICES = {"pth": OutputFormat.TORCH_ZIP, "pt": OutputFormat.TORCH_ZIP, "torch": OutputFormat.TORCH_ZIP,
-              "safetensors": OutputFormat.SAFETENSORS, "dcp": OutputFormat.DCP}
+              "safetensors": OutputFormat.SAFETENSORS, "dcp": OutputFormat.DCP, "hf": OutputFormat.HF_FOLDER,
+              "hf-folder": OutputFormat.HF_FOLDER}
 _BY_EXTENSION = {".pth": OutputFormat.TORCH_ZIP, ".pt": OutputFormat.TORCH_ZIP, ".bin": OutputFormat.TORCH_ZIP,
                  ".ckpt": OutputFormat.TORCH_ZIP, ".tar": OutputFormat.TORCH_ZIP,
                  ".safetensors": OutputFormat.SAFETENSORS}
-FOLDER_FORMATS = frozenset({OutputFormat.SHARDED, OutputFormat.DCP})
+FOLDER_FORMATS = frozenset({OutputFormat.SHARDED, OutputFormat.DCP, OutputFormat.HF_FOLDER})
 
 
 def choose_format(out: str | None, to: str | None, max_shard_size: int | None) -> OutputFormat:
@@ -30,7 +33,7 @@ def choose_format(out: str | None, to: str | None, max_shard_size: int | None) -
     if to is not None:
         fmt = TO_CHOICES.get(to.lower())
         if fmt is None:
-            raise UsageError(f"--to {to!r}: expected one of pth, safetensors, dcp")
+            raise UsageError(f"--to {to!r}: expected one of pth, safetensors, dcp, hf")
         named = _BY_EXTENSION.get(os.path.splitext((out or "").rstrip("/"))[1].lower())
         if named is not None and named != fmt:
             raise UsageError(f"--to {to} writes {fmt} but the name {out!r} says {named}: loaders go by the "
@@ -46,7 +49,9 @@ def choose_format(out: str | None, to: str | None, max_shard_size: int | None) -
             if ext == "" and os.path.isfile(os.path.join(out, ".metadata")):
                 return OutputFormat.DCP
             raise UsageError(f"cannot tell the output format from {out!r}: use a .pth, .pt, .bin or "
-                             ".safetensors name, or pass --to pth|safetensors|dcp")
+                             ".safetensors name, or pass --to pth|safetensors|dcp|hf")
+    if fmt is OutputFormat.HF_FOLDER:
+        return fmt  # sharded or not, by --max-shard-size
     if max_shard_size:
         if fmt is not OutputFormat.SAFETENSORS:
             raise UsageError("--max-shard-size writes sharded safetensors; it cannot be combined with "

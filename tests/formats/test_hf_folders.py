@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_one_line_error
+from conftest import assert_one_line_error, hf_folder
 
 st = pytest.importorskip("safetensors.torch")
 torch = pytest.importorskip("torch")
@@ -37,20 +35,11 @@ FLAGGED = {"trainer_checkpoint", "trainer_run"}
 
 
 @pytest.fixture(scope="session")
-def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
-    out = tmp_path_factory.mktemp("hf-folders")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "hf_writers.py"), str(out)],
-                       check=False, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return out, json.loads(p.stdout.strip().splitlines()[-1])
+def written(hf_written: tuple[Path, dict[str, object]]) -> tuple[Path, dict[str, object]]:
+    return hf_written  # conftest.py: the folders are written once per session, for migrate's tests too
 
 
-def _folder(written: tuple[Path, dict[str, object]], layout: str) -> tuple[Path, Path]:
-    out, got = written
-    where = got[layout]
-    if isinstance(where, dict):
-        pytest.skip(f"{layout}: {where['skipped']}")
-    return Path(str(where)), out / "expected" / f"{layout}.safetensors"
+_folder = hf_folder
 
 
 def _metas(path: Path) -> list[tuple[str, str, tuple[int, ...]]]:

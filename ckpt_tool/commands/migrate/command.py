@@ -116,6 +116,7 @@ def migrate(
     workers: int | None = None,
     state_dict_only: bool = False,
     keep_container: bool = False,
+    config_from: str | None = None,
     sanitize: bool = False,
     force: bool = False,
     dry_run: bool = False,
@@ -140,6 +141,9 @@ def migrate(
     as placeholders are written back exactly as they were.
     ``key`` selects the state_dict to write: the output holds that sub-dict alone, unless
     ``keep_container`` writes it back in place inside the rest of the container.
+    ``to="hf"`` writes a Hugging Face folder that ``from_pretrained`` loads: the weights as safetensors
+    (sharded with ``max_shard_size``) beside the source folder's config and tokenizer files, or those of
+    ``config_from``.
     ``allow_overflow`` writes an output even when a cast turned finite values
     into inf/NaN (the counts are in the report); without it that fails, and
     nothing is published.
@@ -151,7 +155,8 @@ def migrate(
         drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
         target_kwargs=target_kwargs, auto=auto, allow_missing=allow_missing, devices=devices,
         max_shard_size=max_shard_size, workers=workers, state_dict_only=state_dict_only, keep_container=keep_container,
-        sanitize=sanitize, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe, limits=limits)
+        config_from=config_from, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
+        limits=limits)
     hooks = Hooks(progress=progress or NO_PROGRESS, on_rules=on_rules, on_cleaned=on_cleaned,
                   after_write=_after_write)
     s = plan.source
@@ -187,7 +192,8 @@ def run_plan(ck: Checkpoint, plan: MigratePlan, hooks: Hooks) -> MigrateReport:
         source=plan.source.path, output=plan.output.path, format=plan.output.format, source_format=ck.format,
         plan=key_plan, tensors=tensors, rules=plan.rules, inferred=inferred, target=check,
         metadata_kept=shaped.metadata_kept, aliases=shaped.aliases, sanitized=shaped.sanitized,
-        device_status=status, warnings=tuple(warnings))
+        device_status=status, warnings=tuple(warnings),
+        copied=plan.output.hf.files if plan.output.hf else (), left_out=plan.output.hf.left if plan.output.hf else ())
     stopped = _before_writing(report, plan)
     if stopped is not None:
         return stopped
@@ -281,14 +287,18 @@ def _write(ck: Checkpoint, plan: MigratePlan, hooks: Hooks, report: MigrateRepor
         from ...writers.dcp import DCP_SUFFIXES
         from ...writers.safetensors.sharded import SHARD_SUFFIXES
 
-        destination.check_replaceable_folder(out, SHARD_SUFFIXES if fmt is OutputFormat.SHARDED else DCP_SUFFIXES)
+        hf = plan.output.hf
+        destination.check_replaceable_folder(out, DCP_SUFFIXES if fmt is OutputFormat.DCP else SHARD_SUFFIXES,
+                                             hf.files if hf is not None else ())
     # 5. room for it: stale temporaries of killed runs go first, then the free space must hold every file
     dist = plan.parallelism.dist
     warnings = list(report.warnings)
     cleaned = _clean_stale(out, hooks.on_cleaned, warnings) if dist is None or dist.leader else ()
-    tensors, shard_bytes = report.tensors, plan.output.shard_bytes
-    freespace.require(out, lambda: sizes.planned_sizes(fmt, out, tensors, payload, shard_bytes),  # --force too
-                      sizes.quick_bound(fmt, out, tensors, payload, shard_bytes))
+    tensors, shard_bytes, weights = report.tensors, plan.output.shard_bytes, plan.output.weights_format
+    side = side_file_sizes(plan)
+    bound, files = sizes.quick_bound(weights, out, tensors, payload, shard_bytes)
+    freespace.require(out, lambda: sizes.planned_sizes(weights, out, tensors, payload, shard_bytes) + side,
+                      (bound + sum(side), files + len(side)))  # --force too
     if fmt not in PARALLEL_FORMATS:
         plan = replace(plan, parallelism=replace(plan.parallelism, dist=None))
     job = WriteJob(plan=plan, hooks=hooks, out=out, tensors=tensors, payload=payload, devices=devices,
@@ -297,6 +307,20 @@ def _write(ck: Checkpoint, plan: MigratePlan, hooks: Hooks, report: MigrateRepor
     # 6. write, verify, publish
     with interrupts.interrupts_as_exceptions():
         return write_and_publish(job)
+
+
+def side_file_sizes(plan: MigratePlan) -> list[int]:
+    """The sizes of the files a Hugging Face folder output copies from the source folder."""
+    from ...io import paths
+
+    hf = plan.output.hf
+    if hf is None or hf.copy_from is None:
+        return []
+    out = []
+    for rel in hf.files:
+        with paths.open_bytes(paths.join(hf.copy_from, rel)) as data:
+            out.append(data.size)
+    return out
 
 
 def _clean_stale(out: str, on_cleaned: Callable[[staletemp.CleanReport], None] | None,

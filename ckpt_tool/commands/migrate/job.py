@@ -69,4 +69,10 @@ def output_size(path: str) -> int:
     """Bytes of a written file, or of the files of a written folder."""
     if not os.path.isdir(path):
         return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+    return sum(os.path.getsize(os.path.join(root, n)) for root, _, names in os.walk(path) for n in names)
+
+
+def single_cast(job: WriteJob) -> str | None:
+    """The one dtype every cast tensor goes to (a Hugging Face folder's config.json then says it), else None."""
+    casts = {e.cast for e in job.report.plan.entries if e.cast and e.output}
+    return casts.pop() if len(casts) == 1 else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ... import writers
 from ...errors import UsageError
 from ...format_names import OutputFormat
+from ...formats.hf.deploy import HfOutput, plan_hf_output
 from ...io.atomic import staletemp
 from ...keys.rules import RuleSet, load_rules_file, parse_rename
 from ...limits import DEFAULT_LIMITS, Limits
@@ -43,10 +44,18 @@ class OutputPlan:
     sanitize: bool = False
     force: bool = False
     dry_run: bool = False
+    hf: HfOutput | None = None  # a Hugging Face folder: the weights' names and the files copied beside them
 
     @property
     def folder(self) -> bool:
         return self.format in writers.FOLDER_FORMATS
+
+    @property
+    def weights_format(self) -> OutputFormat:
+        """The format of the tensors' files (a Hugging Face folder's are safetensors, sharded or not)."""
+        if self.format is OutputFormat.HF_FOLDER:
+            return OutputFormat.SHARDED if self.shard_bytes else OutputFormat.SAFETENSORS
+        return self.format
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +133,7 @@ def plan_migration(
     workers: int | None = None,
     state_dict_only: bool = False,
     keep_container: bool = False,
+    config_from: str | None = None,
     sanitize: bool = False,
     force: bool = False,
     dry_run: bool = False,
@@ -144,6 +154,18 @@ def plan_migration(
     if sanitize and fmt is not OutputFormat.TORCH_ZIP:
         raise UsageError("--sanitize rewrites the metadata of a torch (.pth) output; a safetensors or DCP output "
                          "holds no pickled metadata, so it needs none")
+    hf = None
+    if fmt is OutputFormat.HF_FOLDER:
+        hf = plan_hf_output(os.fspath(src), config_from)
+        if shard_bytes and not hf.shardable:
+            raise UsageError("PEFT loads an adapter from one adapter_model.safetensors, never a sharded set: "
+                             "drop --max-shard-size")
+        if keep_container:
+            raise UsageError("a Hugging Face folder holds the weights alone: --keep-container cannot apply")
+        state_dict_only = True  # a model folder holds weights; the training state is left behind
+    elif config_from is not None:
+        raise UsageError("--config-from copies a model's config and tokenizer files into a Hugging Face folder: "
+                         "give --to hf too")
     if keep_container and state_dict_only:
         raise UsageError("--keep-container and --state-dict-only contradict each other: give one")
     # --key selects the state_dict to write (CONTRACT: "select (--key)"): the output is that sub-dict alone,
@@ -156,7 +178,7 @@ def plan_migration(
         source=SourcePlan(path=os.fspath(src), key=key, unsafe=unsafe, limits=limits),
         rules=rules,
         output=OutputPlan(path=out_path, format=fmt, shard_bytes=shard_bytes, state_dict_only=state_dict_only,
-                          sanitize=sanitize, force=force, dry_run=dry_run),
+                          sanitize=sanitize, force=force, dry_run=dry_run, hf=hf),
         verification=VerificationPlan(enabled=verify, devices=tuple(devices) if devices is not None else None,
                                       target=target, target_kwargs=target_kwargs, auto=auto,
                                       allow_missing=tuple(allow_missing), allow_overflow=allow_overflow),

@@ -56,6 +56,8 @@ class MigrateReport:
     cast_loss: tuple[CastReport, ...] = ()  # per cast tensor: values turned inf/NaN, flushed to zero, subnormal
     overflow_allowed: bool = False  # --allow-overflow: new inf/NaN from a cast were accepted
     checks: tuple[str, ...] = ()  # what verification proved, in words (the verified: line)
+    copied: tuple[str, ...] = ()  # a Hugging Face folder: the source folder's files copied beside the weights
+    left_out: tuple[tuple[str, str], ...] = ()  # ... and those not copied, with why
 
     @property
     def ok(self) -> bool:
@@ -104,6 +106,8 @@ class MigrateReport:
             "flushed_to_zero": sum(c.loss.flushed for c in self.cast_loss),
             "overflow_allowed": self.overflow_allowed,
             "verified_checks": list(self.checks),
+            "copied": list(self.copied),
+            "left_out": [{"file": f, "why": why} for f, why in self.left_out],
         }, self.remote)
 
 

@@ -99,6 +99,24 @@ def _shape_safetensors(ck: Checkpoint, plan: MigratePlan, chosen: object, tensor
                   metadata_kept=tuple(kept), aliases=aliases, warnings=tuple(warnings))
 
 
+def _shape_hf(ck: Checkpoint, plan: MigratePlan, chosen: object, tensors: Sequence[OutTensor]) -> Shaped:
+    """A Hugging Face folder's weights are a safetensors file or set; say what from_pretrained will lack."""
+    from dataclasses import replace
+
+    shaped = _shape_safetensors(ck, plan, chosen, tensors)
+    hf = plan.output.hf
+    more: list[str] = []
+    if hf is not None and hf.copy_from is None:
+        more.append("the output folder gets no config.json, which from_pretrained needs: --config-from DIR copies "
+                    "a model's config and tokenizer files" + (f" (e.g. --config-from {hf.hint})" if hf.hint else ""))
+    if hf is not None:
+        pickled = [f for f in hf.files if f.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
+        if pickled:
+            more.append(f"copied as they are, not migrated: {', '.join(pickled[:5])} (another module's pickled "
+                        "weights: `ckpt scan` them before loading)")
+    return replace(shaped, warnings=shaped.warnings + tuple(more))
+
+
 def _shape_dcp(ck: Checkpoint, plan: MigratePlan, chosen: object, tensors: Sequence[OutTensor]) -> Shaped:
     """A DCP folder holds the state_dict only."""
     _refuse_held(ck, plan, chosen)
@@ -113,4 +131,5 @@ SHAPERS: Mapping[OutputFormat, Callable[[Checkpoint, MigratePlan, object, Sequen
     OutputFormat.SAFETENSORS: _shape_safetensors,
     OutputFormat.SHARDED: _shape_safetensors,
     OutputFormat.DCP: _shape_dcp,
+    OutputFormat.HF_FOLDER: _shape_hf,
 }

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ...format_names import OutputFormat
 from ...io.atomic import write as atomic
 from ...writers.payload import SafetensorsPayload, TorchPayload
-from .job import WriteJob, device_status, output_size
+from .job import WriteJob, device_status, output_size, single_cast
 from .report import MigrateReport
 
 
@@ -95,11 +95,26 @@ def _write_dcp(tmp: atomic.AtomicDir, job: WriteJob) -> Written:
     return Written()
 
 
+def _write_hf_folder(tmp: atomic.AtomicDir, job: WriteJob) -> Written:
+    from ...writers.hf_folder import write_hf_folder
+
+    payload, p, hf = _safetensors(job), job.hooks.progress, job.plan.output.hf
+    if hf is None:
+        raise PayloadMismatch("a Hugging Face folder output was planned without its folder plan")
+    cast_to = single_cast(job)
+    p.start("writing", sum(t.nbytes for t in payload.stored))
+    written = write_hf_folder(tmp.path, tmp.create, payload, hf, job.plan.output.shard_bytes, cast_to, p.advance)
+    notes = (f"{written.retyped}: its dtype field rewritten to {cast_to}, the dtype the weights were cast to "
+             "(the other copied files are byte for byte the source's)",) if written.retyped else ()
+    return Written(written.shards, notes)
+
+
 WRITERS: Mapping[OutputFormat, FileWriter | FolderWriter] = {
     OutputFormat.TORCH_ZIP: FileWriter(_write_torch_zip),
     OutputFormat.SAFETENSORS: FileWriter(_write_safetensors),
     OutputFormat.SHARDED: FolderWriter(_write_sharded),
     OutputFormat.DCP: FolderWriter(_write_dcp),
+    OutputFormat.HF_FOLDER: FolderWriter(_write_hf_folder),
 }
 
 
@@ -165,6 +180,9 @@ def checks_done(report: MigrateReport) -> tuple[str, ...]:
     out = [f"all {len(plan.entries) - dropped} kept source tensors present"
            + (f", {dropped} dropped by your rules" if dropped else "")]
     out.append("every tensor re-read and compared bit for bit")
+    if report.format is OutputFormat.HF_FOLDER:
+        out.append(f"{len(report.copied)} copied file(s) equal to the source's" if report.copied
+                   else "no file copied beside the weights")
     quantized = sum(1 for t in report.tensors if dtypes.lookup(t.dtype).is_quantized)
     if quantized:
         out.append(f"{quantized} quantized tensor(s) with their scales and zero points")
@@ -189,8 +207,21 @@ def _verify(job: WriteJob, path: str, warnings: list[str]) -> tuple[dict[str, bo
         warnings.append(f"quantized tensors have CPU kernels only: on {', '.join(others)} they were not "
                         "round-tripped" + (" and the target was loaded on the CPU only" if v.target else ""))
     payload = job.payload
-    return verify_output(path, job.format, job.tensors,
+    fmt, hf, job_folder = job.format, job.plan.output.hf, path
+    if hf is not None:  # the weights are re-read as the safetensors file (or set) they are; the folder after
+        from .verify.hf import weights_path
+
+        fmt = job.plan.output.weights_format
+        path = weights_path(path, hf, fmt is OutputFormat.SHARDED)
+    verified, problems = verify_output(path, fmt, job.tensors,
                          pickled_root=payload.root if isinstance(payload, TorchPayload) else None,
                          sd_key=payload.sd_key if isinstance(payload, TorchPayload) else "", devices=job.devices,
                          target=v.target, target_kwargs=v.target_kwargs, allow_missing=v.allow_missing,
                          limits=job.plan.source.limits, progress=job.hooks.progress, plan=job.report.plan)
+    if hf is not None and not problems:
+        from .verify.hf import check_folder
+
+        problems = check_folder(job_folder, hf, fmt is OutputFormat.SHARDED, single_cast(job))
+        if problems:
+            verified = {d: False for d in verified} or {"cpu": False}
+    return verified, problems

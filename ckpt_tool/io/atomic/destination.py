@@ -7,7 +7,7 @@ did not write.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from ...errors import OutputExists, UsageError
 
@@ -50,20 +50,25 @@ def check_destination(out: str, sources: Iterable[str], *, force: bool, folder: 
         raise UsageError(f"the output {out} is a folder; give a file name (e.g. {out.rstrip('/')}/model.pth)")
 
 
-def check_replaceable_folder(out: str, allowed_suffixes: tuple[str, ...]) -> None:
+def check_replaceable_folder(out: str, allowed_suffixes: tuple[str, ...], allowed_files: Collection[str] = ()) -> None:
     """--force replaces a folder only if it holds nothing but files of the kind ckpt writes there.
 
-    A model folder that also holds config.json or tokenizer files is never wiped.
+    A model folder that also holds config.json or tokenizer files is never wiped, unless they are
+    ``allowed_files`` ("/"-separated paths inside it: those a Hugging Face folder output copies there).
     """
     if not os.path.isdir(out):
         return
+    allowed = set(allowed_files)
+    folders = {f.rsplit("/", 1)[0] for f in allowed if "/" in f}
     foreign = []
     for root, _dirs, files in os.walk(out):
         rel = os.path.relpath(root, out)
-        if rel != ".":
+        where = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        if where and where.rstrip("/") not in folders:
             foreign.append(rel + os.sep)
             continue
-        foreign.extend(name for name in files if not name.endswith(allowed_suffixes))
+        foreign.extend(where + name for name in files
+                       if where + name not in allowed and (where or not name.endswith(allowed_suffixes)))
     if foreign:
         shown = ", ".join(sorted(foreign)[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise UsageError(f"refusing to replace the folder {out}: it holds files ckpt does not write there "

@@ -52,8 +52,8 @@ def split(tensors: Sequence[OutTensor], max_bytes: int) -> list[list[OutTensor]]
     return shards
 
 
-def shard_names(count: int) -> list[str]:
-    return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+def shard_names(count: int, stem: str = "model") -> list[str]:
+    return [f"{stem}-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
 
 
 class Shard(NamedTuple):
@@ -66,11 +66,11 @@ class Shard(NamedTuple):
 
 
 def plan_shards(stored: Sequence[OutTensor], aliases: Mapping[str, str], metadata: Mapping[str, str],
-                max_bytes: int) -> list[Shard]:
+                max_bytes: int, stem: str = "model") -> list[Shard]:
     """The files of the set, in order: tensors packed up to ``max_bytes``, each alias beside its tensor."""
     groups = split(stored, max_bytes)
     shards = []
-    for name, tensors in zip(shard_names(len(groups)), groups, strict=True):
+    for name, tensors in zip(shard_names(len(groups), stem), groups, strict=True):
         keys = {t.key for t in tensors}
         own = {a: k for a, k in aliases.items() if k in keys}
         meta = dict(metadata)
@@ -97,17 +97,20 @@ def index_bytes(shards: Sequence[Shard]) -> bytes:
 
 def write_sharded(folder: str, create: Callable[[str], int], stored: Sequence[OutTensor],
                   aliases: Mapping[str, str], metadata: Mapping[str, str], max_bytes: int,
-                  on_bytes: Callable[[int], None] | None = None) -> list[str]:
-    """Write the shards and the index into ``folder`` (a temporary folder); returns the shard names."""
+                  on_bytes: Callable[[int], None] | None = None, stem: str = "model") -> list[str]:
+    """Write the shards and the index into ``folder`` (a temporary folder); returns the shard names.
+
+    ``stem`` names the files as the library's loader expects (``model``, ``diffusion_pytorch_model``).
+    """
     check_dtypes(stored)
-    shards = plan_shards(stored, aliases, metadata, max_bytes)
+    shards = plan_shards(stored, aliases, metadata, max_bytes, stem)
     for shard in shards:
         fd = create(shard.name)
         try:
             write_shard(fd, shard, on_bytes)
         finally:
             os.close(fd)
-    fd = create(INDEX_NAME)
+    fd = create(INDEX_NAME if stem == "model" else f"{stem}.safetensors.index.json")
     try:
         write_all(fd, index_bytes(shards))
     finally:

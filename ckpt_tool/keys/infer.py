@@ -43,7 +43,8 @@ class Suggestion:
     def command(self, source: str, output: str | None = None, *, key: str | None = None,
                 target: str | None = None, target_kwargs: str | None = None) -> str:
         """The exact ``ckpt migrate`` command that applies the rewrite (shell-quoted)."""
-        args = ["ckpt", "migrate", source, "-o", output or default_output(source)]
+        out, to = (output, []) if output is not None else default_output(source)
+        args = ["ckpt", "migrate", source, "-o", out, *to]
         if key is not None:
             args += ["--key", key]
         args += self.rules.cli_args()
@@ -73,15 +74,23 @@ class Suggestion:
         }
 
 
-def default_output(source: str) -> str:
-    """``model.pth`` -> ``model.fixed.pth``; a folder (sharded, DCP) -> ``folder.fixed``."""
+def default_output(source: str) -> tuple[str, list[str]]:
+    """Where the suggested migrate writes, and the ``--to`` that output needs.
+
+    ``model.pth`` -> ``model.fixed.pth``; a library's folder (save_pretrained, a Trainer run, a PEFT
+    adapter) -> ``folder.fixed`` written ``--to hf``, a folder of the same library; any other folder or
+    set (sharded, DCP, DeepSpeed) -> one ``folder.fixed.safetensors`` file.
+    """
+    from ..formats.hf.folders import is_library_folder
+
     path = source.rstrip("/\\") or source
     if os.path.isdir(path):
-        return path + ".fixed"
+        return (path + ".fixed", ["--to", "hf"]) if is_library_folder(path) else (path + ".fixed.safetensors", [])
     stem, ext = os.path.splitext(path)
     if ext == ".json" and stem.endswith(".index"):  # model.safetensors.index.json: a sharded set
-        return os.path.dirname(path) + ".fixed" if os.path.dirname(path) else "fixed"
-    return f"{stem}.fixed{ext}" if ext else f"{path}.fixed"
+        folder = os.path.dirname(path)
+        return (folder + ".fixed.safetensors" if folder else "model.fixed.safetensors"), []
+    return (f"{stem}.fixed{ext}" if ext else f"{path}.fixed.pth"), []  # no extension: migrate needs one
 
 
 def _ambiguous(ranked: Sequence[Score]) -> bool:

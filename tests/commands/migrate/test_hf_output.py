@@ -170,3 +170,20 @@ def test_usage_errors_are_one_line(hf_written, tmp_path, run_cli):
     assert_one_line_error(r)
     assert "--to hf" in r.err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_fix_diff_prints_for_a_folder_runs_and_loads(hf_written, tmp_path, run_cli):
+    import shlex
+
+    run, _ = hf_folder(hf_written, "trainer_run")
+    bert, _ = hf_folder(hf_written, "bert")
+    r = run_cli("diff", str(run), str(bert), "--json")
+    command = json.loads(r.out)["suggestion"]["command"]
+    assert "--to hf" in command and "--drop 'classifier.*'" in command, command
+    args = shlex.split(command)[1:]
+    out = tmp_path / "fixed"
+    args[args.index("-o") + 1] = str(out)
+    r = run_cli(*args)
+    assert r.code == 0, r.out
+    r = run_cli("diff", str(out), str(bert), "--json")
+    assert r.code == 0 and json.loads(r.out)["equal"], r.out

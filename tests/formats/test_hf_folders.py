@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, hf_folder
+from conftest import ROOT, assert_one_line_error, hf_folder
 
 st = pytest.importorskip("safetensors.torch")
 torch = pytest.importorskip("torch")
@@ -212,3 +212,37 @@ def test_json_that_names_a_folder_outside_is_refused(tmp_path, run_cli):
     (st_folder / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "../outside",
                                                          "type": "sentence_transformers.models.Transformer"}]))
     assert_one_line_error(run_cli("inspect", str(st_folder)), "modules.json", "outside the folder")
+
+
+# layout -> (factory in tests/hf_targets.py, the folder whose config builds it: "" the layout's own)
+TARGETS = {"bert": "transformers_model", "bert_bin": "transformers_model", "bert_sharded": "transformers_model",
+           "sentence_transformers": "transformers_model", "trainer_checkpoint": "transformers_model",
+           "unet": "diffusers_model"}
+
+
+@pytest.mark.parametrize("layout", list(TARGETS))
+def test_diff_against_the_librarys_class_finds_nothing(written, layout, run_cli):
+    folder, _ = _folder(written, layout)
+    spec = f"{ROOT / 'tests' / 'hf_targets.py'}:{TARGETS[layout]}"
+    r = run_cli("diff", str(folder), "--target", spec, "--target-kwargs", json.dumps({"folder": str(folder)}),
+                "--json")
+    assert r.code == 0, r.out
+    report = json.loads(r.out)
+    assert report["equal"] and not report["missing"] and not report["unexpected"] and not report["shape_mismatch"]
+
+
+def test_a_pipeline_component_against_its_class_finds_nothing(written, run_cli):
+    folder, _ = _folder(written, "pipeline")
+    unet = folder / "unet"
+    r = run_cli("diff", str(unet), "--target", f"{ROOT / 'tests' / 'hf_targets.py'}:diffusers_model",
+                "--target-kwargs", json.dumps({"folder": str(unet)}), "--json")
+    assert r.code == 0 and json.loads(r.out)["equal"], r.out
+
+
+def test_a_tied_head_against_its_class_is_the_tie_and_nothing_else(written, run_cli):
+    folder, _ = _folder(written, "gpt2")
+    r = run_cli("diff", str(folder), "--target", f"{ROOT / 'tests' / 'hf_targets.py'}:transformers_model",
+                "--target-kwargs", json.dumps({"folder": str(folder)}), "--json")
+    report = json.loads(r.out)
+    assert r.code == 1 and report["missing"] == ["lm_head.weight"] and not report["unexpected"]
+    assert report["tied"] == [{"key": "lm_head.weight", "filled_by": "transformer.wte.weight"}], report

@@ -268,7 +268,7 @@ def _before_writing(report: MigrateReport, plan: MigratePlan) -> MigrateReport |
 
     dist = plan.parallelism.dist
     if dist is not None and not dist.leader and out.format not in PARALLEL_FORMATS:
-        return replace(report, warnings=(f"rank {dist.rank}: a {out.format} output is one file, written by rank 0",))
+        return replace(report, warnings=(f"rank {dist.rank}: a {out.format} output is written by rank 0 alone",))
     return None
 
 
@@ -301,6 +301,10 @@ def _write(ck: Checkpoint, plan: MigratePlan, hooks: Hooks, report: MigrateRepor
                       (bound + sum(side), files + len(side)))  # --force too
     if fmt not in PARALLEL_FORMATS:
         plan = replace(plan, parallelism=replace(plan.parallelism, dist=None))
+        asked = plan.parallelism.workers
+        if asked is not None and asked > 1:
+            warnings.append(f"--workers {asked}: a {fmt} output is written by this one process (only .safetensors "
+                            "and sharded safetensors outputs are written in parallel)")
     job = WriteJob(plan=plan, hooks=hooks, out=out, tensors=tensors, payload=payload, devices=devices,
                    workers=choose_workers(plan.parallelism.workers, ck.format, fmt, sum(t.nbytes for t in tensors)),
                    report=replace(report, cleaned=cleaned, warnings=tuple(warnings)))

@@ -106,9 +106,12 @@ def _shape_hf(ck: Checkpoint, plan: MigratePlan, chosen: object, tensors: Sequen
     shaped = _shape_safetensors(ck, plan, chosen, tensors)
     hf = plan.output.hf
     more: list[str] = []
-    if hf is not None and hf.copy_from is None:
-        more.append("the output folder gets no config.json, which from_pretrained needs: --config-from DIR copies "
-                    "a model's config and tokenizer files" + (f" (e.g. --config-from {hf.hint})" if hf.hint else ""))
+    configs = ("config.json", "adapter_config.json", f"{hf.weights_dir}/config.json") if hf is not None else ()
+    if hf is not None and not any(c in hf.files for c in configs):
+        more.append("the output folder gets no config.json, which from_pretrained needs"
+                    + (f" ({hf.copy_from} holds none)" if hf.copy_from else "")
+                    + ": --config-from DIR copies a model's config and tokenizer files"
+                    + (f" (e.g. --config-from {hf.hint})" if hf.hint else ""))
     if hf is not None:
         pickled = [f for f in hf.files if f.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
         if pickled:

@@ -187,3 +187,24 @@ def test_the_fix_diff_prints_for_a_folder_runs_and_loads(hf_written, tmp_path, r
     assert r.code == 0, r.out
     r = run_cli("diff", str(out), str(bert), "--json")
     assert r.code == 0 and json.loads(r.out)["equal"], r.out
+
+
+def test_workers_for_an_output_written_by_one_process_are_said(tmp_path, run_cli, fixtures_dir):
+    r = run_cli("migrate", str(fixtures_dir / "tiny_mlp.pth"), "-o", str(tmp_path / "out"), "--to", "hf",
+                "--workers", "2", "--json")
+    assert r.code == 0, r.out
+    assert any(w.startswith("--workers 2: a hf-folder output is written by this one process")
+               for w in json.loads(r.out)["warnings"])
+
+
+def test_an_accelerate_folder_has_no_config_to_copy_and_says_so(hf_written, tmp_path, run_cli):
+    from safetensors.torch import load_file
+
+    src, expected = hf_folder(hf_written, "accelerate")
+    r = run_cli("migrate", str(src), "-o", str(tmp_path / "out"), "--to", "hf", "--json")
+    assert r.code == 0, r.out
+    report = json.loads(r.out)
+    assert not report["copied"] and any("no config.json" in w for w in report["warnings"])
+    assert {e["file"] for e in report["left_out"]} >= {"optimizer.bin", "scheduler.bin"}
+    got, want = load_file(tmp_path / "out" / "model.safetensors"), load_file(expected)
+    assert got.keys() == want.keys() and all(got[k].equal(want[k]) for k in want)

@@ -26,6 +26,8 @@ OUTPUTS = {  # kind -> (OUT name, extra migrate options)
     "safetensors": ("out.safetensors", []),
     "sharded": ("shards", ["--max-shard-size", "300KB"]),
     "dcp": ("dcp", ["--to", "dcp"]),
+    "hf": ("hf", ["--to", "hf"]),
+    "hf-sharded": ("hf_shards", ["--to", "hf", "--max-shard-size", "300KB"]),
 }
 
 

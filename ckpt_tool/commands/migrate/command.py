@@ -296,9 +296,11 @@ def _write(ck: Checkpoint, plan: MigratePlan, hooks: Hooks, report: MigrateRepor
     cleaned = _clean_stale(out, hooks.on_cleaned, warnings) if dist is None or dist.leader else ()
     tensors, shard_bytes, weights = report.tensors, plan.output.shard_bytes, plan.output.weights_format
     side = side_file_sizes(plan)
-    bound, files = sizes.quick_bound(weights, out, tensors, payload, shard_bytes)
+    bound: tuple[int, int] | None = sizes.quick_bound(weights, out, tensors, payload, shard_bytes)
+    if bound is not None and side:  # (None: the caller wants the exact sizes computed)
+        bound = (bound[0] + sum(side), bound[1] + len(side))
     freespace.require(out, lambda: sizes.planned_sizes(weights, out, tensors, payload, shard_bytes) + side,
-                      (bound + sum(side), files + len(side)))  # --force too
+                      bound)  # --force too
     if fmt not in PARALLEL_FORMATS:
         plan = replace(plan, parallelism=replace(plan.parallelism, dist=None))
         asked = plan.parallelism.workers

@@ -143,10 +143,24 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     missing = [n for n in wo.needs if n not in pol.weights_only_allow]
     if not missing:
         return Check(name, True, f"loads with the allowed globals {_listing(list(wo.needs))} ({rules} rules); the "
-                                 f"loading code must allowlist them: {wo.fix}")
+                                 "loading code must allowlist them" + (f": {wo.fix}" if wo.fix else _main_note(wo.needs)))
+    ways = [f"allowlist them where it is loaded ({wo.fix}) and in the policy (weights_only_allow / --allow-global)"
+            if wo.fix else "allowlist them where it is loaded and in the policy (weights_only_allow / "
+            "--allow-global)" + _main_note(missing)]
+    if wo.extract_command:
+        ways.append(f"extract its weights: {wo.extract_command}")
+    if wo.sanitize_command:
+        ways.append(f"convert it: {wo.sanitize_command}")
     return Check(name, False, f"torch.load(weights_only=True) refuses it ({rules} rules): needs "
-                              f"{_listing(missing, 8)}. Allowlist them where it is loaded ({wo.fix}) and in the "
-                              f"policy (weights_only_allow / --allow-global), or convert it: {wo.sanitize_command}")
+                              f"{_listing(missing, 8)}. " + "; or ".join(ways)[:1].upper() + "; or ".join(ways)[1:])
+
+
+def _main_note(needs: Sequence[str]) -> str:
+    """``__main__`` classes: only the script that saved the file can import them (no allowlist line elsewhere)."""
+    main = [n for n in needs if n.startswith("__main__.")]
+    if not main:
+        return ""
+    return f" ({', '.join(main)} lived in the saving script's __main__: only that script can import them)"
 
 
 def _weights_only_files(wo: WeightsOnlyReport, pol: Policy) -> Check:
@@ -171,17 +185,36 @@ def _weights_only_files(wo: WeightsOnlyReport, pol: Policy) -> Check:
 
 
 def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -> Check:
+    """Strict loading into the target: names and shapes must match; a dtype difference is a warning.
+
+    ``load_state_dict`` copies into the target's parameters, casting, so a
+    bf16 file loads into an fp32 module (migrate's strict check agrees). The
+    policy decides: ``require_target_dtype`` (``--require-dtype``) or
+    ``--strict`` fail on it, ``ignore_target_dtype`` does not mention it.
+    """
+    name = CheckName.MATCHES_TARGET
     if built is None:
-        return _skip(CheckName.MATCHES_TARGET, "no target (--target or the policy's target)")
+        return _skip(name, "no target (--target or the policy's target)")
     from ...keys.infer import suggest
     from ..diff.command import compare_tensors
 
     missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt.tensors, built.tensors, lazy=built.lazy)
     if pol.ignore_target_dtype:
         dtype_mm = []
-    if not (missing or unexpected or shape_mm or dtype_mm):
-        return Check(CheckName.MATCHES_TARGET, True, f"all {len(built.tensors)} keys of {pol.target} match "
-                                             "(names, shapes, dtypes)")
+    dtypes_fail = bool(dtype_mm) and (pol.require_target_dtype or pol.strict)
+    dtype_text = (f"dtype differs for {len(dtype_mm)}: "
+                  + _listing([f"{m.key} {m.a} in the checkpoint, {m.b} in the target" for m in dtype_mm]))
+    if not (missing or unexpected or shape_mm):
+        if not dtype_mm:
+            what = "names and shapes" if pol.ignore_target_dtype else "names, shapes, dtypes"
+            return Check(name, True, f"all {len(built.tensors)} keys of {built.spec} match ({what})")
+        if dtypes_fail:
+            why = "--require-dtype" if pol.require_target_dtype else "--strict"
+            return Check(name, False, f"names and shapes match; {dtype_text} (fails with {why}; load_state_dict "
+                                      "would cast them to the target's dtypes)")
+        return Check(name, True, f"all {len(built.tensors)} keys of {built.spec} match names and shapes; warning: "
+                                 f"{dtype_text}, which load_state_dict casts to the target's dtypes (fails with "
+                                 "--require-dtype or --strict; policy ignore_target_dtype = true accepts them)")
     parts = []
     if missing:
         parts.append(f"missing {len(missing)}: {_listing(missing)}")
@@ -191,18 +224,15 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
         parts.append(f"shape mismatch {len(shape_mm)}: "
                      + _listing([f"{m.key} {m.a} in the checkpoint, {m.b} in the target" for m in shape_mm]))
     if dtype_mm:
-        parts.append(f"dtype mismatch {len(dtype_mm)}: "
-                     + _listing([f"{m.key} {m.a} vs {m.b}" for m in dtype_mm]))
+        parts.append(dtype_text + ("" if dtypes_fail else " (a warning: load_state_dict casts)"))
     detail = "; ".join(parts)
-    if missing or unexpected or shape_mm:
-        suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=built.attribute_prefixes,
-                             lazy=built.lazy)
-        if suggestion is not None:
-            kwargs = json.dumps(dict(pol.target_kwargs)) if pol.target_kwargs else None
-            fix = suggestion.command(path, key=pol.key, target=pol.target, target_kwargs=kwargs)
-            how = "fixes every key" if suggestion.complete else f"reconciles {suggestion.reconciled} key(s)"
-            detail += f". Fix ({how}): {fix}"
-    return Check(CheckName.MATCHES_TARGET, False, detail)
+    suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=built.attribute_prefixes, lazy=built.lazy)
+    if suggestion is not None:
+        kwargs = json.dumps(dict(pol.target_kwargs)) if pol.target_kwargs else None
+        fix = suggestion.command(path, key=pol.key, target=built.spec, target_kwargs=kwargs)
+        how = "fixes every key" if suggestion.complete else f"reconciles {suggestion.reconciled} key(s)"
+        detail += f". Fix ({how}): {fix}"
+    return Check(name, False, detail)
 
 
 def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress) -> Check:

@@ -25,9 +25,8 @@ from .checks import (
     check_required_metadata,
     check_sha256,
     check_warnings,
-    check_weights_only,
-    loads_safely,
 )
+from .loading import check_weights_only, loads_safely
 from .names import CheckName
 from .policy import Policy
 
@@ -107,7 +106,8 @@ def gate(
     from ...tensors.target import target_label  # light: building one imports torch, naming one does not
 
     pol = (policy or Policy()).with_overrides(
-        target=target_label(target) if target is not None else None, target_kwargs=dict(target_kwargs) if target_kwargs is not None else None, key=key,
+        target=target_label(target) if target is not None else None,
+        target_kwargs=dict(target_kwargs) if target_kwargs is not None else None, key=key,
         strict=strict, nan_check=nan_check,
         allowed_float_dtypes=tuple(allowed_float_dtypes) if allowed_float_dtypes else None,
         max_file_size=max_file_size, required_metadata=tuple(required_metadata) if required_metadata else None,

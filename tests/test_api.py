@@ -280,3 +280,18 @@ def test_a_path_input_still_imports_no_torch(fixtures_dir):
             f"{str(fixtures_dir / 'tiny_mlp.safetensors')!r}); assert 'torch' not in sys.modules")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="needs mypy")
+def test_object_inputs_and_targets_are_typed(tmp_path):
+    right = tmp_path / "objects.py"
+    right.write_text("import ckpt_tool\nfrom torch import nn\nm = nn.Linear(2, 2)\n"
+                     "ckpt_tool.diff(m.state_dict(), m, values=True)\nckpt_tool.diff('a.pth', target=nn.Linear, "
+                     "target_kwargs={'in_features': 2, 'out_features': 2})\nckpt_tool.gate(['a.pth'], target=m)\n"
+                     "ckpt_tool.inspect(m)\n")
+    r = _mypy(right)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wrong = tmp_path / "wrong_objects.py"
+    wrong.write_text("import ckpt_tool\nckpt_tool.diff(42, 'b.pth')\nckpt_tool.gate(['a.pth'], target=3)\n")
+    r = _mypy(wrong)
+    assert r.stdout.count("[arg-type]") == 2, r.stdout

@@ -92,16 +92,15 @@ def _json_kind(value: Any) -> str:
 def target_label(spec: TargetSpec) -> str:
     """How a target reads in reports and fix commands: a SPEC as given, a Python object by its import name.
 
-    A class or factory reads ``module:QualName`` (a SPEC the CLI takes when
-    the module is importable); an instance says it is one, since the CLI can
-    rebuild it only from its class and arguments.
+    A class, a factory or an instance reads ``module:QualName`` (of the
+    instance's class): the SPEC the CLI takes for it when the module is
+    importable, so a printed fix command runs (an instance built with other
+    arguments needs ``--target-kwargs`` there too).
     """
     if isinstance(spec, str):
         return spec
-    is_instance = not (isinstance(spec, type) or inspect.isroutine(spec))
-    of = type(spec) if is_instance else spec
-    name = f"{getattr(of, '__module__', '?')}:{getattr(of, '__qualname__', type(of).__name__)}"
-    return f"an instance of {name}" if is_instance else name
+    of = spec if isinstance(spec, type) or inspect.isroutine(spec) else type(spec)
+    return f"{getattr(of, '__module__', '?')}:{getattr(of, '__qualname__', type(of).__name__)}"
 
 
 def build_target(spec: TargetSpec, kwargs: Mapping[str, Any] | None = None, *, meta: bool = True) -> Target:

@@ -33,10 +33,12 @@ class Check:
     passed: bool
     detail: str
     skipped: bool = False
+    # passed, with something a stricter policy fails on (a dtype the load casts; a warning --strict fails on)
+    warning: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "detail": self.detail, "skipped": self.skipped}
-
+        return {"name": self.name, "passed": self.passed, "detail": self.detail, "skipped": self.skipped,
+                "warning": self.warning}
 
 
 def skipped(name: CheckName, why: str) -> Check:
@@ -81,7 +83,8 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
                                       "would cast them to the target's dtypes)")
         return Check(name, True, f"all {len(built.tensors)} keys of {built.spec} match names and shapes; warning: "
                                  f"{dtype_text}, which load_state_dict casts to the target's dtypes (fails with "
-                                 "--require-dtype or --strict; policy ignore_target_dtype = true accepts them)")
+                                 "--require-dtype or --strict; policy ignore_target_dtype = true accepts them)",
+                     warning=True)
     parts = []
     if missing:
         parts.append(f"missing {len(missing)}: {listing(missing)}")
@@ -278,4 +281,5 @@ def check_warnings(ckpt: Checkpoint, pol: Policy) -> Check:
     if not found:
         return Check(CheckName.WARNINGS, True, "none")
     text = f"{len(found)} warning(s): " + " | ".join(found)
-    return Check(CheckName.WARNINGS, not pol.strict, text if pol.strict else text + " (fails with --strict)")
+    return Check(CheckName.WARNINGS, not pol.strict, text if pol.strict else text + " (fails with --strict)",
+                 warning=not pol.strict)

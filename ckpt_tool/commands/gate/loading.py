@@ -68,7 +68,7 @@ def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
         text = ("globals the pickle names but never calls or constructs (not on the inert allowlist): "
                 + listing(sorted(set(suspicious))))
         return SafetyVerdict(Check(CheckName.LOADS_SAFELY, not pol.strict, text + ("" if pol.strict else
-                                                                            " (fails with --strict)")), False, None)
+                                   " (fails with --strict)"), warning=not pol.strict), False, None)
     return SafetyVerdict(Check(CheckName.LOADS_SAFELY, True, f"no dangerous references ({pickles} pickle(s) scanned)"),
                          False, None)
 

@@ -27,6 +27,11 @@ class CheckName(Name):
     WARNINGS = "warnings"
 
     @property
+    def describe(self) -> str:
+        """What the check guards, in one sentence (SARIF rule descriptions)."""
+        return _WHAT[self]
+
+    @property
     def former(self) -> str:
         """The name earlier releases wrote (``loads_safely``); ``weights-only`` and single words kept theirs."""
         return "weights-only" if self is CheckName.WEIGHTS_ONLY else self.value.replace("-", "_")
@@ -41,6 +46,21 @@ class CheckName(Name):
         known = ", ".join(m.value for m in cls if m is not cls.READABLE)
         raise UsageError(f"{origin}: unknown gate check {text!r} (known: {known})")
 
+
+_WHAT = {
+    CheckName.LOADS_SAFELY: "No pickle in the file calls or constructs a global that can run code (static scan; "
+                            "--strict: nor names one outside the inert allowlist).",
+    CheckName.READABLE: "The file (or folder) can be read whole by the readers every command uses.",
+    CheckName.WEIGHTS_ONLY: "The deployment's default torch.load (weights_only=True) loads the file.",
+    CheckName.MATCHES_TARGET: "The state_dict loads strictly into the target module (names and shapes; dtypes "
+                              "with --require-dtype).",
+    CheckName.NO_NAN_INF: "No floating tensor holds NaN or Inf.",
+    CheckName.DTYPE_POLICY: "Every (floating) tensor has an allowed dtype.",
+    CheckName.FILE_SIZE: "The file or folder is no larger than the limit.",
+    CheckName.REQUIRED_METADATA: "The required metadata keys are present.",
+    CheckName.SHA256: "The file's sha256 matches its pin.",
+    CheckName.WARNINGS: "Nothing inspect warns about (--strict fails on any warning).",
+}
 
 # Checks that vouch for the file's safety or readability: never skipped (fail closed).
 UNSKIPPABLE = frozenset({CheckName.LOADS_SAFELY, CheckName.READABLE})

@@ -222,3 +222,20 @@ def test_safety_checks_cannot_be_skipped(run_cli, fixtures_dir, name):
 def test_an_unknown_check_name_lists_the_known_ones(run_cli, fixtures_dir):
     r = run_cli("gate", str(fixtures_dir / "tiny_mlp.pth"), "--skip", "nan")
     assert r.code == 2 and "unknown gate check 'nan'" in r.err and "no-nan-inf" in r.err
+
+
+def test_a_passed_check_with_a_warning_says_so_in_json_and_sarif(run_cli, bf16, target, tmp_path):
+    sarif = tmp_path / "g.sarif"
+    r = run_cli("gate", str(bf16), "--target", target, "--json", "--sarif", str(sarif))
+    assert r.code == 0
+    checks = {c["name"]: c for c in json.loads(r.out)["files"][0]["checks"]}
+    assert checks["matches-target"]["passed"] and checks["matches-target"]["warning"] is True
+    assert not any(c["warning"] for name, c in checks.items() if name != "matches-target")
+    run = json.loads(sarif.read_text())["runs"][0]
+    assert [(x["ruleId"], x["level"]) for x in run["results"]] == [("gate/matches-target", "warning")]
+    rules = {x["id"]: x["shortDescription"]["text"] for x in run["tool"]["driver"]["rules"]}
+    assert rules["gate/matches-target"].startswith("The gate check 'matches-target': The state_dict loads strictly")
+    r = run_cli("gate", str(bf16), "--target", target, "--sarif", str(sarif), "--require-dtype")
+    assert r.code == 1
+    assert [(x["ruleId"], x["level"]) for x in json.loads(sarif.read_text())["runs"][0]["results"]] == [
+        ("gate/matches-target", "error")]

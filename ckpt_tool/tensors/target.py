@@ -1,5 +1,9 @@
 """Build the module a checkpoint is meant to load into, from ``module:Name`` or ``file.py:Name``.
 
+From Python the target may also be the class, factory or instance itself.
+``--target-kwargs`` objects with a ``"()"`` key are built first by the
+callable they name (target_kwargs.py); names are resolved in specs.py.
+
 The module is built on the meta device where it can be, so describing the
 state_dict of a 70B-parameter target costs no memory; its state_dict becomes
 TensorMeta records (no storage), the same vocabulary a checkpoint has.

@@ -295,3 +295,15 @@ def test_object_inputs_and_targets_are_typed(tmp_path):
     wrong.write_text("import ckpt_tool\nckpt_tool.diff(42, 'b.pth')\nckpt_tool.gate(['a.pth'], target=3)\n")
     r = _mypy(wrong)
     assert r.stdout.count("[arg-type]") == 2, r.stdout
+
+
+def test_gate_and_migrate_say_they_read_files(fixtures_dir, tiny, tmp_path):
+    import torch
+
+    sd = torch.load(str(fixtures_dir / "tiny_mlp.pth"))
+    with pytest.raises(ckpt_tool.UsageError, match="gate checks files and folders"):
+        ckpt_tool.gate([sd])  # type: ignore[list-item]
+    with pytest.raises(ckpt_tool.UsageError, match="migrate reads SRC from a file"):
+        ckpt_tool.migrate(tiny, str(tmp_path / "o.safetensors"))  # type: ignore[arg-type]
+    assert not (tmp_path / "o.safetensors").exists()
+    assert ckpt_tool.gate(str(fixtures_dir / "tiny_mlp.pth")).passed  # one path, given bare

@@ -10,6 +10,7 @@ SRC is a path: writing a state dict held in memory is ``torch.save`` /
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import ParamSpec
 
@@ -54,6 +55,11 @@ def _target_spec(target: object) -> object:
 def _with_target_spec(command: Callable[P, _MigrateReport]) -> Callable[P, _MigrateReport]:
     @functools.wraps(command)
     def call(*args: P.args, **kwargs: P.kwargs) -> _MigrateReport:
+        src = args[0] if args else kwargs.get("src")
+        if src is not None and not isinstance(src, (str, os.PathLike)):
+            raise UsageError(f"migrate reads SRC from a file, folder or URL, not a {type(src).__name__}: to write a "
+                             "state dict you hold, use safetensors.torch.save_file (or torch.save), then migrate "
+                             "or gate the file")
         if "target" in kwargs:
             kwargs["target"] = _target_spec(kwargs["target"])
         return command(*args, **kwargs)

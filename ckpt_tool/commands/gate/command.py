@@ -103,6 +103,12 @@ def gate(
     """
     if not paths:
         raise UsageError("give at least one checkpoint to gate")
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]  # one path given bare, not in a list
+    held = [type(p).__name__ for p in paths if not isinstance(p, (str, os.PathLike))]
+    if held:
+        raise UsageError(f"gate checks files and folders (the bytes that are deployed: their pickles, size and pin), "
+                         f"not a {held[0]}: save it first, or compare it with ckpt_tool.diff / ckpt_tool.inspect")
     from ...tensors.target import target_label  # light: building one imports torch, naming one does not
 
     pol = (policy or Policy()).with_overrides(

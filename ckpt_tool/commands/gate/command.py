@@ -126,7 +126,7 @@ def gate(
     if pol.sha256 is not None and len(paths) > 1:
         raise UsageError("a single sha256 pin needs a single PATH; pin several files in the policy's [sha256] table")
     built = None
-    if pol.target is not None:
+    if pol.target is not None and CheckName.MATCHES_TARGET not in pol.skip:  # skipped: nothing to build
         from ...tensors.target import build_target
 
         # a Python object (an nn.Module class or instance) is built as given; its label is only its name

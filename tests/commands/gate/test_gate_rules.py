@@ -210,6 +210,8 @@ def test_skip_takes_either_spelling_in_options_and_the_policy(run_cli, fixtures_
     policy = tmp_path / "p.toml"
     policy.write_text('[gate]\nskip = ["matches_target", "weights_only"]\n')
     report = gate([path], policy=load_policy(policy), target=f"{fixtures_dir / 'models.py'}:TinyMLPv2")
+    # a skipped matches-target builds nothing: a target that cannot even be imported does not matter
+    assert gate([path], policy=load_policy(policy), target="no_such_module_h2:Net").passed
     assert check(report, "matches-target").skipped and check(report, "weights-only").skipped and report.passed
 
 

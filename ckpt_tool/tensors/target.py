@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-if TYPE_CHECKING:
-    from torch.nn import Module
-
 from ..errors import TargetError, UsageError
 from ..model import TensorMeta
 from .specs import describe, first_line, import_spec_module, resolve, split_spec, user_code
 from .target_kwargs import KwargsCallFailed, build_kwargs, plan_kwargs
+
+if TYPE_CHECKING:
+    from torch.nn import Module
 
 # What a target may be: a SPEC string (the CLI's), or from Python an nn.Module class, a factory or an instance.
 TargetSpec: TypeAlias = "str | Module | type[Module] | Callable[..., Module]"

@@ -99,7 +99,7 @@ def diff(
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
         raise UsageError("--atol and --rtol must be non-negative numbers")
     ckpt_a = open_input(a, key=key, unsafe=unsafe, limits=limits, read_values=values)  # --values: DCP bytes items
-    a_label = label_of(a, ckpt_a)
+    a = label_of(a, ckpt_a)
     warnings = [f"A: {w}" for w in ckpt_a.warnings]
     lazy: tuple[str, ...] = ()
     plain: tuple[str, ...] = ()
@@ -152,7 +152,7 @@ def diff(
         if ckpt_b is not None:
             ckpt_b.close()
     return DiffReport(
-        a=a_label, b=b_label, missing=tuple(missing), unexpected=tuple(unexpected),
+        a=a, b=b_label, missing=tuple(missing), unexpected=tuple(unexpected),
         shape_mismatch=tuple(shape_mm), dtype_mismatch=tuple(dtype_mm),
         value_mismatch=tuple(v for v in value_diffs if not v.passed), values=tuple(value_diffs),
         metadata_diff=meta, suggestion=suggestion, warnings=tuple(warnings),

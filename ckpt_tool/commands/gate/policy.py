@@ -7,8 +7,9 @@ target_kwargs = { hidden = 16 }
 key = "state_dict"
 strict = true
 nan_check = true
-require_target_dtype = false            # true: a dtype that differs from the target's fails (default: a warning)
-skip = ["sha256"]                       # checks not run (not loads-safely); earlier names (no_nan_inf) work too
+require_target_dtype = false           # true: a dtype that differs from the target's fails (default: a warning)
+ignore_target_dtype = false            # true: such dtypes are not judged, even with strict (not with require_...)
+skip = ["sha256"]                      # checks not run (not loads-safely); earlier names (no_nan_inf) work too
 allowed_float_dtypes = ["float16", "bfloat16", "float32"]
 max_file_size = "2 GiB"
 required_metadata = ["epoch", "args.lr"]

@@ -307,3 +307,5 @@ def test_gate_and_migrate_say_they_read_files(fixtures_dir, tiny, tmp_path):
         ckpt_tool.migrate(tiny, str(tmp_path / "o.safetensors"))  # type: ignore[arg-type]
     assert not (tmp_path / "o.safetensors").exists()
     assert ckpt_tool.gate(str(fixtures_dir / "tiny_mlp.pth")).passed  # one path, given bare
+    with pytest.raises(ckpt_tool.UsageError, match="scan reads the pickles of files"):
+        ckpt_tool.scan([sd])  # type: ignore[list-item]

@@ -89,7 +89,8 @@ def test_a_key_difference_still_fails_and_names_the_dtype_as_a_warning(tmp_path,
 
 
 def test_cli_require_dtype_exit_codes(run_cli, bf16, target):
-    assert run_cli("gate", str(bf16), "--target", target).code == 0
+    r = run_cli("gate", str(bf16), "--target", target)
+    assert r.code == 0 and "  warn  matches-target" in r.out and "gate passed" in r.out
     r = run_cli("gate", str(bf16), "--target", target, "--require-dtype")
     assert r.code == 1 and "FAIL  matches-target" in r.out
 

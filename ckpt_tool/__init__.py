@@ -7,6 +7,8 @@ report, and its ``str()`` is the text the CLI prints::
     report = ckpt_tool.inspect("model.pth")
     print(report)                       # what `ckpt inspect model.pth` prints
     result = ckpt_tool.diff("a.pth", target="pkg.mod:Net")
+    result = ckpt_tool.diff(model.state_dict(), "a.pth", values=True)   # objects too:
+    result = ckpt_tool.diff("a.pth", target=Net)         # a module class or instance
 
 Importing this package imports neither torch nor the command modules: each
 name is imported on first use (PEP 562), so ``ckpt inspect`` stays fast. The

@@ -35,6 +35,9 @@ class Format(Name):
     # A folder a library wrote (save_pretrained, PEFT, diffusers, sentence-transformers, Trainer, accelerate):
     # what detect says of it; the report's format is that of the weights it holds (formats/hf/read.py).
     HF_FOLDER = "hf-folder"
+    # A state dict or an nn.Module handed to the Python API (``ckpt_tool.diff(model.state_dict(), ...)``): no file,
+    # its tensors are read where they are (tensors/live.py, commands/inputs.py).
+    IN_MEMORY = "in-memory"
 
 
 class OutputFormat(Name):

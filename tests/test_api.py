@@ -161,3 +161,151 @@ print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip() == "ok", r.stderr
+
+
+# ------------------------------------------------------------------ Python objects: targets, inputs (issue 25)
+
+
+@pytest.fixture
+def tiny():
+    import torch
+    from models import TinyMLP
+
+    torch.manual_seed(0)
+    return TinyMLP()
+
+
+def test_diff_against_a_module_instance_and_class(fixtures_dir, tiny):
+    import torch
+    from models import TinyMLP
+
+    path = str(fixtures_dir / "tiny_mlp.pth")
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    result = ckpt_tool.diff(path, target=tiny)
+    assert result.equal and result.b_kind == "target" and result.b == "models:TinyMLP"
+    assert all(torch.equal(before[k], v) for k, v in tiny.state_dict().items())  # described, never modified
+    assert ckpt_tool.diff(path, target=TinyMLP).equal
+    result = ckpt_tool.diff(path, target=TinyMLP, target_kwargs={"d_out": 6})
+    assert not result.equal and [m.key for m in result.shape_mismatch] == ["head.weight", "head.bias"]
+    assert "models:TinyMLP" in str(result)
+
+
+def test_inputs_may_be_state_dicts_or_modules(fixtures_dir, tiny):
+    import torch
+
+    path = str(fixtures_dir / "tiny_mlp.pth")
+    saved = torch.load(path)
+    assert ckpt_tool.diff(saved, path, values=True).equal  # the same values, one side in memory
+    tiny.load_state_dict(saved)
+    assert ckpt_tool.diff(tiny, path, values=True).equal
+    changed = {k: v.clone() for k, v in saved.items()}
+    changed["head.bias"] += 1
+    result = ckpt_tool.diff(path, changed, values=True)
+    assert [v.key for v in result.value_mismatch] == ["head.bias"]
+    assert result.value_mismatch[0].max_abs == pytest.approx(1.0)
+    container = ckpt_tool.inspect({"model": saved, "epoch": 3}, key="model")  # a container, located as in a file
+    assert container.checkpoint.state_dict_key == "model" and container.checkpoint.metadata["epoch"] == 3
+    assert ckpt_tool.diff({"model": saved, "epoch": 3}, path).equal
+    assert ckpt_tool.diff(saved, target=type(tiny)).equal
+
+
+def test_inspect_a_state_dict_and_a_module(fixtures_dir, tiny):
+    import torch
+
+    from_file = ckpt_tool.inspect(str(fixtures_dir / "tiny_mlp.pth"))
+    in_memory = ckpt_tool.inspect(torch.load(str(fixtures_dir / "tiny_mlp.pth")))
+    view = [(t.key, t.dtype, t.shape) for t in in_memory.checkpoint.tensors]
+    assert view == [(t.key, t.dtype, t.shape) for t in from_file.checkpoint.tensors]
+    assert in_memory.checkpoint.format == ckpt_tool.Format.IN_MEMORY == "in-memory"
+    assert in_memory.file_bytes == from_file.checkpoint.total_nbytes
+    assert "<state_dict>" in str(in_memory) and "tensors" in str(in_memory)
+    module = ckpt_tool.inspect(tiny, stats=True)
+    assert module.checkpoint.path == "<TinyMLP.state_dict()>" and module.stats is not None
+    assert module.stats["head.bias"].mean == pytest.approx(float(tiny.head.bias.detach().mean()))
+
+
+def test_an_input_that_is_neither_is_one_error():
+    with pytest.raises(ckpt_tool.InputError, match="a path, a state dict"):
+        ckpt_tool.inspect(42)  # type: ignore[arg-type]
+    with pytest.raises(ckpt_tool.InputError, match="keys are strings"):
+        ckpt_tool.inspect({1: 2})  # type: ignore[dict-item]
+
+
+def test_gate_and_migrate_take_a_module_class(fixtures_dir, tiny, tmp_path):
+    from models import TinyMLP
+
+    path = str(fixtures_dir / "tiny_mlp.pth")
+    for target in (TinyMLP, tiny):
+        report = ckpt_tool.gate([path], target=target)
+        (match,) = [c for c in report.files[0].checks if c.name == "matches-target"]
+        assert match.passed and not match.skipped and report.passed
+    out = tmp_path / "out.safetensors"
+    result = ckpt_tool.migrate(str(fixtures_dir / "tiny_mlp_dp.pth"), str(out), target=TinyMLP, auto=True)
+    assert result.ok and result.target is not None and result.target.spec == "models:TinyMLP"
+    assert result.verified.get("cpu") is True
+    with pytest.raises(ckpt_tool.UsageError, match="overwrite the weights"):
+        ckpt_tool.migrate(path, str(tmp_path / "x.safetensors"), target=tiny)
+
+
+def test_reprs_are_one_line_verdicts_and_notebooks_show_the_cli_text(fixtures_dir, tmp_path):
+    path = str(fixtures_dir / "tiny_mlp.pth")
+    inspect_r = ckpt_tool.inspect(path)
+    diff_r = ckpt_tool.diff(str(fixtures_dir / "tiny_mlp_dp.pth"), path)
+    gate_r = ckpt_tool.gate([path], sha256="0" * 64)
+    scan_r = ckpt_tool.scan([path])
+    migrate_r = ckpt_tool.migrate(path, str(tmp_path / "o.safetensors"))
+    assert repr(inspect_r) == f"<InspectReport {path!r}: torch-zip, 7 tensors, 245 elements, 980 B>"
+    assert repr(diff_r).startswith("<DiffReport ") and "7 missing keys, 7 unexpected keys>" in repr(diff_r)
+    assert repr(gate_r) == "<GateReport FAILED: 1 of 1 checkpoint (sha256)>"
+    assert repr(scan_r) == "<ScanReport 1 file: safe 1>"
+    assert repr(migrate_r).endswith("7 tensors, written, verified on cpu>")
+    for r in (inspect_r, diff_r, gate_r, scan_r, migrate_r):
+        assert "\n" not in repr(r) and len(repr(r)) < 300
+
+    class Printer:  # IPython's pretty printer, as far as _repr_pretty_ uses it
+        def __init__(self) -> None:
+            self.out = ""
+
+        def text(self, text: str) -> None:
+            self.out += text
+
+    p = Printer()
+    gate_r._repr_pretty_(p, False)
+    assert p.out == str(gate_r)
+
+
+def test_a_path_input_still_imports_no_torch(fixtures_dir):
+    code = (f"import sys, ckpt_tool; ckpt_tool.inspect({str(fixtures_dir / 'tiny_mlp.safetensors')!r}); "
+            f"ckpt_tool.diff({str(fixtures_dir / 'tiny_mlp.safetensors')!r}, "
+            f"{str(fixtures_dir / 'tiny_mlp.safetensors')!r}); assert 'torch' not in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="needs mypy")
+def test_object_inputs_and_targets_are_typed(tmp_path):
+    right = tmp_path / "objects.py"
+    right.write_text("import ckpt_tool\nfrom torch import nn\nm = nn.Linear(2, 2)\n"
+                     "ckpt_tool.diff(m.state_dict(), m, values=True)\nckpt_tool.diff('a.pth', target=nn.Linear, "
+                     "target_kwargs={'in_features': 2, 'out_features': 2})\nckpt_tool.gate(['a.pth'], target=m)\n"
+                     "ckpt_tool.inspect(m)\n")
+    r = _mypy(right)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wrong = tmp_path / "wrong_objects.py"
+    wrong.write_text("import ckpt_tool\nckpt_tool.diff(42, 'b.pth')\nckpt_tool.gate(['a.pth'], target=3)\n")
+    r = _mypy(wrong)
+    assert r.stdout.count("[arg-type]") == 2, r.stdout
+
+
+def test_gate_and_migrate_say_they_read_files(fixtures_dir, tiny, tmp_path):
+    import torch
+
+    sd = torch.load(str(fixtures_dir / "tiny_mlp.pth"))
+    with pytest.raises(ckpt_tool.UsageError, match="gate checks files and folders"):
+        ckpt_tool.gate([sd])  # type: ignore[list-item]
+    with pytest.raises(ckpt_tool.UsageError, match="migrate reads SRC from a file"):
+        ckpt_tool.migrate(tiny, str(tmp_path / "o.safetensors"))  # type: ignore[arg-type]
+    assert not (tmp_path / "o.safetensors").exists()
+    assert ckpt_tool.gate(str(fixtures_dir / "tiny_mlp.pth")).passed  # one path, given bare
+    with pytest.raises(ckpt_tool.UsageError, match="scan reads the pickles of files"):
+        ckpt_tool.scan([sd])  # type: ignore[list-item]

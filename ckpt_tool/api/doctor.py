@@ -3,14 +3,18 @@ from __future__ import annotations
 
 from ..commands.doctor import command as _command
 from ..render.doctor import render
-from .text import returning
+from .text import Shown, returning
 
 
-class DoctorReport(_command.DoctorReport):
+class DoctorReport(Shown, _command.DoctorReport):
     """The command's DoctorReport; ``str()`` is the text ``ckpt doctor`` prints."""
 
     def __str__(self) -> str:
         return render(self)
+
+    def summary(self) -> str:
+        devices = ", ".join(d.device for d in self.devices) or "no device checked"
+        return f"{'ok' if self.ok else 'problems'}: torch {self.torch or 'not installed'}, {devices}"
 
 
 doctor = returning(DoctorReport, _command.run_doctor)

@@ -44,6 +44,11 @@ from .remote_io import download_option, remote_scope, verbose_option
 @click.option("--allow-global", "allow_globals", multiple=True, metavar="MODULE.NAME",
               help="A global the deployment's loader allowlists with torch.serialization.safe_globals "
                    "(repeatable), e.g. argparse.Namespace; never one that can run code.")
+@click.option("--require-dtype/--no-require-dtype", "require_dtype", default=None,
+              help="Fail when a tensor's dtype differs from the target's (default: a warning, since "
+                   "load_state_dict casts; --strict fails on it too).")
+@click.option("--skip", "skip", multiple=True, metavar="CHECK",
+              help="A check not to run (repeatable), e.g. --skip sha256; never loads-safely.")
 @torch_version_option
 @click.option("--junit", "junit_file", type=click.Path(), default=None, metavar="FILE",
               help="Also write a JUnit XML report (one test case per check) for CI systems.")
@@ -57,14 +62,15 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
                  key: str | None, strict: bool | None, nan_check: bool | None, allow_dtypes: tuple[str, ...],
                  max_size: str | None, required: tuple[str, ...], sha256: str | None,
                  weights_only_check: bool | None, allow_globals: tuple[str, ...], torch_version: str | None,
-                 junit_file: str | None, sarif_file: str | None,
+                 require_dtype: bool | None, skip: tuple[str, ...], junit_file: str | None, sarif_file: str | None,
                  as_json: bool, quiet: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
     """The pre-deploy checks for CI, each reported pass/fail with its detail.
 
-    loads_safely (no dangerous pickle content), weights-only (the deployment's
-    default torch.load, weights_only=True since torch 2.6, loads it), matches_target (strictly, with
-    the fix command for key prefixes), no_nan_inf (reads the data), dtype_policy,
-    file_size, required_metadata, sha256 and warnings (fails with --strict).
+    loads-safely (no dangerous pickle content), weights-only (the deployment's
+    default torch.load, weights_only=True since torch 2.6, loads it), matches-target (strictly, with
+    the fix command for key prefixes; a dtype difference is a warning unless --require-dtype),
+    no-nan-inf (reads the data), dtype-policy, file-size, required-metadata, sha256 and warnings
+    (fails with --strict). --allow-global lifts a global from every check it would fail.
     Exit code: 0 all passed, 1 a check failed (a dangerous file fails with 1
     even when it is also unreadable), 2 a file or folder could not be read.
     """
@@ -80,6 +86,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
                           nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
                           required_metadata=required or None, sha256=sha256, weights_only_check=weights_only_check,
                           allow_globals=allow_globals or None, torch_version=torch_version,
+                          require_dtype=require_dtype, skip=skip or None,
                           limits=limits_from(kwargs), progress=bars)
     finally:
         bars.done()

@@ -80,10 +80,13 @@ def target_options(purpose: str) -> Callable[[F], F]:
     target = click.option(
         "--target", default=None, metavar="SPEC",
         help=f"{purpose}: 'package.module:Name' or 'path/to/file.py:Name' (an nn.Module class, a factory "
-             "function or an instance), built on the meta device where it can be.")
+             "function such as transformers:AutoModel.from_config, or an instance), built on the meta device "
+             "where it can be.")
     kwargs = click.option(
         "--target-kwargs", default=None, metavar="JSON",
-        help="Keyword arguments for the target's constructor, as a JSON object (or @file.json).")
+        help="Keyword arguments for the target's constructor, as a JSON object (or @file.json); an object with "
+             "a \"()\" key is built by the callable it names with its other entries, e.g. "
+             "'{\"config\": {\"()\": \"transformers:BertConfig\", \"hidden_size\": 64}}'.")
 
     def decorate(f: F) -> F:
         return target(kwargs(f))

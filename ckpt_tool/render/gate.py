@@ -1,4 +1,5 @@
-"""Text rendering of a GateReport: one line per check, PASS/FAIL, with its detail."""
+"""Text rendering of a GateReport: one line per check (pass, warn: passed with a warning, FAIL, skip), with its
+detail."""
 from __future__ import annotations
 
 from ..commands.gate.command import GateReport
@@ -14,7 +15,7 @@ def render(report: GateReport, *, quiet: bool = False) -> str:
         for c in f.checks:
             if quiet and (c.passed or c.skipped):
                 continue
-            mark = "skip" if c.skipped else "pass" if c.passed else "FAIL"
+            mark = "skip" if c.skipped else "warn" if c.warning else "pass" if c.passed else "FAIL"
             out.append(f"  {mark}  {c.name:<{width}}  {c.detail}")
     failed = sum(1 for f in report.files if not f.passed)
     total = len(report.files)

@@ -74,15 +74,19 @@ def scan_sarif(report: ScanReport) -> dict[str, Any]:
 
 
 def gate_sarif(report: GateReport) -> dict[str, Any]:
+    """One rule per check (``gate/loads-safely``); a failed check is an error, one that passed with a
+    warning (a dtype the load casts, a warning --strict would fail on) a warning."""
     rules: dict[str, str] = {}
     results = []
     for f in report.files:
         for c in f.checks:
-            rules.setdefault(f"gate/{c.name}", f"The gate check '{c.name}'.")
+            rules.setdefault(f"gate/{c.name}", f"The gate check '{c.name}': {c.name.describe}")
             if not c.passed and not c.skipped:
                 results.append(_result(f"gate/{c.name}", "error", c.detail or c.name, f.path))
+            elif c.warning:
+                results.append(_result(f"gate/{c.name}", "warning", c.detail, f.path))
         if f.error:
-            rules.setdefault("gate/readable", "The gate check 'readable'.")
+            rules.setdefault("gate/readable", f"The gate check 'readable': {CheckName.READABLE.describe}")
             if not any(c.name == CheckName.READABLE for c in f.checks):
                 results.append(_result("gate/readable", "error", f.error, f.path))
     return _run(rules, results)

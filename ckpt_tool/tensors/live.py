@@ -8,12 +8,19 @@ that share storage are still reported as sharing it.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .. import dtypes
 from ..errors import InputError
 from ..io.source import MemorySource
 from ..model import StorageRef, TensorMeta
+
+if TYPE_CHECKING:
+    from torch.nn import Module
+
+# What the Python API takes in place of a path: a state dict (or a container holding one), or an nn.Module.
+InMemoryState: TypeAlias = "Mapping[str, Any] | Module"
 
 # MemorySource -> {storage data_ptr: key in its buffers}
 _STORAGE_KEYS: weakref.WeakKeyDictionary[MemorySource, dict[int, str]] = weakref.WeakKeyDictionary()
@@ -25,6 +32,26 @@ def remember_locations(locations: dict[int, str]) -> None:
     """Record where each storage of the latest --unsafe load was saved from."""
     _SAVED_LOCATIONS.clear()
     _SAVED_LOCATIONS.update(locations)
+
+
+def in_memory_state(obj: object) -> tuple[dict[str, Any], str] | None:
+    """(the state dict, a label for reports) of an nn.Module or a mapping of tensors; None for anything else.
+
+    A module gives its ``state_dict()``; a mapping is taken as it is (a state
+    dict, or a container such as ``{"model": sd, "epoch": 3}`` that ``key``
+    selects in). The tensors are not copied: TensorMeta views of them are
+    built by ``torch_tensor_meta`` as for an --unsafe load.
+    """
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        return dict(obj.state_dict()), f"<{type(obj).__name__}.state_dict()>"
+    if isinstance(obj, Mapping):
+        if not all(isinstance(k, str) for k in obj):
+            bad = next(k for k in obj if not isinstance(k, str))
+            raise InputError(f"a state dict's keys are strings; this mapping has the key {bad!r}")
+        return dict(obj), "<state_dict>"
+    return None
 
 
 def torch_tensor_meta(key: str, tensor: Any, memory: MemorySource) -> TensorMeta:

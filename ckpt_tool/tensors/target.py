@@ -1,5 +1,9 @@
 """Build the module a checkpoint is meant to load into, from ``module:Name`` or ``file.py:Name``.
 
+From Python the target may also be the class, factory or instance itself.
+``--target-kwargs`` objects with a ``"()"`` key are built first by the
+callable they name (target_kwargs.py); names are resolved in specs.py.
+
 The module is built on the meta device where it can be, so describing the
 state_dict of a 70B-parameter target costs no memory; its state_dict becomes
 TensorMeta records (no storage), the same vocabulary a checkpoint has.
@@ -7,27 +11,29 @@ Importing this module does not import torch; building a target does.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import json
-import os
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..errors import TargetError, UsageError
 from ..model import TensorMeta
+from .specs import describe, first_line, import_spec_module, resolve, split_spec, user_code
+from .target_kwargs import KwargsCallFailed, build_kwargs, plan_kwargs
+
+if TYPE_CHECKING:
+    from torch.nn import Module
+
+# What a target may be: a SPEC string (the CLI's), or from Python an nn.Module class, a factory or an instance.
+TargetSpec: TypeAlias = "str | Module | type[Module] | Callable[..., Module]"
 
 
 @dataclass(frozen=True)
 class Target:
     """A built target module and its state_dict as metadata."""
 
-    spec: str
+    spec: str  # the SPEC, or target_label() of a Python object
     module: Any  # the torch.nn.Module
     device: str  # "meta" or "cpu": where it was built
     tensors: tuple[TensorMeta, ...]  # its state_dict as metadata (storage=None)
@@ -87,119 +93,38 @@ def _json_kind(value: Any) -> str:
     return "a number"
 
 
-def split_spec(spec: str) -> tuple[str, str]:
-    """``(module or file, dotted Name)``; the last ``:`` separates them (Windows drives keep theirs)."""
-    where, sep, name = spec.rpartition(":")
-    if not sep or not where or not name or (len(where) == 1 and where.isalpha()):
-        raise TargetError(f"target {spec!r}: expected 'package.module:Name' or 'path/to/file.py:Name'")
-    return where, name
+def target_label(spec: TargetSpec) -> str:
+    """How a target reads in reports and fix commands: a SPEC as given, a Python object by its import name.
+
+    A class, a factory or an instance reads ``module:QualName`` (of the
+    instance's class): the SPEC the CLI takes for it when the module is
+    importable, so a printed fix command runs (an instance built with other
+    arguments needs ``--target-kwargs`` there too).
+    """
+    if isinstance(spec, str):
+        return spec
+    of = spec if isinstance(spec, type) or inspect.isroutine(spec) else type(spec)
+    return f"{getattr(of, '__module__', '?')}:{getattr(of, '__qualname__', type(of).__name__)}"
 
 
-def _is_file_spec(where: str) -> bool:
-    return where.endswith(".py") or os.sep in where or "/" in where
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-@contextlib.contextmanager
-def _user_code() -> Iterator[None]:
-    """Anything user code prints goes to stderr, so ``--json`` stays one document on stdout."""
-    with contextlib.redirect_stdout(sys.stderr):
-        yield
-
-
-def import_spec_module(where: str, spec: str) -> Any:
-    """Import the module part of a spec: a .py file by path, or a dotted module name."""
-    if _is_file_spec(where):
-        path = os.path.abspath(where)
-        if not os.path.isfile(path):
-            raise TargetError(f"target {spec!r}: no such file {where!r}")
-        name = "_ckpt_target_" + hashlib.sha1(path.encode()).hexdigest()[:12]
-        folder = os.path.dirname(path)
-        if folder not in sys.path:
-            # like `python file.py`: the file's own folder is importable (sibling modules)
-            sys.path.insert(0, folder)
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise TargetError(f"target {spec!r}: cannot load {where!r} as a Python file")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        try:
-            with _user_code():
-                module_spec.loader.exec_module(module)
-        except BaseException as exc:  # arbitrary user code; any failure is a bad target
-            sys.modules.pop(name, None)
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None
-        return module
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        # like `python -m`: packages in the current folder are importable
-        sys.path.append(cwd)
-    try:
-        with _user_code():
-            return importlib.import_module(where)
-    except ModuleNotFoundError as exc:
-        if exc.name and (where == exc.name or where.startswith(exc.name + ".")):
-            raise TargetError(
-                f"target {spec!r}: no module named {exc.name!r} (is it installed, or are you in the folder "
-                "that holds it? a file works too: path/to/file.py:Name)"
-            ) from None
-        raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None
-    except BaseException as exc:  # arbitrary user code; any failure is a bad target
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise TargetError(f"target {spec!r}: importing {where!r} raised {_first_line(exc)}") from None
-
-
-def _resolve(module: Any, name: str, spec: str, where: str) -> Any:
-    obj = module
-    for part in name.split("."):
-        if not hasattr(obj, part):
-            hint = _available(module)
-            raise TargetError(
-                f"target {spec!r}: {where!r} has no {name!r}" + (f" (it defines: {hint})" if hint else "")
-            )
-        obj = getattr(obj, part)
-    return obj
-
-
-def _available(module: Any) -> str:
-    """Module classes and functions defined in ``module``, as a hint for a misspelt Name."""
-    import torch
-
-    names = []
-    for attr, value in vars(module).items():
-        if attr.startswith("_") or getattr(value, "__module__", None) != module.__name__:
-            continue
-        if (isinstance(value, type) and issubclass(value, torch.nn.Module)) or inspect.isfunction(value):
-            names.append(attr)
-    return ", ".join(sorted(names)[:12])
-
-
-def _describe(obj: Any) -> str:
-    if inspect.ismodule(obj):
-        return f"the Python module {obj.__name__}"
-    if isinstance(obj, type):
-        return f"the class {obj.__name__}"
-    return f"a {type(obj).__name__}"
-
-
-def build_target(spec: str, kwargs: dict[str, Any] | None = None, *, meta: bool = True) -> Target:
+def build_target(spec: TargetSpec, kwargs: Mapping[str, Any] | None = None, *, meta: bool = True) -> Target:
     """Import and construct a target module; on the meta device unless ``meta`` is False.
 
+    ``spec`` is a SPEC string, or (from Python) an nn.Module class, a factory
+    function or an instance; an instance is described as it is, never
+    modified. ``"()"`` objects in ``kwargs`` are built first (target_kwargs.py).
     When construction on the meta device raises, the module is built on the
     CPU instead and a warning says so.
     """
     import torch
 
     kwargs = dict(kwargs or {})
-    where, name = split_spec(spec)
-    obj = _resolve(import_spec_module(where, spec), name, spec, where)
+    if isinstance(spec, str):
+        where, name = split_spec(spec)
+        obj = resolve(import_spec_module(where, spec), name, spec, where)
+    else:
+        obj = spec
+    spec = target_label(spec)
     warnings: list[str] = []
     if isinstance(obj, torch.nn.Module):
         if kwargs:
@@ -207,14 +132,14 @@ def build_target(spec: str, kwargs: dict[str, Any] | None = None, *, meta: bool 
         module, device = obj, _device_of(obj)
     elif isinstance(obj, type) and not issubclass(obj, torch.nn.Module):
         raise TargetError(
-            f"target {spec!r} is {_describe(obj)}, not an nn.Module class, a factory function or a module instance"
+            f"target {spec!r} is {describe(obj)}, not an nn.Module class, a factory function or a module instance"
         )
     elif callable(obj):
         _check_kwargs(obj, kwargs, spec)
         module, device = _construct(obj, kwargs, spec, meta, warnings)
     else:
         raise TargetError(
-            f"target {spec!r} is {_describe(obj)}, not an nn.Module class, a factory function or a module instance"
+            f"target {spec!r} is {describe(obj)}, not an nn.Module class, a factory function or a module instance"
         )
     tensors, lazy, extra = state_dict_meta(module)
     plain = plain_tensor_attributes(module)
@@ -249,22 +174,27 @@ def _check_kwargs(factory: Any, kwargs: dict[str, Any], spec: str) -> None:
 def _construct(factory: Any, kwargs: dict[str, Any], spec: str, meta: bool, warnings: list[str]) -> tuple[Any, str]:
     import torch
 
+    plan = plan_kwargs(kwargs)  # every "()" name resolved (and its arguments bound) before anything runs
     if meta:
         try:
-            with _user_code(), torch.device("meta"):
-                module = factory(**kwargs)
+            with user_code(), torch.device("meta"):
+                module = factory(**build_kwargs(plan))
         except Exception as exc:  # noqa: BLE001 - user code that cannot run on meta: fall back to the CPU
+            cause = exc.__cause__ if isinstance(exc, KwargsCallFailed) and exc.__cause__ is not None else exc
             warnings.append(
-                f"target could not be built on the meta device ({_first_line(exc)}); built on the CPU instead, "
+                f"target could not be built on the meta device ({first_line(cause)}); built on the CPU instead, "
                 "which allocates its full size"
             )
         else:
             return _check_module(module, spec), "meta"
     try:
-        with _user_code():
-            module = factory(**kwargs)
+        with user_code():
+            args = build_kwargs(plan)
+            module = factory(**args)
+    except KwargsCallFailed as exc:
+        raise TargetError(exc.message) from None
     except Exception as exc:  # noqa: BLE001 - arbitrary user code; any failure is a bad target
-        raise TargetError(f"target {spec!r}: constructing it raised {_first_line(exc)}") from None
+        raise TargetError(f"target {spec!r}: constructing it raised {first_line(exc)}") from None
     return _check_module(module, spec), "cpu"
 
 
@@ -272,7 +202,7 @@ def _check_module(module: Any, spec: str) -> Any:
     import torch
 
     if not isinstance(module, torch.nn.Module):
-        raise TargetError(f"target {spec!r} returned {_describe(module)}, not an nn.Module")
+        raise TargetError(f"target {spec!r} returned {describe(module)}, not an nn.Module")
     return module
 
 

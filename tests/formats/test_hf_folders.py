@@ -78,7 +78,7 @@ def test_gate_and_scan_take_the_folder(written, layout, run_cli):
     gate = run_cli("gate", str(folder), "--json")
     assert gate.code == want, gate.out
     failed = {c["name"] for c in json.loads(gate.out)["files"][0]["checks"] if c["passed"] is False}
-    assert failed == ({"loads_safely", "weights-only"} if layout in FLAGGED else set()), failed
+    assert failed == ({"loads-safely", "weights-only"} if layout in FLAGGED else set()), failed
 
 
 def test_config_json_is_reported(written, run_cli):

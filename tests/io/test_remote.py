@@ -326,7 +326,7 @@ def test_gate_finds_nan_over_http(run_cli, server: RangeServer) -> None:
     assert r.code == 1, r
     doc = json.loads(r.out)
     checks = {c["name"]: c for c in doc["files"][0]["checks"]}
-    assert not checks["no_nan_inf"]["passed"] and checks["loads_safely"]["passed"]
+    assert not checks["no-nan-inf"]["passed"] and checks["loads-safely"]["passed"]
     assert doc["remote"]["requests"] == len(_gets(server))
 
 
@@ -340,7 +340,7 @@ def test_gate_size_and_sha256_over_http(run_cli, served: Path, server: RangeServ
     checks = {c["name"]: c for c in json.loads(r.out)["files"][0]["checks"]}
     assert checks["sha256"]["passed"] and not checks["sha256"]["skipped"]
     size = (served / "big.pth").stat().st_size
-    assert checks["file_size"]["passed"] and f"{size:,} bytes" in checks["file_size"]["detail"]
+    assert checks["file-size"]["passed"] and f"{size:,} bytes" in checks["file-size"]["detail"]
 
 
 def test_scan_over_http(run_cli, server: RangeServer) -> None:

@@ -309,7 +309,7 @@ def benign_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list
     scan, gate, ins = ck["scan"], ck["gate"], ck["inspect"]
     if scan["code"] == 1 or (scan.get("entry") or {}).get("verdict") == "dangerous":
         out.append(f"(e) benign but scan calls it dangerous naming {sorted(_scan_names(scan))}")
-    loads = _gate_check(gate, "loads_safely")
+    loads = _gate_check(gate, "loads-safely")
     if loads is None or not loads.get("passed"):
         detail = (loads or {}).get("detail", gate.get("err", ""))
         out.append(f"(e) benign but gate's loads_safely fails: {detail[:300]}")

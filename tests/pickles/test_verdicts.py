@@ -307,7 +307,7 @@ def test_benign_feature_is_safe_everywhere(benign, name, run_cli):
     f = judged(path)
     assert f.verdict == "safe", (f.globals, f.findings, f.errors)
     assert {g.severity for g in f.globals} == {"safe"}
-    c = next(c for c in gate([str(path)], weights_only_check=False).files[0].checks if c.name == "loads_safely")
+    c = next(c for c in gate([str(path)], weights_only_check=False).files[0].checks if c.name == "loads-safely")
     assert c.passed and "fails with --strict" not in c.detail, c.detail
     r = run_cli("inspect", str(path))
     assert r.code == 0 and "dangerous" not in r.out.lower() and "suspicious" not in r.out.lower(), r.out
@@ -459,9 +459,9 @@ def test_allow_global_lifts_exactly_that_global(mylab, tmp_path, run_cli):
     assert run_cli("scan", str(path), *both).code == 0
     g = gate([str(path)], allow_globals=["mylab.Net", "mylab.WithState"], strict=True)
     checks = {c.name: c for c in g.files[0].checks}
-    assert checks["loads_safely"].passed and checks["warnings"].passed, checks
+    assert checks["loads-safely"].passed and checks["warnings"].passed, checks
     assert not next(c for c in gate([str(path)], allow_globals=["mylab.Net"]).files[0].checks
-                    if c.name == "loads_safely").passed
+                    if c.name == "loads-safely").passed
     assert run_cli("gate", str(path), *both, "--strict").code == 0
     failed = run_cli("gate", str(path), "--allow-global", "mylab.Net")
     assert failed.code == 1 and "constructs mylab.WithState" in failed.out and "constructs mylab.Net" not in failed.out

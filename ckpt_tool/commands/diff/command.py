@@ -10,9 +10,8 @@ built on the meta device (tensors/target.py), which of course imports torch.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import UsageError
 from ...io.remote.counts import counts_remote
@@ -24,6 +23,10 @@ from ...tensors.ties import filled_by_ties, tie_advice, tied_groups
 from ...tensors.values import compare_values
 from .metadata import content_metadata, mask_unread, metadata_diff
 from .report import DiffReport, Mismatch
+
+if TYPE_CHECKING:  # a path, or from Python a state dict or an nn.Module; a target: a SPEC, class or instance
+    from ...tensors.target import TargetSpec
+    from ..inputs import CheckpointInput
 
 
 def compare_tensors(
@@ -59,10 +62,10 @@ def compare_tensors(
 
 @counts_remote("a", "b")
 def diff(
-    a: str | os.PathLike[str],
-    b: str | os.PathLike[str] | None = None,
+    a: CheckpointInput,
+    b: CheckpointInput | None = None,
     *,
-    target: str | None = None,
+    target: TargetSpec | None = None,
     target_kwargs: dict[str, Any] | None = None,
     key: str | None = None,
     key_b: str | None = None,
@@ -83,7 +86,7 @@ def diff(
     ``progress`` ("comparing values").
     ``torch_version``: whose weights_only rules predict torch.load of each side.
     """
-    from ...formats import load
+    from ..inputs import label_of, open_input
     from ..weights_only.verdict import assess
 
     if (b is None) == (target is None):
@@ -95,8 +98,8 @@ def diff(
         raise UsageError("--key-b selects inside a second checkpoint B; a --target module has no container")
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
         raise UsageError("--atol and --rtol must be non-negative numbers")
-    a = os.fspath(a)
-    ckpt_a = load(a, key=key, unsafe=unsafe, limits=limits, read_values=values)  # --values: DCP bytes items too
+    ckpt_a = open_input(a, key=key, unsafe=unsafe, limits=limits, read_values=values)  # --values: DCP bytes items
+    a = label_of(a, ckpt_a)
     warnings = [f"A: {w}" for w in ckpt_a.warnings]
     lazy: tuple[str, ...] = ()
     plain: tuple[str, ...] = ()
@@ -106,15 +109,15 @@ def diff(
         from ...tensors.target import build_target
 
         built = build_target(target, target_kwargs)
-        b_label, b_tensors, b_format = target, list(built.tensors), f"nn.Module built on {built.device}"
+        b_label, b_tensors, b_format = built.spec, list(built.tensors), f"nn.Module built on {built.device}"
         lazy, plain = built.lazy, built.plain_tensor_attributes
         warnings += list(built.warnings)  # each already says "target ..."
         target_prefixes = built.attribute_prefixes
         groups = tied_groups(built.module)
     else:
-        b_label = os.fspath(cast(str, b))  # not None: checked above
-        ckpt_b = load(b_label, key=key_b if key_b is not None else key, unsafe=unsafe, limits=limits,
-                      read_values=values)
+        ckpt_b = open_input(cast("CheckpointInput", b), key=key_b if key_b is not None else key,  # not None
+                            unsafe=unsafe, limits=limits, read_values=values)
+        b_label = label_of(cast("CheckpointInput", b), ckpt_b)
         b_tensors, b_format = list(ckpt_b.tensors), ckpt_b.format
         warnings += [f"B: {w}" for w in ckpt_b.warnings]
         target_prefixes = []

@@ -12,20 +12,15 @@ import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...format_names import Format
 from ...io.paths import dirname, is_url, isdir, open_bytes, url_bytes
-from ...limits import Limits
 from ...model import Checkpoint
 from ...pickles import severity
 from ...progress import Progress
 from ...tensors.nonfinite import nonfinite_counts
 from .names import CheckName
 from .policy import Policy
-
-if TYPE_CHECKING:  # imported when the check runs (commands/weights_only is not needed by the others)
-    from ..weights_only.verdict import WeightsOnlyReport
 
 # dtypes nobody is surprised by; anything else is a warning (--strict fails on it)
 USUAL_DTYPES = frozenset(["float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
@@ -38,17 +33,19 @@ class Check:
     passed: bool
     detail: str
     skipped: bool = False
+    # passed, with something a stricter policy fails on (a dtype the load casts; a warning --strict fails on)
+    warning: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "detail": self.detail, "skipped": self.skipped}
+        return {"name": self.name, "passed": self.passed, "detail": self.detail, "skipped": self.skipped,
+                "warning": self.warning}
 
 
-
-def _skip(name: CheckName, why: str) -> Check:
+def skipped(name: CheckName, why: str) -> Check:
     return Check(name, True, f"skipped: {why}", skipped=True)
 
 
-def _listing(items: Sequence[str], limit: int = 5) -> str:
+def listing(items: Sequence[str], limit: int = 5) -> str:
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
@@ -56,158 +53,61 @@ def _listing(items: Sequence[str], limit: int = 5) -> str:
 # ------------------------------------------------------------------ the checks
 
 
-def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
-    return loads_safely(path, pol, limits).check
-
-
-@dataclass(frozen=True)
-class SafetyVerdict:
-    """The loads_safely check, and what decides the gate's exit code: a call found, or bytes left unread."""
-
-    check: Check
-    dangerous: bool  # a call or construction that can run code: the gate fails (exit 1) even if unreadable
-    unread: str | None  # what could not be scanned (a folder, a file, a broken part), else None: exit 2
-
-
-def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
-    """Scan ``path`` as ``ckpt scan`` does: dangerous names first, then what could not be read."""
-    from ...errors import CkptError
-    from ..scan.command import scan
-
-    try:
-        report = scan([path], strict=pol.strict, limits=limits, allow_globals=pol.weights_only_allow)
-    except CkptError as exc:  # nothing to scan at all (a folder holding no checkpoint data)
-        return SafetyVerdict(Check(CheckName.LOADS_SAFELY, False, f"could not be scanned: {exc.message}"), False,
-                             exc.message)
-    dangerous: list[str] = []
-    suspicious: list[str] = []
-    errors: list[str] = []
-    pickles = 0
-    for f in report.files:
-        pickles += f.pickles
-        errors.extend(f.errors)
-        for g in f.globals:
-            item = f"{g.qualname} ({g.where})" if g.where else g.qualname
-            (dangerous if g.severity == severity.DANGEROUS else suspicious
-             if g.severity == severity.SUSPICIOUS else []).append(item)
-        for x in f.findings:
-            (dangerous if x.severity == severity.DANGEROUS else suspicious).append(x.message)
-    unread = _listing(errors, 2) if errors else None
-    also = f"; also could not be read: {unread}" if unread else ""
-    if dangerous:
-        return SafetyVerdict(Check(CheckName.LOADS_SAFELY, False, "dangerous references (never executed): "
-                                   + _listing(dangerous) + also), True, unread)
-    if errors:
-        return SafetyVerdict(Check(CheckName.LOADS_SAFELY, False, f"could not be scanned completely: {unread}"), False,
-                             unread)
-    if suspicious:
-        text = ("globals the pickle names but never calls or constructs (not on the inert allowlist): "
-                + _listing(sorted(set(suspicious))))
-        return SafetyVerdict(Check(CheckName.LOADS_SAFELY, not pol.strict, text + ("" if pol.strict else
-                                                                            " (fails with --strict)")), False, None)
-    return SafetyVerdict(Check(CheckName.LOADS_SAFELY, True, f"no dangerous references ({pickles} pickle(s) scanned)"),
-                         False, None)
-
-
-def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
-    """Fails when the deployment's default torch.load (weights_only=True since 2.6) would refuse the file.
-
-    Globals the policy allows (``weights_only_allow``, ``--allow-global``)
-    count as allowlisted by the loader; a global that can run code never does.
-    """
-    name = CheckName.WEIGHTS_ONLY
-    if not pol.weights_only_check:
-        return _skip(name, "--no-weights-only-check")
-    from ..weights_only.verdict import assess
-
-    wo = assess(ckpt, pol.weights_only_torch)
-    if wo is None:
-        return _skip(name, "nothing to predict from (the file was not read by ckpt's own readers)")
-    if wo.files:
-        return _weights_only_files(wo, pol)
-    if not wo.applies:
-        return _skip(name, wo.reason or "torch.load does not read this input")
-    rules = f"torch {wo.torch}"
-    if wo.loads:
-        return Check(name, True, f"torch.load(weights_only=True) loads it ({rules} rules)")
-    if Format.SAFETENSORS in (ckpt.format, ckpt.metadata.get("shard_format")):
-        return _skip(name, "safetensors holds no pickle: it is loaded with safetensors, not torch.load")
-    if not wo.default_weights_only:
-        return Check(name, True, f"{rules}'s torch.load defaults to weights_only=False, so its default load does "
-                                 f"not refuse it; with weights_only=True: {wo.headline()}")
-    if wo.dangerous:
-        return Check(name, False, wo.headline() + " (the policy cannot allow it)")
-    if wo.reason is not None:
-        fix = wo.sanitize_command
-        return Check(name, False, wo.headline() + (f". Convert it: {fix}" if fix else ""))
-    missing = [n for n in wo.needs if n not in pol.weights_only_allow]
-    if not missing:
-        return Check(name, True, f"loads with the allowed globals {_listing(list(wo.needs))} ({rules} rules); the "
-                                 f"loading code must allowlist them: {wo.fix}")
-    return Check(name, False, f"torch.load(weights_only=True) refuses it ({rules} rules): needs "
-                              f"{_listing(missing, 8)}. Allowlist them where it is loaded ({wo.fix}) and in the "
-                              f"policy (weights_only_allow / --allow-global), or convert it: {wo.sanitize_command}")
-
-
-def _weights_only_files(wo: WeightsOnlyReport, pol: Policy) -> Check:
-    """A folder: torch.load opens none of it; the files its loader hands to torch.load must each load."""
-    name = CheckName.WEIGHTS_ONLY
-    opened = wo.torch_loaded
-    if not opened:
-        loaders = sorted({f.loader for f in wo.files})
-        return _skip(name, f"{wo.reason}; this check judges files a loader opens with the default "
-                           f"torch.load(weights_only=True), and its files are read by {', '.join(loaders)} with "
-                           "their own settings (inspect lists each file's verdict)")
-    refused = [f for f in opened if not f.loads and (f.reason is not None or f.dangerous
-                                                    or not set(f.needs) <= set(pol.weights_only_allow))]
-    rules = f"torch {wo.torch} rules"
-    if not refused:
-        allowed = sorted({n for f in opened for n in f.needs})
-        extra = f" with the allowed globals {_listing(allowed)}" if allowed else ""
-        return Check(name, True, f"each of the {len(opened)} file(s) its loader opens with torch.load loads with "
-                                 f"weights_only=True{extra} ({rules}); torch.load cannot open the folder itself")
-    return Check(name, False, f"torch.load(weights_only=True) refuses {len(refused)} of its {len(opened)} file(s) "
-                              f"({rules}): " + _listing([f.line() for f in refused], 3))
-
-
 def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -> Check:
+    """Strict loading into the target: names and shapes must match; a dtype difference is a warning.
+
+    ``load_state_dict`` copies into the target's parameters, casting, so a
+    bf16 file loads into an fp32 module (migrate's strict check agrees). The
+    policy decides: ``require_target_dtype`` (``--require-dtype``) or
+    ``--strict`` fail on it, ``ignore_target_dtype`` does not mention it.
+    """
+    name = CheckName.MATCHES_TARGET
     if built is None:
-        return _skip(CheckName.MATCHES_TARGET, "no target (--target or the policy's target)")
+        return skipped(name, "no target (--target or the policy's target)")
     from ...keys.infer import suggest
     from ..diff.command import compare_tensors
 
     missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt.tensors, built.tensors, lazy=built.lazy)
     if pol.ignore_target_dtype:
         dtype_mm = []
-    if not (missing or unexpected or shape_mm or dtype_mm):
-        return Check(CheckName.MATCHES_TARGET, True, f"all {len(built.tensors)} keys of {pol.target} match "
-                                             "(names, shapes, dtypes)")
+    dtypes_fail = bool(dtype_mm) and (pol.require_target_dtype or pol.strict)
+    dtype_text = (f"dtype differs for {len(dtype_mm)}: "
+                  + listing([f"{m.key} {m.a} in the checkpoint, {m.b} in the target" for m in dtype_mm]))
+    if not (missing or unexpected or shape_mm):
+        if not dtype_mm:
+            what = "names and shapes" if pol.ignore_target_dtype else "names, shapes, dtypes"
+            return Check(name, True, f"all {len(built.tensors)} keys of {built.spec} match ({what})")
+        if dtypes_fail:
+            why = "--require-dtype" if pol.require_target_dtype else "--strict"
+            return Check(name, False, f"names and shapes match; {dtype_text} (fails with {why}; load_state_dict "
+                                      "would cast them to the target's dtypes)")
+        return Check(name, True, f"all {len(built.tensors)} keys of {built.spec} match names and shapes; warning: "
+                                 f"{dtype_text}, which load_state_dict casts to the target's dtypes (fails with "
+                                 "--require-dtype or --strict; policy ignore_target_dtype = true accepts them)",
+                     warning=True)
     parts = []
     if missing:
-        parts.append(f"missing {len(missing)}: {_listing(missing)}")
+        parts.append(f"missing {len(missing)}: {listing(missing)}")
     if unexpected:
-        parts.append(f"unexpected {len(unexpected)}: {_listing(unexpected)}")
+        parts.append(f"unexpected {len(unexpected)}: {listing(unexpected)}")
     if shape_mm:
         parts.append(f"shape mismatch {len(shape_mm)}: "
-                     + _listing([f"{m.key} {m.a} in the checkpoint, {m.b} in the target" for m in shape_mm]))
+                     + listing([f"{m.key} {m.a} in the checkpoint, {m.b} in the target" for m in shape_mm]))
     if dtype_mm:
-        parts.append(f"dtype mismatch {len(dtype_mm)}: "
-                     + _listing([f"{m.key} {m.a} vs {m.b}" for m in dtype_mm]))
+        parts.append(dtype_text + ("" if dtypes_fail else " (a warning: load_state_dict casts)"))
     detail = "; ".join(parts)
-    if missing or unexpected or shape_mm:
-        suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=built.attribute_prefixes,
-                             lazy=built.lazy)
-        if suggestion is not None:
-            kwargs = json.dumps(dict(pol.target_kwargs)) if pol.target_kwargs else None
-            fix = suggestion.command(path, key=pol.key, target=pol.target, target_kwargs=kwargs)
-            how = "fixes every key" if suggestion.complete else f"reconciles {suggestion.reconciled} key(s)"
-            detail += f". Fix ({how}): {fix}"
-    return Check(CheckName.MATCHES_TARGET, False, detail)
+    suggestion = suggest(ckpt.tensors, built.tensors, target_prefixes=built.attribute_prefixes, lazy=built.lazy)
+    if suggestion is not None:
+        kwargs = json.dumps(dict(pol.target_kwargs)) if pol.target_kwargs else None
+        fix = suggestion.command(path, key=pol.key, target=built.spec, target_kwargs=kwargs)
+        how = "fixes every key" if suggestion.complete else f"reconciles {suggestion.reconciled} key(s)"
+        detail += f". Fix ({how}): {fix}"
+    return Check(name, False, detail)
 
 
 def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress) -> Check:
     if not pol.nan_check:
-        return _skip(CheckName.NO_NAN_INF, "--no-nan-check")
+        return skipped(CheckName.NO_NAN_INF, "--no-nan-check")
     candidates = [t for t in ckpt.tensors if t.is_floating or t.dtype.startswith("complex")]
     if not candidates:
         return Check(CheckName.NO_NAN_INF, True, "no floating-point tensors")
@@ -230,14 +130,14 @@ def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progres
     note = f"; {len(no_data)} tensor(s) hold no data (meta device)" if no_data else ""
     if bad:
         return Check(CheckName.NO_NAN_INF, False, f"{len(bad)} of {len(candidates)} floating tensors hold NaN/Inf: "
-                                          + _listing(bad) + note)
+                                          + listing(bad) + note)
     return Check(CheckName.NO_NAN_INF, True, f"{len(candidates) - len(no_data)} floating tensors, all finite{note}")
 
 
 
 def check_dtype_policy(ckpt: Checkpoint, pol: Policy) -> Check:
     if pol.allowed_float_dtypes is None and pol.allowed_dtypes is None:
-        return _skip(CheckName.DTYPE_POLICY, "no allowed dtypes (--allow-dtype or the policy)")
+        return skipped(CheckName.DTYPE_POLICY, "no allowed dtypes (--allow-dtype or the policy)")
     offending: dict[str, list[str]] = {}
     for t in ckpt.tensors:
         if (pol.allowed_dtypes is not None and t.dtype not in pol.allowed_dtypes) or (
@@ -247,7 +147,7 @@ def check_dtype_policy(ckpt: Checkpoint, pol: Policy) -> Check:
     allowed = ", ".join(pol.allowed_dtypes or pol.allowed_float_dtypes or ())
     scope = "tensors" if pol.allowed_dtypes is not None else "floating tensors"
     if offending:
-        parts = [f"{dt}: {len(keys)} tensor(s) ({_listing(keys, 3)})" for dt, keys in offending.items()]
+        parts = [f"{dt}: {len(keys)} tensor(s) ({listing(keys, 3)})" for dt, keys in offending.items()]
         return Check(CheckName.DTYPE_POLICY, False, "; ".join(parts) + f" — allowed for {scope}: {allowed}")
     counts = Counter(t.dtype for t in ckpt.tensors)
     return Check(CheckName.DTYPE_POLICY, True, f"all {scope} in {allowed} ("
@@ -256,7 +156,7 @@ def check_dtype_policy(ckpt: Checkpoint, pol: Policy) -> Check:
 
 def check_file_size(path: str, pol: Policy) -> Check:
     if pol.max_file_size is None:
-        return _skip(CheckName.FILE_SIZE, "no limit (--max-size or the policy's max_file_size)")
+        return skipped(CheckName.FILE_SIZE, "no limit (--max-size or the policy's max_file_size)")
     from ...units import human_bytes
 
     size = path_bytes(path)
@@ -278,12 +178,12 @@ def path_bytes(path: str) -> int:
 
 def check_required_metadata(ckpt: Checkpoint, pol: Policy) -> Check:
     if not pol.required_metadata:
-        return _skip(CheckName.REQUIRED_METADATA, "no required keys (--require-metadata or the policy)")
+        return skipped(CheckName.REQUIRED_METADATA, "no required keys (--require-metadata or the policy)")
     missing = [k for k in pol.required_metadata if not _has_metadata(ckpt.metadata, k)]
     if missing:
         have = sorted(str(k) for k in _metadata_keys(ckpt.metadata))
-        return Check(CheckName.REQUIRED_METADATA, False, f"missing {_listing(missing)} (the checkpoint has: "
-                     + (_listing(have, 8) if have else "no metadata") + ")")
+        return Check(CheckName.REQUIRED_METADATA, False, f"missing {listing(missing)} (the checkpoint has: "
+                     + (listing(have, 8) if have else "no metadata") + ")")
     return Check(CheckName.REQUIRED_METADATA, True, "present: " + ", ".join(pol.required_metadata))
 
 
@@ -318,7 +218,7 @@ def _has_metadata(meta: Mapping[str, Any], dotted: str) -> bool:
 def check_sha256(path: str, pol: Policy) -> Check:
     pin = pol.sha256 or pol.pin_for(path)
     if pin is None:
-        return _skip(CheckName.SHA256, "no pin (--sha256 or the policy's [sha256] table)")
+        return skipped(CheckName.SHA256, "no pin (--sha256 or the policy's [sha256] table)")
     if isdir(path):
         return Check(CheckName.SHA256, False, "a sha256 pin is for one file; this is a folder")
     digest = sha256_file(path)
@@ -352,7 +252,7 @@ def strict_warnings(ckpt: Checkpoint, pol: Policy) -> list[str]:
     odd_layout = sorted(k for k, n in notes.items() if any(x in ("non-contiguous", "channels_last") for x in n))
     if odd_layout:
         out.append(f"{len(odd_layout)} tensor(s) with an unusual layout (non-contiguous or channels_last): "
-                   + _listing(odd_layout, 3))
+                   + listing(odd_layout, 3))
     size = len(json.dumps(ckpt.metadata, default=str))
     if size > pol.max_metadata_bytes:
         out.append(f"metadata is {size:,} bytes as JSON, over {pol.max_metadata_bytes:,} "
@@ -381,4 +281,5 @@ def check_warnings(ckpt: Checkpoint, pol: Policy) -> Check:
     if not found:
         return Check(CheckName.WARNINGS, True, "none")
     text = f"{len(found)} warning(s): " + " | ".join(found)
-    return Check(CheckName.WARNINGS, not pol.strict, text if pol.strict else text + " (fails with --strict)")
+    return Check(CheckName.WARNINGS, not pol.strict, text if pol.strict else text + " (fails with --strict)",
+                 warning=not pol.strict)

@@ -7,9 +7,9 @@ data, one tensor at a time; everything else works on metadata.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import CkptError, UsageError
 from ...exit_codes import outcome_code
@@ -25,11 +25,13 @@ from .checks import (
     check_required_metadata,
     check_sha256,
     check_warnings,
-    check_weights_only,
-    loads_safely,
 )
+from .loading import check_weights_only, loads_safely
 from .names import CheckName
 from .policy import Policy
+
+if TYPE_CHECKING:
+    from ...tensors.target import TargetSpec
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class GateReport:
 def gate(
     paths: Sequence[str | os.PathLike[str]],
     *,
-    target: str | None = None,
+    target: TargetSpec | None = None,
     target_kwargs: Mapping[str, Any] | None = None,
     policy: Policy | None = None,
     key: str | None = None,
@@ -86,32 +88,50 @@ def gate(
     weights_only_check: bool | None = None,
     allow_globals: Sequence[str] | None = None,
     torch_version: str | None = None,
+    require_dtype: bool | None = None,
+    skip: Sequence[str] | None = None,
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress = NO_PROGRESS,
 ) -> GateReport:
     """Check each path against the policy; arguments that are not None override it.
 
+    ``target`` is a SPEC, or from Python an nn.Module class or instance (the policy shows its name).
     ``progress`` sees the tensors the NaN/Inf check reads, one step per file.
+    ``require_dtype`` fails a dtype that differs from the target's (by default a warning: the load casts).
+    ``skip`` names checks not to run (``sha256``, ``no-nan-inf``; earlier names such as ``no_nan_inf`` too),
+    added to the policy's; ``loads-safely`` is never skipped.
     """
     if not paths:
         raise UsageError("give at least one checkpoint to gate")
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]  # one path given bare, not in a list
+    held = [type(p).__name__ for p in paths if not isinstance(p, (str, os.PathLike))]
+    if held:
+        raise UsageError(f"gate checks files and folders (the bytes that are deployed: their pickles, size and pin), "
+                         f"not a {held[0]}: save it first, or compare it with ckpt_tool.diff / ckpt_tool.inspect")
+    from ...tensors.target import target_label  # light: building one imports torch, naming one does not
+
     pol = (policy or Policy()).with_overrides(
-        target=target, target_kwargs=dict(target_kwargs) if target_kwargs is not None else None, key=key,
+        target=target_label(target) if target is not None else None,
+        target_kwargs=dict(target_kwargs) if target_kwargs is not None else None, key=key,
         strict=strict, nan_check=nan_check,
         allowed_float_dtypes=tuple(allowed_float_dtypes) if allowed_float_dtypes else None,
         max_file_size=max_file_size, required_metadata=tuple(required_metadata) if required_metadata else None,
         sha256=sha256, weights_only_check=weights_only_check,
         weights_only_allow=tuple(dict.fromkeys((policy or Policy()).weights_only_allow + tuple(allow_globals)))
         if allow_globals else None,
-        weights_only_torch=torch_version,
+        weights_only_torch=torch_version, require_target_dtype=require_dtype,
+        skip=tuple((policy or Policy()).skip) + tuple(skip) if skip else None,
     )
     if pol.sha256 is not None and len(paths) > 1:
         raise UsageError("a single sha256 pin needs a single PATH; pin several files in the policy's [sha256] table")
     built = None
-    if pol.target is not None:
+    if pol.target is not None and CheckName.MATCHES_TARGET not in pol.skip:  # skipped: nothing to build
         from ...tensors.target import build_target
 
-        built = build_target(pol.target, dict(pol.target_kwargs or {}))
+        # a Python object (an nn.Module class or instance) is built as given; its label is only its name
+        built = build_target(pol.target if target is None or isinstance(target, str) else target,
+                             dict(pol.target_kwargs or {}))
     files = [_gate_one(os.fspath(p), pol, built, limits, progress) for p in paths]
     return GateReport(tuple(files), pol)
 
@@ -127,15 +147,20 @@ def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Prog
     except CkptError as exc:
         checks.append(Check(CheckName.READABLE, False, exc.message))
         return FileGate(path, tuple(checks), exc.message, danger)
+    runs: list[tuple[CheckName, Callable[[], Check]]] = [
+        (CheckName.WEIGHTS_ONLY, lambda: check_weights_only(ckpt, pol)),
+        (CheckName.MATCHES_TARGET, lambda: check_matches_target(path, ckpt, pol, built)),
+        (CheckName.NO_NAN_INF, lambda: check_no_nan_inf(path, ckpt, pol, progress)),
+        (CheckName.DTYPE_POLICY, lambda: check_dtype_policy(ckpt, pol)),
+        (CheckName.FILE_SIZE, lambda: check_file_size(path, pol)),
+        (CheckName.REQUIRED_METADATA, lambda: check_required_metadata(ckpt, pol)),
+        (CheckName.SHA256, lambda: check_sha256(path, pol)),
+        (CheckName.WARNINGS, lambda: check_warnings(ckpt, pol)),
+    ]
     try:
-        checks.append(check_weights_only(ckpt, pol))
-        checks.append(check_matches_target(path, ckpt, pol, built))
-        checks.append(check_no_nan_inf(path, ckpt, pol, progress))
-        checks.append(check_dtype_policy(ckpt, pol))
-        checks.append(check_file_size(path, pol))
-        checks.append(check_required_metadata(ckpt, pol))
-        checks.append(check_sha256(path, pol))
-        checks.append(check_warnings(ckpt, pol))
+        for name, run in runs:
+            checks.append(Check(name, True, "skipped: --skip (or the policy's skip)", skipped=True)
+                          if name in pol.skip else run())
     except CkptError as exc:  # data unreadable mid-way (truncated storage): the file is corrupt
         checks.append(Check(CheckName.READABLE, False, exc.message))
         return FileGate(path, tuple(checks), exc.message, danger)

@@ -7,6 +7,9 @@ target_kwargs = { hidden = 16 }
 key = "state_dict"
 strict = true
 nan_check = true
+require_target_dtype = false           # true: a dtype that differs from the target's fails (default: a warning)
+ignore_target_dtype = false            # true: such dtypes are not judged, even with strict (not with require_...)
+skip = ["sha256"]                      # checks not run (not loads-safely); earlier names (no_nan_inf) work too
 allowed_float_dtypes = ["float16", "bfloat16", "float32"]
 max_file_size = "2 GiB"
 required_metadata = ["epoch", "args.lr"]
@@ -30,6 +33,7 @@ from typing import Any
 
 from ... import dtypes
 from ...errors import UsageError
+from .names import UNSKIPPABLE, CheckName
 
 DEFAULT_MAX_METADATA_BYTES = 1 << 20
 
@@ -48,7 +52,10 @@ class Policy:
     nan_check: bool = True
     allowed_float_dtypes: tuple[str, ...] | None = None  # floating tensors only (int buffers are fine)
     allowed_dtypes: tuple[str, ...] | None = None  # every tensor
-    ignore_target_dtype: bool = False  # load_state_dict casts; set this to accept other dtypes
+    # A dtype that differs from the target's: a warning (load_state_dict casts), a failure with
+    # require_target_dtype (or --strict, which fails on warnings), not judged at all with ignore_target_dtype.
+    ignore_target_dtype: bool = False
+    require_target_dtype: bool = False
     max_file_size: int | None = None
     required_metadata: tuple[str, ...] = ()
     sha256: str | None = None  # the pin for a single PATH
@@ -57,6 +64,7 @@ class Policy:
     weights_only_check: bool = True
     weights_only_allow: tuple[str, ...] = ()  # "module.name" globals the deployment's loader allowlists
     weights_only_torch: str | None = None  # the deployment's torch version (None: installed, else newest)
+    skip: tuple[CheckName, ...] = ()  # checks not run (--skip, policy skip); never loads-safely or readable
     source: str | None = None  # the policy file, for messages
 
     def with_overrides(self, **options: Any) -> Policy:
@@ -65,7 +73,7 @@ class Policy:
         unknown = set(given) - {f.name for f in fields(self)}
         if unknown:
             raise UsageError(f"unknown policy option(s): {', '.join(sorted(unknown))}")
-        return replace(self, **_normalise(given, "", _OPTION_NAMES))
+        return _consistent(replace(self, **_normalise(given, "", _OPTION_NAMES)), "options")
 
     def pin_for(self, path: str) -> str | None:
         """The sha256 pinned for ``path``: by the path as given, its absolute path, or its file name."""
@@ -80,7 +88,8 @@ class Policy:
             "key": self.key, "strict": self.strict, "nan_check": self.nan_check,
             "allowed_float_dtypes": list(self.allowed_float_dtypes) if self.allowed_float_dtypes else None,
             "allowed_dtypes": list(self.allowed_dtypes) if self.allowed_dtypes else None,
-            "ignore_target_dtype": self.ignore_target_dtype, "max_file_size": self.max_file_size,
+            "ignore_target_dtype": self.ignore_target_dtype, "require_target_dtype": self.require_target_dtype,
+            "skip": [str(c) for c in self.skip], "max_file_size": self.max_file_size,
             "required_metadata": list(self.required_metadata), "sha256": self.sha256,
             "sha256_files": dict(self.sha256_files), "max_metadata_bytes": self.max_metadata_bytes,
             "weights_only_check": self.weights_only_check, "weights_only_allow": list(self.weights_only_allow),
@@ -124,7 +133,16 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     target = values.get("target")
     if isinstance(target, str):
         values["target"] = _relative_to(target, os.path.dirname(os.path.abspath(p)))
-    return Policy(source=p, **values)
+    return _consistent(Policy(source=p, **values), f"policy {p}")
+
+
+def _consistent(pol: Policy, origin: str) -> Policy:
+    """Settings that contradict each other are refused, not resolved by a rule nobody remembers."""
+    if pol.require_target_dtype and pol.ignore_target_dtype:
+        raise UsageError(f"{origin}: require_target_dtype (--require-dtype) and ignore_target_dtype contradict each "
+                         "other: keep one (ignore_target_dtype accepts any dtype, require_target_dtype none but "
+                         "the target's)")
+    return pol
 
 
 def _pins(pins: Mapping[str, Any], path: str) -> dict[str, str]:
@@ -152,7 +170,8 @@ _OPTION_NAMES = {"allowed_float_dtypes": "--allow-dtype", "max_file_size": "--ma
                  "required_metadata": "--require-metadata", "sha256": "--sha256", "target": "--target",
                  "key": "--key", "target_kwargs": "--target-kwargs", "strict": "--strict",
                  "nan_check": "--nan-check", "weights_only_check": "--weights-only-check",
-                 "weights_only_allow": "--allow-global", "weights_only_torch": "--torch-version"}
+                 "weights_only_allow": "--allow-global", "weights_only_torch": "--torch-version",
+                 "require_target_dtype": "--require-dtype", "skip": "--skip"}
 
 
 def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -165,7 +184,7 @@ def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | N
     for name in ("target", "key"):
         if name in out and not isinstance(out[name], str):
             raise UsageError(f"{label(name)} must be a string")
-    for name in ("strict", "nan_check", "ignore_target_dtype", "weights_only_check"):
+    for name in ("strict", "nan_check", "ignore_target_dtype", "require_target_dtype", "weights_only_check"):
         if name in out and not isinstance(out[name], bool):
             raise UsageError(f"{label(name)} must be true or false")
     if "target_kwargs" in out and not isinstance(out["target_kwargs"], Mapping):
@@ -183,6 +202,8 @@ def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | N
     for name in ("max_file_size", "max_metadata_bytes"):
         if name in out:
             out[name] = parse_size(out[name], label(name))
+    if "skip" in out:
+        out["skip"] = _check_names(out["skip"], label("skip"))
     if "weights_only_allow" in out:
         out["weights_only_allow"] = _global_names(out["weights_only_allow"], label("weights_only_allow"))
     if "weights_only_torch" in out:
@@ -200,6 +221,20 @@ def _global_names(value: Any, origin: str) -> tuple[str, ...]:
             isinstance(v, str) and re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+", v) for v in value):
         raise UsageError(f"{origin} must be a list of globals written module.name (e.g. \"argparse.Namespace\")")
     return tuple(dict.fromkeys(value))
+
+
+def _check_names(value: Any, origin: str) -> tuple[CheckName, ...]:
+    """Gate check names, today's (``no-nan-inf``) or earlier releases' (``no_nan_inf``); never a safety check."""
+    if isinstance(value, str):
+        value = [v for v in re.split(r"[,\s]+", value) if v]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{origin} must be a list of gate check names (e.g. [\"sha256\", \"no-nan-inf\"])")
+    names = tuple(dict.fromkeys(CheckName.parse(v, origin) for v in value))
+    refused = [str(n) for n in names if n in UNSKIPPABLE]
+    if refused:
+        raise UsageError(f"{origin}: {', '.join(refused)} cannot be skipped: a file nobody has scanned or read is "
+                         "never passed")
+    return names
 
 
 def _torch_version(value: Any, origin: str) -> str:

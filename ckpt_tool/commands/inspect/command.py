@@ -10,7 +10,6 @@ from operator import attrgetter
 from typing import Any
 
 from ...errors import InputError
-from ...formats import load
 from ...formats.dcp.deferred import unread
 from ...io.paths import is_url, url_bytes
 from ...io.remote.counts import counts_remote
@@ -19,6 +18,7 @@ from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, Deferred, TensorMeta, is_contiguous_layout, json_safe
 from ...progress import NO_PROGRESS, Progress
 from ...tensors.stats import TensorStats, compute_stats
+from ..inputs import CheckpointInput, is_path, open_input
 from ..weights_only.verdict import WeightsOnlyReport, assess
 
 
@@ -133,7 +133,7 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
 
 @counts_remote("path")
 def inspect(
-    path: str | os.PathLike[str],
+    path: CheckpointInput,
     *,
     key: str | None = None,
     unsafe: bool = False,
@@ -147,8 +147,9 @@ def inspect(
     ``torch_version`` picks the torch whose weights_only rules the prediction
     applies (default: the installed torch, else the newest known).
     """
-    _refuse_unread(os.fspath(path))
-    ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
+    if is_path(path):
+        _refuse_unread(os.fspath(path))
+    ckpt = open_input(path, key=key, unsafe=unsafe, limits=limits)  # a path, or (Python) a state dict or module
     per_tensor = None
     if stats:
         per_tensor = {}
@@ -161,8 +162,8 @@ def inspect(
         finally:
             progress.done()
             ckpt.close()  # the files reading opened; reading again reopens them
-    p = os.fspath(path)
-    size = url_bytes(p) if is_url(p) else _path_bytes(p)
+    p = os.fspath(path) if is_path(path) else ckpt.path
+    size = ckpt.total_nbytes if not is_path(path) else url_bytes(p) if is_url(p) else _path_bytes(p)
     return InspectReport(
         checkpoint=ckpt,
         prefixes=tuple(detect_prefixes(ckpt.keys)),

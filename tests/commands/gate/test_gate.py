@@ -53,14 +53,14 @@ def test_clean_checkpoint_passes_every_check(clean, fixtures_dir, tmp_path):
     assert report.passed, report
     assert report.exit_code == 0
     names = [c.name for c in report.files[0].checks]
-    assert names == ["loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
-                     "required_metadata", "sha256", "warnings"]
+    assert names == ["loads-safely", "weights-only", "matches-target", "no-nan-inf", "dtype-policy", "file-size",
+                     "required-metadata", "sha256", "warnings"]
     assert not any(c.skipped for c in report.files[0].checks)
 
 
 def test_module_prefix_against_the_bare_target_fails_with_the_fix(fixtures_dir):
     report = gate([str(fixtures_dir / "tiny_mlp_dp.pth")], target=target_spec(fixtures_dir))
-    c = check(report, "matches_target")
+    c = check(report, "matches-target")
     assert not c.passed
     assert "unexpected 7" in c.detail and "module.encoder.weight" in c.detail
     assert "ckpt migrate" in c.detail and "--strip-prefix module." in c.detail
@@ -70,7 +70,7 @@ def test_module_prefix_against_the_bare_target_fails_with_the_fix(fixtures_dir):
 def test_resized_head_fails_with_both_shapes(tmp_path, fixtures_dir):
     path = tmp_path / "head6.pth"
     torch.save(TinyMLP(d_out=6).state_dict(), path)
-    c = check(gate([str(path)], target=target_spec(fixtures_dir)), "matches_target")
+    c = check(gate([str(path)], target=target_spec(fixtures_dir)), "matches-target")
     assert not c.passed
     assert "head.weight [6, 16] in the checkpoint, [4, 16] in the target" in c.detail
 
@@ -81,12 +81,12 @@ def test_nan_or_inf_fails_naming_the_tensor(tmp_path, bad):
     state["head.bias"][1] = bad
     path = tmp_path / "bad.pth"
     torch.save(state, path)
-    c = check(gate([str(path)]), "no_nan_inf")
+    c = check(gate([str(path)]), "no-nan-inf")
     assert not c.passed
     import math
 
     assert "head.bias" in c.detail and ("1 NaN" if math.isnan(bad) else "1 Inf") in c.detail
-    skipped = check(gate([str(path)], nan_check=False), "no_nan_inf")
+    skipped = check(gate([str(path)], nan_check=False), "no-nan-inf")
     assert skipped.passed and skipped.skipped
 
 
@@ -100,7 +100,7 @@ def test_nan_check_reads_large_tensors_in_chunks(tmp_path, monkeypatch):
     x[3] = float("-inf")
     path = tmp_path / "big.pth"
     torch.save({"x": x, "view": x[10:60]}, path)
-    c = check(gate([str(path)]), "no_nan_inf")
+    c = check(gate([str(path)]), "no-nan-inf")
     assert "x (1 NaN, 1 Inf)" in c.detail
     assert "view" not in c.detail  # the view starts after the Inf and ends before the NaN
 
@@ -111,7 +111,7 @@ def test_fp64_tensor_fails_the_dtype_policy(tmp_path, allowed):
     state["head.weight"] = state["head.weight"].double()
     path = tmp_path / "fp64.pth"
     torch.save(state, path)
-    c = check(gate([str(path)], allowed_float_dtypes=allowed), "dtype_policy")
+    c = check(gate([str(path)], allowed_float_dtypes=allowed), "dtype-policy")
     assert not c.passed
     assert "float64: 1 tensor(s) (head.weight)" in c.detail
 
@@ -119,20 +119,20 @@ def test_fp64_tensor_fails_the_dtype_policy(tmp_path, allowed):
 def test_dtype_policy_ignores_integer_buffers(tmp_path):
     path = tmp_path / "bn.pth"
     torch.save(torch.nn.BatchNorm1d(4).half().state_dict(), path)  # num_batches_tracked stays int64
-    assert check(gate([str(path)], allowed_float_dtypes=["float16"]), "dtype_policy").passed
+    assert check(gate([str(path)], allowed_float_dtypes=["float16"]), "dtype-policy").passed
 
 
 def test_missing_required_metadata_key_fails(fixtures_dir):
     path = str(fixtures_dir / "training.pth")
-    c = check(gate([path], required_metadata=["epoch", "global_step"]), "required_metadata")
+    c = check(gate([path], required_metadata=["epoch", "global_step"]), "required-metadata")
     assert not c.passed and "missing global_step" in c.detail and "epoch" in c.detail
-    assert check(gate([path], required_metadata=["epoch", "args.lr"]), "required_metadata").passed
+    assert check(gate([path], required_metadata=["epoch", "args.lr"]), "required-metadata").passed
 
 
 def test_required_metadata_in_safetensors_header(fixtures_dir):
     path = str(fixtures_dir / "tiny_mlp.safetensors")
-    assert check(gate([path], required_metadata=["format"]), "required_metadata").passed
-    assert not check(gate([path], required_metadata=["epoch"]), "required_metadata").passed
+    assert check(gate([path], required_metadata=["format"]), "required-metadata").passed
+    assert not check(gate([path], required_metadata=["epoch"]), "required-metadata").passed
 
 
 def test_wrong_sha256_fails_and_the_right_one_passes(clean):
@@ -144,8 +144,8 @@ def test_wrong_sha256_fails_and_the_right_one_passes(clean):
 
 
 def test_size_limit(clean):
-    assert not check(gate([str(clean)], max_file_size="1KB"), "file_size").passed
-    assert check(gate([str(clean)], max_file_size=10_000_000), "file_size").passed
+    assert not check(gate([str(clean)], max_file_size="1KB"), "file-size").passed
+    assert check(gate([str(clean)], max_file_size=10_000_000), "file-size").passed
 
 
 def test_dangerous_checkpoint_fails_loads_safely(tmp_path):
@@ -153,7 +153,7 @@ def test_dangerous_checkpoint_fails_loads_safely(tmp_path):
 
     path = tmp_path / "evil.pth"
     torch.save({"model": sd(), "args": Reduce(os.system, "true")}, path)
-    c = check(gate([str(path)]), "loads_safely")
+    c = check(gate([str(path)]), "loads-safely")
     assert not c.passed and "posix.system" in c.detail
 
 
@@ -164,14 +164,14 @@ def test_strict_fails_on_unknown_classes_and_warnings(fixtures_dir, tmp_path):
     torch.save({"model": sd(), "activation": torch.nn.functional.gelu}, training)
     training = str(training)
     relaxed = gate([training])
-    assert check(relaxed, "loads_safely").passed and "fails with --strict" in check(relaxed, "loads_safely").detail
+    assert check(relaxed, "loads-safely").passed and "fails with --strict" in check(relaxed, "loads-safely").detail
     assert "fails with --strict" in check(relaxed, "warnings").detail
     strict = gate([training], strict=True)
     assert not strict.passed
-    assert not check(strict, "loads_safely").passed and "torch._C._nn.gelu" in check(strict, "loads_safely").detail
+    assert not check(strict, "loads-safely").passed and "torch._C._nn.gelu" in check(strict, "loads-safely").detail
     assert not check(strict, "warnings").passed
     allowed = gate([training], strict=True, allow_globals=["torch._C._nn.gelu"])
-    assert check(allowed, "loads_safely").passed and check(allowed, "weights-only").passed
+    assert check(allowed, "loads-safely").passed and check(allowed, "weights-only").passed
     tied = tmp_path / "tied.pth"
     w = torch.ones(4, 4)
     torch.save({"a.weight": w, "b.weight": w, "c": torch.ones(8, 8).t()}, tied)
@@ -195,11 +195,11 @@ def test_policy_options_override_the_file(tmp_path, clean):
     policy.write_text('nan_check = false\nallowed_float_dtypes = "float16"\n')
     pol = load_policy(policy)
     report = gate([str(clean)], policy=pol)
-    assert check(report, "no_nan_inf").skipped
-    assert not check(report, "dtype_policy").passed
+    assert check(report, "no-nan-inf").skipped
+    assert not check(report, "dtype-policy").passed
     report = gate([str(clean)], policy=pol, nan_check=True, allowed_float_dtypes=["float32"])
-    assert not check(report, "no_nan_inf").skipped
-    assert check(report, "dtype_policy").passed
+    assert not check(report, "no-nan-inf").skipped
+    assert check(report, "dtype-policy").passed
 
 
 @pytest.mark.parametrize(
@@ -233,7 +233,7 @@ def test_policy_target_file_is_relative_to_the_policy(tmp_path, fixtures_dir):
     (tmp_path / "ci.toml").write_text('[gate]\ntarget = "models.py:TinyMLP"\n')
     pol = load_policy(tmp_path / "ci.toml")
     assert pol.target == f"{tmp_path / 'models.py'}:TinyMLP"
-    assert check(gate([str(fixtures_dir / "tiny_mlp.pth")], policy=pol), "matches_target").passed
+    assert check(gate([str(fixtures_dir / "tiny_mlp.pth")], policy=pol), "matches-target").passed
 
 
 def test_sharded_folder_and_dcp_folder(fixtures_dir):
@@ -288,8 +288,8 @@ def test_check_names_are_declared_once_and_print_as_before(run_cli, clean, tmp_p
 
     r = run_cli("gate", str(clean), "--json", "--junit", str(tmp_path / "j.xml"))
     names = [c["name"] for c in json.loads(r.out)["files"][0]["checks"]]
-    assert names == ["loads_safely", "weights-only", "matches_target", "no_nan_inf", "dtype_policy", "file_size",
-                     "required_metadata", "sha256", "warnings"]
+    assert names == ["loads-safely", "weights-only", "matches-target", "no-nan-inf", "dtype-policy", "file-size",
+                     "required-metadata", "sha256", "warnings"]
     assert set(names) | {"readable"} == {n.value for n in CheckName}
     cases = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
     assert [c.get("name") for c in cases] == names

@@ -97,7 +97,7 @@ def test_gate_and_inspect_of_a_folder_with_an_unreadable_subfolder_are_errors(fo
     assert r.returncode == 2, r
     (f,) = json.loads(r.stdout)["files"]
     assert f["passed"] is False and "sub" in f["error"] and f["dangerous"] is False
-    safely = next(c for c in f["checks"] if c["name"] == "loads_safely")
+    safely = next(c for c in f["checks"] if c["name"] == "loads-safely")
     assert not safely["passed"] and "permission denied" in safely["detail"]
     r = ckpt("inspect", str(d), unprivileged=True)
     assert r.returncode == 2 and r.stdout == "", r
@@ -223,7 +223,7 @@ def test_payload_followed_by_a_broken_tail_fails_the_gate(tmp_path):
     (f,) = json.loads(r.stdout)["files"]
     assert f["dangerous"] is True and f["passed"] is False
     checks = {c["name"]: c for c in f["checks"]}
-    assert not checks["loads_safely"]["passed"] and "posix.system" in checks["loads_safely"]["detail"]
+    assert not checks["loads-safely"]["passed"] and "posix.system" in checks["loads-safely"]["detail"]
     assert not checks["readable"]["passed"] and "not a readable pickle" in checks["readable"]["detail"]
     assert "not a readable pickle" in f["error"]  # the read failure is still reported
     r = ckpt("gate", str(bad))

@@ -44,3 +44,20 @@ class OutputFormat(Name):
     SAFETENSORS = "safetensors"
     SHARDED = "sharded"
     DCP = "dcp"
+
+
+class DeepSpeedLayout(Name):
+    """How a DeepSpeed checkpoint is parallelised (metadata["deepspeed"]["layout"])."""
+
+    ZERO = "zero"  # data-parallel only: ZeRO partitions of one model
+    PIPELINE = "pipeline"  # layer_XX files, one mp_rank_XX per pipeline stage
+    TENSOR_PARALLEL = "tensor-parallel"  # one mp_rank_XX per tensor-parallel rank, merged by rules
+    UNIVERSAL = "universal"  # ds_to_universal's output: zero/<param>/fp32.pt, already merged
+
+
+class TpMerge(Name):
+    """How the tensor-parallel shards of one tensor become the whole tensor (formats/deepspeed/tprules.py)."""
+
+    CONCAT = "concat"  # the ranks' pieces concatenated along ``dim``
+    REPLICATED = "replicated"  # every rank holds the whole tensor (checked equal), written once
+    TWO_SUB_PARAMS = "two-sub-params"  # two fused halves, each split along dim 0 (DeepSpeed's SwiGLU case)

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
                    "report); without it such a cast fails and nothing is written.")
 @click.option("--rules", "rules_file", default=None, metavar="FILE",
               help="A TOML rules file (applied before the options above; see docs/migrate.md).")
+@click.option("--tp-rules", "tp_rules", default=None, metavar="FILE",
+              help="A TOML file naming the split dimension per key pattern, to merge the tensor-parallel shards of "
+                   "a DeepSpeed run (mp_rank_XX) that records no universal_checkpoint_info; see docs/consolidate.md.")
 @target_options("Module the output must load into with strict=True")
 @click.option("--auto", is_flag=True, help="Infer the rules that make SRC match --target (printed before applying).")
 @click.option("--allow-missing", multiple=True, metavar="GLOB",
@@ -75,7 +78,8 @@ if TYPE_CHECKING:
 @limit_options
 def migrate_command(src: str, out: str | None, to: str | None, key: str | None, strip_prefix: tuple[str, ...],
                     add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
-                    allow_overflow: bool, rules_file: str | None, target: str | None, target_kwargs: str | None,
+                    allow_overflow: bool, rules_file: str | None, tp_rules: str | None, target: str | None,
+                    target_kwargs: str | None,
                     auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
                     workers: int | None, state_dict_only: bool, keep_container: bool, sanitize: bool, force: bool,
@@ -119,8 +123,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
         with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
             report = migrate(
                 src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
-                drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
-                target_kwargs=kw, auto=auto,
+                drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, tp_rules=tp_rules,
+                target=target, target_kwargs=kw, auto=auto,
                 allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
                 state_dict_only=state_dict_only, keep_container=keep_container, sanitize=sanitize, force=force,
                 dry_run=dry_run, verify=verify,

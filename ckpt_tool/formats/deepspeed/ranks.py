@@ -41,7 +41,8 @@ class StatesReader:
         self.warnings: list[str] = []
         self.sources: list[DataSource] = []
 
-    def pickle(self, path: str) -> dict[Any, Any]:
+    def value(self, path: str) -> object:
+        """What a torch.save file holds (read statically), its findings kept."""
         from ..torchsave.archive import read_torch_zip
 
         loaded = read_torch_zip(path, self.options)
@@ -49,9 +50,13 @@ class StatesReader:
         self.sources += loaded.sources
         name = paths.basename(path)
         self.warnings += [f"{name}: {w}" for w in loaded.warnings]
-        if not isinstance(loaded.root, Mapping):
+        return loaded.root
+
+    def pickle(self, path: str) -> dict[Any, Any]:
+        root = self.value(path)
+        if not isinstance(root, Mapping):
             raise InputError("not a DeepSpeed states file (its pickle holds no dict)", path)
-        return dict(loaded.root)
+        return dict(root)
 
 
 @dataclass

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from math import prod
 from typing import Any
 
 from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
 from ...io.segments import SegmentSource
+from ...model import TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import LazyTensor
 from ..checkpoint.build import summarize
 from ..checkpoint.loaded import Loaded, ReadOptions
@@ -44,6 +46,15 @@ def _order(m0: Mapping[Any, Any], names: list[str]) -> list[str]:
     return list(dict.fromkeys([n for n in listed if n in have] + sorted(names)))
 
 
+def _shapes(m0: Mapping[Any, Any]) -> dict[str, tuple[int, ...]]:
+    """param_shapes by name: a ZeRO-3 run's fp32.pt is flat, and these are the shapes it had."""
+    out: dict[str, tuple[int, ...]] = {}
+    for group in m0.get("param_shapes") or []:
+        if isinstance(group, Mapping):
+            out.update({str(k): tuple(v) for k, v in group.items() if isinstance(v, tuple)})
+    return out
+
+
 def read_universal(par: ParallelRun, options: ReadOptions) -> Loaded:
     """Every parameter's ``fp32.pt`` and rank 0's buffers; the optimizer moments described, not read."""
     zero = par.universal or ""
@@ -57,6 +68,7 @@ def read_universal(par: ParallelRun, options: ReadOptions) -> Loaded:
     source = SegmentSource(par.folder, reader.sources)
     builder = TensorBuilder(source, rank0.model[0][1])
     states: dict[str, int] = {}
+    shapes = _shapes(m0)  # a flat fp32.pt (ZeRO-3) takes its recorded shape; a merged one keeps its own
     for name in _order(m0, names):
         folder = paths.join(zero, name)
         files = set(paths.listdir(folder))
@@ -65,19 +77,35 @@ def read_universal(par: ParallelRun, options: ReadOptions) -> Loaded:
         for state in STATES[1:]:
             if state in files:
                 states[state] = states.get(state, 0) + 1
-        root = reader.pickle(paths.join(folder, "fp32.pt"))
-        param = root.get("param")
+        root = reader.value(paths.join(folder, "fp32.pt"))  # ZeRO-1/2: {"param": tensor, ...}; ZeRO-3: a flat tensor
+        param = root.get("param") if isinstance(root, Mapping) else root
         if not isinstance(param, LazyTensor):
             raise InputError(f"zero/{name}/fp32.pt holds no 'param' tensor", par.folder)
         builder.saved(name, param, "parameter")
+        shape = shapes.get(name)
+        meta = builder.tensors[name]
+        if shape is not None and shape != meta.shape and len(meta.shape) == 1 and prod(shape) == meta.numel \
+                and meta.storage is not None and meta.is_contiguous:
+            builder.tensors[name] = TensorMeta(name, meta.dtype, shape, contiguous_strides(shape),
+                                               meta.storage_offset, meta.storage)
     buffers = [str(b) for b in (m0.get("buffer_names") or [])]
     module = m0.get("module")
     lost = []
-    for name in buffers:
-        if isinstance(module, Mapping) and name in module and name not in builder.tensors:
+    for name in buffers:  # as saved: ds_to_universal's fp32.pt of a buffer is module[name].float()
+        if isinstance(module, Mapping) and name in module:
             builder.saved(name, module[name], "buffer")
         elif name not in builder.tensors:
             lost.append(name)
+    frozen = m0.get("frozen_param_shapes")
+    dropped = [str(n) for n in (frozen if isinstance(frozen, Mapping) else ()) if str(n) not in builder.tensors]
+    if dropped:
+        reader.warnings.append(f"frozen parameter(s) {', '.join(dropped[:5])} are not in the universal checkpoint "
+                               "(ds_to_universal leaves out a ZeRO-3 run's frozen parameters); the output lacks them")
+    shared = m0.get("shared_params")
+    for tied, src in (shared.items() if isinstance(shared, Mapping) else ()):
+        if str(src) in builder.tensors:  # one storage, as the model's tie; not the module's copy under two names
+            builder.tensors.pop(str(tied), None)
+            builder.tie(str(tied), str(src))
     if lost:
         reader.warnings.append(f"buffer(s) {', '.join(lost[:5])} are not in the universal checkpoint "
                                "(ds_to_universal converts parameters only, and this run kept its buffers in "

@@ -1,0 +1,94 @@
+"""DeepSpeed pipeline-parallel runs consolidated (issue 24).
+
+fixtures/deepspeed_parallel/pipeline/ was written by DeepSpeed 0.19.8 itself
+(fixtures/deepspeed_parallel/generate.py: a PipelineModule of 6 layers over 2
+stages, pp=2, tp=1, ZeRO-1, one AdamW step on CPU); ``expected.safetensors``
+is the two stages' live ``module.state_dict()`` after that step. Reading
+needs no DeepSpeed: these tests run in the core suite.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, assert_one_line_error
+
+torch = pytest.importorskip("torch")
+st = pytest.importorskip("safetensors.torch")
+
+from ckpt_tool import load  # noqa: E402
+from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+
+RUN = ROOT / "fixtures" / "deepspeed_parallel" / "pipeline"
+
+
+def _bits(t):
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_bit_equal(got: dict, expected: dict) -> None:
+    assert sorted(got) == sorted(expected)
+    for k, v in expected.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+        assert torch.equal(_bits(got[k]), _bits(v)), k
+
+
+def _read(path: Path) -> dict:
+    return torch.load(path, weights_only=True) if path.suffix == ".pth" else st.load_file(str(path))
+
+
+def test_inspect_names_layers_as_pipeline_module_does():
+    """Keys are ``<global layer index>.<name>``, as PipelineModule.state_dict() and param_shapes name them."""
+    ck = load(RUN)
+    expected = json.loads((RUN / "expected.json").read_text())["expected"]
+    assert [t.key for t in ck.tensors] == ["0.weight", "0.bias", "2.weight", "2.bias", "3.scale", "3.shift",
+                                           "4.weight", "4.bias", "5.weight", "5.bias"]
+    assert {t.key: [t.dtype, list(t.shape)] for t in ck.tensors} == {
+        k: [v["dtype"], v["shape"]] for k, v in expected.items()}
+    info = ck.metadata["deepspeed"]
+    assert (info["layout"], info["pp"], info["tp"]) == ("pipeline", 2, 1)
+
+
+def test_inspect_cli_reports_the_parallelism(run_cli):
+    r = run_cli("inspect", str(RUN))
+    assert r.code == 0, r
+    assert "pp=2" in r.out and "3.shift" in r.out
+
+
+@pytest.mark.parametrize(("ext", "workers"), [(".safetensors", 1), (".safetensors", 2), (".pth", 1)])
+def test_migrate_equals_the_live_modules_bit_for_bit(tmp_path, ext, workers):
+    out = tmp_path / f"model{ext}"
+    report = migrate(RUN, out, workers=workers)
+    assert report.ok and report.written
+    assert_bit_equal(_read(out), st.load_file(str(RUN / "expected.safetensors")))
+
+
+def test_workers_write_the_same_bytes(tmp_path):
+    one, two = tmp_path / "1.safetensors", tmp_path / "2.safetensors"
+    assert migrate(RUN, one, workers=1).ok and migrate(RUN, two, workers=2).ok
+    assert one.read_bytes() == two.read_bytes()
+
+
+def test_a_missing_layer_file_is_one_clear_error(tmp_path, run_cli):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json"))
+    (run / "global_step1" / "layer_03-model_states.pt").unlink()
+    r = run_cli("migrate", str(run), "-o", str(tmp_path / "out.safetensors"))
+    assert_one_line_error(r, "layer_03", "missing", "pp=2", "tp=1")
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_a_missing_stage_is_one_clear_error(tmp_path, run_cli):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json"))
+    (run / "global_step1" / "mp_rank_01_model_states.pt").unlink()
+    (run / "global_step1" / "zero_pp_rank_0_mp_rank_01_optim_states.pt").unlink()
+    assert_one_line_error(run_cli("inspect", str(run)), "pp=2", "1 mp_rank_XX")
+
+
+def test_one_layer_file_points_at_the_run(run_cli):
+    r = run_cli("inspect", str(RUN / "global_step1" / "layer_00-model_states.pt"))
+    assert r.code == 0, r
+    assert "DeepSpeed checkpoint" in r.out + r.err

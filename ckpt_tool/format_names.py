@@ -35,6 +35,9 @@ class Format(Name):
     # A folder a library wrote (save_pretrained, PEFT, diffusers, sentence-transformers, Trainer, accelerate):
     # what detect says of it; the report's format is that of the weights it holds (formats/hf/read.py).
     HF_FOLDER = "hf-folder"
+    # Megatron-LM's legacy checkpoint folder (``mp_rank_XX/model_optim_rng.pt`` per tensor-parallel rank),
+    # merged by the user's rules (formats/deepspeed/megatron.py)
+    MEGATRON_LEGACY = "megatron-legacy"
 
 
 class OutputFormat(Name):

@@ -37,6 +37,7 @@ _READERS: dict[Format, str] = {
     Format.DCP: "dcp.metadata:read_dcp",
     Format.TORCH_TAR: "torchsave.tar:read_legacy_tar",
     Format.DEEPSPEED: "deepspeed.read:read_deepspeed",
+    Format.MEGATRON_LEGACY: "deepspeed.megatron:read_megatron_legacy",
     Format.TORCH_EXPORT: "torchsave.export:read_export",
 }
 _UNSAFE_READS = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TORCH_TAR})

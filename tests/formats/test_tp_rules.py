@@ -198,3 +198,39 @@ def test_a_zero_stage_0_run_merges_from_its_module_states(tmp_path):
     out = tmp_path / "model.safetensors"
     assert migrate(run, out, tp_rules=str(rules)).ok
     assert_bit_equal(out)  # fp32 training: the module is the master weights
+
+
+# -- Megatron-LM's legacy mp_rank_XX/model_optim_rng.pt -------------------------------------------------------
+MEG = ROOT / "fixtures" / "deepspeed_parallel" / "megatron_legacy"
+
+
+def test_megatron_legacy_without_rules_is_one_line_naming_the_sizes(run_cli):
+    assert_one_line_error(run_cli("inspect", str(MEG)), "Megatron-LM", "pp=1, tp=2", "--tp-rules")
+
+
+@pytest.mark.parametrize(("ext", "workers"), [(".safetensors", "1"), (".safetensors", "2"), (".pth", "1")])
+def test_megatron_legacy_merged_by_the_rules_file(tmp_path, run_cli, ext, workers):
+    out = tmp_path / f"model{ext}"
+    r = run_cli("migrate", str(MEG), "-o", str(out), "--tp-rules", str(MEG / "rules.toml"), "--workers", workers)
+    assert r.code == 0, r
+    got = torch.load(out, weights_only=True) if ext == ".pth" else st.load_file(str(out))
+    expected = st.load_file(str(MEG / "expected.safetensors"))
+    assert sorted(got) == sorted(expected)
+    for k, v in expected.items():
+        assert got[k].shape == v.shape and torch.equal(_bits(got[k]), _bits(v)), k
+    assert got["language_model.embedding.word_embeddings.weight"].shape == (15, 8)  # padding cut
+
+
+def test_megatron_legacy_inspect_with_rules(tmp_path):
+    ck = load(MEG, tp_rules=parse_rules((MEG / "rules.toml").read_text(), "rules.toml"))
+    assert ck.format == "megatron-legacy" and ck.metadata["megatron"]["tp"] == 2
+    shapes = {t.key: list(t.shape) for t in ck.tensors}
+    assert shapes["language_model.encoder.layers.0.mlp.dense_4h_to_h.weight"] == [8, 32]
+    assert shapes["language_model.encoder.layers.0.self_attention.query_key_value.weight"] == [24, 8]
+
+
+def test_megatron_legacy_missing_rank_is_named(tmp_path, run_cli):
+    run = tmp_path / "meg"
+    shutil.copytree(MEG, run)
+    shutil.rmtree(run / "iter_0000001" / "mp_rank_01")
+    assert_one_line_error(run_cli("inspect", str(run)), "tensor_model_parallel_size=2", "tp=1")

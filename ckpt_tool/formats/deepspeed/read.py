@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
 from ..checkpoint.loaded import Loaded, ReadOptions
 from .files import find_parallel
 from .meta import describe
-from .parallel import read_parallel
+from .parallel import parallel_sizes, read_parallel
 from .ranks import consolidate
 from .universal import read_universal
 
@@ -30,6 +31,11 @@ def read_deepspeed(path: str, options: ReadOptions) -> Loaded:
     if paths.is_url(run.folder):  # every rank file's first request at once, not one round trip after another
         paths.open_together([p for _, p in run.model + run.optim])
     part = consolidate(run, options)
+    pp, tp = parallel_sizes(part.m0, par)
+    if pp * tp > 1:  # one rank's shards are not the model (AutoTP on CPU once wrote only mp_rank_00 files)
+        raise InputError(f"the model states say pp={pp} x tp={tp} ({pp * tp} model-parallel ranks), but only "
+                         "mp_rank_00 files are here: the other ranks' files are missing (not saved, or not copied)",
+                         run.folder)
     loaded = Loaded(Format.DEEPSPEED, OrderedDict(), part.reader.references, part.reader.warnings,
                     [part.builder.source, *part.reader.sources])
     loaded.root = part.tensors

@@ -158,10 +158,12 @@ def from_universal_info(info: Mapping[Any, Any]) -> TpRules:
         for p in (entry.get("patterns") or []) if isinstance(entry, Mapping) else []:
             unsupported.append((str(p), "it is made of sub-parameters (parameter_with_sub_params), which ckpt "
                                 "does not merge yet"))
-    affine = info.get("affine_map")
-    params = affine.get("params") if isinstance(affine, Mapping) else None
-    for p in params if isinstance(params, Mapping) else {}:
-        unsupported.append((str(p), "its layout is an affine map (AutoTP), which ckpt does not merge yet"))
+    # AutoTP publishes an affine map beside the category patterns, "so a converter that predates the map
+    # simply does not see the key and takes the categories" (deepspeed/module_inject/layers.py): ckpt is such
+    # a converter. What AutoTP itself cannot describe it lists as unsupported, with its reason.
+    autotp = info.get("autotp_unsupported_parameter_patterns")
+    for p, reason in autotp.items() if isinstance(autotp, Mapping) else ():
+        unsupported.append((str(p), f"AutoTP records it as not convertible ({reason})"))
     size = info.get("original_vocab_size")
     return TpRules(tuple(rules), UC_INFO, regex=True, default=TpRule("", TpMerge.CONCAT, 0),
                    vocab_patterns=pats("vocabulary_parameter_patterns"),

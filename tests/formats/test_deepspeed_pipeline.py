@@ -92,3 +92,29 @@ def test_one_layer_file_points_at_the_run(run_cli):
     r = run_cli("inspect", str(RUN / "global_step1" / "layer_00-model_states.pt"))
     assert r.code == 0, r
     assert "DeepSpeed checkpoint" in r.out + r.err
+
+
+TIED = ROOT / "fixtures" / "deepspeed_parallel" / "pipeline_tied"
+
+
+def test_tied_layers_take_pipeline_modules_name(tmp_path):
+    """A TiedLayerSpec is saved in the layer file of each index it sits at (layer_00 and layer_04) but is one
+    parameter, ``tied_modules.embed.weight``, in PipelineModule.state_dict(): one key, as there."""
+    ck = load(TIED)
+    assert sorted(t.key for t in ck.tensors) == ["1.bias", "1.weight", "3.bias", "3.weight",
+                                                 "tied_modules.embed.weight"]
+    assert any("tied weight(s) tied_modules.embed.weight are held by more than one pipeline stage" in w
+               for w in ck.warnings)
+    out = tmp_path / "model.safetensors"
+    assert migrate(TIED, out).ok
+    assert_bit_equal(_read(out), st.load_file(str(TIED / "expected.safetensors")))
+
+
+def test_a_run_without_optimizer_files_reads_the_layer_files(tmp_path):
+    """ZeRO stage 0 (or the optimizer states left behind): the weights are the layer files' own."""
+    for src in (RUN, TIED):
+        run = tmp_path / src.name
+        shutil.copytree(src, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json", "*_optim_states.pt"))
+        out = tmp_path / f"{src.name}.safetensors"
+        assert migrate(run, out).ok
+        assert_bit_equal(_read(out), st.load_file(str(src / "expected.safetensors")))  # fp32: layers == masters

@@ -74,14 +74,37 @@ def _stage_layers(par: ParallelRun, models: list[dict[Any, Any]], pp: int, tp: i
     return out
 
 
-def _module(files: list[tuple[int, str]], reader: StatesReader) -> OrderedDict[str, LazyTensor]:
-    """The stage's module state_dict from its layer files: ``N.key`` for key ``key`` of layer N."""
+def _names(m: Mapping[Any, Any]) -> set[str]:
+    """Every tensor name a stage's model states record."""
+    names = {str(n) for g in (m.get("param_shapes") or []) if isinstance(g, Mapping) for n in g}
+    names |= {str(n) for n in (m.get("buffer_names") or [])}
+    frozen = m.get("frozen_param_shapes")
+    return names | {str(n) for n in (frozen if isinstance(frozen, Mapping) else ())}
+
+
+def _module(files: list[tuple[int, str]], reader: StatesReader, names: set[str]) -> OrderedDict[str, LazyTensor]:
+    """The stage's module state_dict from its layer files: ``N.key`` for key ``key`` of layer N.
+
+    A TiedLayerSpec layer is registered once as ``tied_modules.<name>`` and saved into the layer file of
+    every index it appears at; PipelineModule.state_dict() and param_shapes call it
+    ``tied_modules.<name>.<key>``, so a layer file whose ``N.key`` the stage does not name, and whose key
+    exactly one tied module of the stage has, is that tied module's copy (the first one kept).
+    """
     module: OrderedDict[str, LazyTensor] = OrderedDict()
+    tied = sorted(n for n in names if n.startswith("tied_modules."))
     for index, path in files:
         root = reader.pickle(path)
         for key, value in root.items():
-            if isinstance(value, LazyTensor):
-                module[f"{index}.{key}"] = value
+            if not isinstance(value, LazyTensor):
+                continue
+            name = f"{index}.{key}"
+            if name not in names:
+                owners = [n for n in tied if n.split(".", 2)[2:] == [str(key)]]
+                if len(owners) == 1:
+                    if owners[0] not in module:
+                        module[owners[0]] = value
+                    continue
+            module[name] = value
     return module
 
 
@@ -115,7 +138,7 @@ def read_parallel(path: str, par: ParallelRun, options: ReadOptions) -> Loaded:
                          "model_states.pt files: the weights are in them", par.folder)
     parts: list[RankPart] = []
     for i, run in enumerate(par.ranks):
-        module = _module(layers[i], states) if layers is not None else None
+        module = _module(layers[i], states, _names(models[i])) if layers is not None else None
         parts.append(consolidate(run, options, models[i], module))
     readers = [states] + [p.reader for p in parts]
     references: list[GlobalRef] = [ref for r in readers for ref in r.references]
@@ -134,8 +157,8 @@ def read_parallel(path: str, par: ParallelRun, options: ReadOptions) -> Loaded:
             merged = stage[0]
         repeated = [k for k in merged if k in tensors]
         if repeated:
-            warnings.append(f"{', '.join(repeated[:3])} appear(s) in more than one pipeline stage (tied layers); "
-                            "the first stage's values are kept")
+            warnings.append(f"tied weight(s) {', '.join(repeated[:3])} are held by more than one pipeline stage "
+                            "(DeepSpeed keeps the copies equal); the first stage's are written")
         for key, meta in merged.items():
             tensors.setdefault(key, meta)
     loaded = Loaded(Format.DEEPSPEED, tensors, references, warnings, sources)

@@ -110,7 +110,7 @@ def read_universal(par: ParallelRun, options: ReadOptions) -> Loaded:
         reader.warnings.append(f"buffer(s) {', '.join(lost[:5])} are not in the universal checkpoint "
                                "(ds_to_universal converts parameters only, and this run kept its buffers in "
                                "layer files it does not copy)")
-    tensors = builder.ordered(_order(m0, list(builder.tensors)))
+    tensors = builder.ordered(dict.fromkeys(_order(m0, list(builder.tensors))))
     loaded = Loaded(Format.DEEPSPEED, tensors, reader.references, reader.warnings, [source, *reader.sources])
     loaded.tensors = list(tensors.values())
     loaded.layout = "state_dict"

@@ -16,6 +16,7 @@ from .options import (
     quiet_option,
     target_kwargs_for,
     target_options,
+    tp_rules_option,
     unsafe_option,
 )
 from .progress import progress_bars
@@ -44,9 +45,7 @@ if TYPE_CHECKING:
                    "report); without it such a cast fails and nothing is written.")
 @click.option("--rules", "rules_file", default=None, metavar="FILE",
               help="A TOML rules file (applied before the options above; see docs/migrate.md).")
-@click.option("--tp-rules", "tp_rules", default=None, metavar="FILE",
-              help="A TOML file naming the split dimension per key pattern, to merge the tensor-parallel shards of "
-                   "a DeepSpeed run (mp_rank_XX) that records no universal_checkpoint_info; see docs/consolidate.md.")
+@tp_rules_option
 @target_options("Module the output must load into with strict=True")
 @click.option("--auto", is_flag=True, help="Infer the rules that make SRC match --target (printed before applying).")
 @click.option("--allow-missing", multiple=True, metavar="GLOB",

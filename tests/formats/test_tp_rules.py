@@ -288,3 +288,14 @@ def test_a_merge_larger_than_the_bound_is_streamed(tmp_path):
     got = st.load_file(str(out))
     for k, v in full.items():
         assert torch.equal(_bits(got[k]), _bits(v)), k
+
+
+def test_inspect_takes_the_rules_too(run_cli):
+    r = run_cli("inspect", "--json", str(MEG), "--tp-rules", str(MEG / "rules.toml"))
+    assert r.code == 0, r
+    import json
+
+    doc = json.loads(r.out)
+    shapes = {t["key"]: t["shape"] for t in doc["tensors"]}
+    assert shapes["language_model.embedding.word_embeddings.weight"] == [15, 8]
+    assert doc["metadata"]["megatron"]["tp_rules"]["merged"]["replicated"] == 9

@@ -141,14 +141,18 @@ def inspect(
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress = NO_PROGRESS,
     torch_version: str | None = None,
+    tp_rules: str | None = None,
 ) -> InspectReport:
     """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true (tensors read go to ``progress``).
 
     ``torch_version`` picks the torch whose weights_only rules the prediction
-    applies (default: the installed torch, else the newest known).
+    applies (default: the installed torch, else the newest known). ``tp_rules`` names a TOML file
+    saying how tensor-parallel shards merge (formats/deepspeed/tprules.py, docs/consolidate.md).
     """
     _refuse_unread(os.fspath(path))
-    ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
+    from ...formats.deepspeed import load_rules
+
+    ckpt = load(path, key=key, unsafe=unsafe, limits=limits, tp_rules=load_rules(tp_rules) if tp_rules else None)
     per_tensor = None
     if stats:
         per_tensor = {}

@@ -26,6 +26,7 @@ from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import LazyTensor
+from ..checkpoint.build import summarize
 from ..checkpoint.loaded import Loaded, ReadOptions
 from .files import ParallelRun
 from .ranks import RankPart, StatesReader, consolidate
@@ -175,4 +176,6 @@ def read_parallel(path: str, par: ParallelRun, options: ReadOptions) -> Loaded:
                 + [paths.basename(p) for *_, p in par.layers])
     if rules is not None:
         info["tp_rules"] = {"from": rules.origin, "merged": merges}
+    if m0.get(UC_INFO) is not None:
+        loaded.metadata[UC_INFO] = summarize(m0[UC_INFO])
     return loaded

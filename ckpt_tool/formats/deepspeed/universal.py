@@ -123,7 +123,9 @@ def read_universal(par: ParallelRun, options: ReadOptions) -> Loaded:
         "dtype": training_dtype(m0, loaded.tensors),
         "tag": par.tag or paths.basename(par.folder if paths.is_url(par.folder) else os.path.abspath(par.folder)),
         "folder": par.folder,
-        "files": [paths.basename(p) for r in par.ranks for _, p in r.model] + ["zero/"],
+        # the files DeepSpeed's loader opens with torch.load besides one fp32.pt per parameter
+        "files": [paths.basename(p) for r in par.ranks for _, p in r.model]
+        + (["zero/optimizer_state.pt"] if "optimizer_state.pt" in entries else []),
     }
     if isinstance(dims, Mapping):
         info.update(pp=dims.get("pp_degree"), tp=dims.get("tp_degree"))

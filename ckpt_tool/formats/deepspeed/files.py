@@ -80,13 +80,18 @@ def read_latest(run: str, latest: str = LATEST) -> str:
 def is_deepspeed(folder: str) -> bool:
     """A run folder (``latest`` or ``latest_universal`` beside its tag folder) or a tag folder of model states."""
     try:
-        for latest in (LATEST, LATEST_UNIVERSAL):
-            if paths.isfile(paths.join(folder, latest)):
-                with paths.open_bytes(paths.join(folder, latest)) as f:
-                    return f.size <= _MAX_TAG
+        if paths.isfile(paths.join(folder, LATEST)):
+            with paths.open_bytes(paths.join(folder, LATEST)) as f:
+                return f.size <= _MAX_TAG
+        if _has_model_states(folder):
+            return True
+        # probed last: behind a URL each look is a request, and only ds_to_universal's output has it
+        if paths.isfile(paths.join(folder, LATEST_UNIVERSAL)):
+            with paths.open_bytes(paths.join(folder, LATEST_UNIVERSAL)) as f:
+                return f.size <= _MAX_TAG
     except InputError:
         return False
-    return _has_model_states(folder)
+    return False
 
 
 def find_run(path: str) -> RunFiles:

@@ -118,3 +118,42 @@ def test_a_run_without_optimizer_files_reads_the_layer_files(tmp_path):
         out = tmp_path / f"{src.name}.safetensors"
         assert migrate(run, out).ok
         assert_bit_equal(_read(out), st.load_file(str(src / "expected.safetensors")))  # fp32: layers == masters
+
+
+def test_pipeline_and_tensor_parallel_together(tmp_path):
+    """pp=2 x tp=2 in DeepSpeed's layout (written with torch.save: mp_rank_XX is stage XX // 2, tp rank XX % 2;
+    layer_NN-model_TT-model_states.pt per layer and tp rank; ZeRO-0), merged by its universal_checkpoint_info."""
+    from collections import OrderedDict
+
+    g = torch.Generator().manual_seed(0)
+    full = OrderedDict()
+    for n in range(4):  # column-parallel 0 and 2, row-parallel 1 and 3
+        shape = (16, 8) if n % 2 == 0 else (8, 16)
+        full[f"{n}.weight"] = torch.randn(*shape, generator=g)
+        full[f"{n}.bias"] = torch.randn(shape[0], generator=g)
+    split = {k: (None if k.endswith(".bias") and int(k[0]) % 2 else 1 if int(k[0]) % 2 else 0) for k in full}
+    info = {"tp_replicated_parameter_patterns": [r"[13]\.bias$"],
+            "parameter_with_row_parallelism_patterns": [r"[13]\.weight$"]}
+    tag = tmp_path / "run" / "global_step1"
+    tag.mkdir(parents=True)
+    (tmp_path / "run" / "latest").write_text("global_step1")
+    for stage in range(2):
+        for tp in range(2):
+            shards = {}
+            for n in (2 * stage, 2 * stage + 1):
+                layer = OrderedDict()
+                for name in ("weight", "bias"):
+                    key = f"{n}.{name}"
+                    dim = split[key]
+                    layer[name] = full[key].clone() if dim is None else full[key].chunk(2, dim)[tp].clone()
+                    shards[key] = layer[name]
+                torch.save(layer, tag / f"layer_{n:02d}-model_{tp:02d}-model_states.pt")
+            torch.save({"module": None, "buffer_names": [], "dp_world_size": 1, "mp_world_size": 4,
+                        "param_shapes": [OrderedDict((k, v.shape) for k, v in shards.items())],
+                        "checkpoint_parallel_dimensions": {"pp_degree": 2, "tp_degree": 2},
+                        "universal_checkpoint_info": info}, tag / f"mp_rank_{2 * stage + tp:02d}_model_states.pt")
+    ck = load(tmp_path / "run")
+    assert [(t.key, list(t.shape)) for t in ck.tensors] == [(k, list(v.shape)) for k, v in full.items()]
+    out = tmp_path / "model.safetensors"
+    assert migrate(tmp_path / "run", out, workers=2).ok
+    assert_bit_equal(_read(out), dict(full))

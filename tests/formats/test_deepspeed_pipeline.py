@@ -157,3 +157,22 @@ def test_pipeline_and_tensor_parallel_together(tmp_path):
     out = tmp_path / "model.safetensors"
     assert migrate(tmp_path / "run", out, workers=2).ok
     assert_bit_equal(_read(out), dict(full))
+
+
+BF16 = ROOT / "fixtures" / "deepspeed_parallel" / "pipeline_bf16"
+
+
+def test_a_bf16_pipeline_gives_the_fp32_masters(tmp_path):
+    """Trained in bf16: the layer files hold bf16, the stages' ZeRO-1 files the fp32 masters, which ckpt writes
+    (as for data-parallel runs); rounded to bf16 they are the live modules' weights exactly. The buffer is as saved."""
+    ck = load(BF16)
+    assert {t.dtype for t in ck.tensors} == {"float32"}
+    out = tmp_path / "model.safetensors"
+    assert migrate(BF16, out).ok
+    got, live = _read(out), st.load_file(str(BF16 / "expected.safetensors"))
+    assert sorted(got) == sorted(live)
+    for k, v in live.items():
+        assert got[k].dtype == torch.float32, k
+        assert torch.equal(_bits(got[k].to(v.dtype)), _bits(v)), k
+    assert live["3.shift"].dtype == torch.float32  # DeepSpeed leaves the buffer fp32; so does ckpt
+    assert not torch.equal(got["0.weight"], got["0.weight"].to(torch.bfloat16).float())  # masters, not bf16 copies

@@ -38,6 +38,9 @@ class Format(Name):
     # A state dict or an nn.Module handed to the Python API (``ckpt_tool.diff(model.state_dict(), ...)``): no file,
     # its tensors are read where they are (tensors/live.py, commands/inputs.py).
     IN_MEMORY = "in-memory"
+    # Megatron-LM's legacy checkpoint folder (``mp_rank_XX/model_optim_rng.pt`` per tensor-parallel rank),
+    # merged by the user's rules (formats/deepspeed/megatron.py)
+    MEGATRON_LEGACY = "megatron-legacy"
 
 
 class OutputFormat(Name):
@@ -50,3 +53,20 @@ class OutputFormat(Name):
     # a folder from_pretrained loads: the weights as safetensors (sharded with an index when asked) beside the
     # source folder's config, tokenizer and other small files (writers/hf_folder.py)
     HF_FOLDER = "hf-folder"
+
+
+class DeepSpeedLayout(Name):
+    """How a DeepSpeed checkpoint is parallelised (metadata["deepspeed"]["layout"])."""
+
+    ZERO = "zero"  # data-parallel only: ZeRO partitions of one model
+    PIPELINE = "pipeline"  # layer_XX files, one mp_rank_XX per pipeline stage
+    TENSOR_PARALLEL = "tensor-parallel"  # one mp_rank_XX per tensor-parallel rank, merged by rules
+    UNIVERSAL = "universal"  # ds_to_universal's output: zero/<param>/fp32.pt, already merged
+
+
+class TpMerge(Name):
+    """How the tensor-parallel shards of one tensor become the whole tensor (formats/deepspeed/tprules.py)."""
+
+    CONCAT = "concat"  # the ranks' pieces concatenated along ``dim``
+    REPLICATED = "replicated"  # every rank holds the whole tensor (checked equal), written once
+    TWO_SUB_PARAMS = "two-sub-params"  # two fused halves, each split along dim 0 (DeepSpeed's SwiGLU case)

@@ -11,6 +11,7 @@ from .options import (
     limits_from,
     quiet_option,
     torch_version_option,
+    tp_rules_option,
     unsafe_option,
 )
 from .progress import progress_bars
@@ -26,12 +27,13 @@ from .remote_io import download_option, remote_scope, verbose_option
 @click.option("--stats", is_flag=True, help="Read tensor data: min/max/mean/std and NaN/Inf counts.")
 @click.option("--tree", is_flag=True, help="Group keys by module path with parameter counts.")
 @torch_version_option
+@tp_rules_option
 @download_option
 @verbose_option
 @limit_options
 def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, quiet: bool,
-                    stats: bool, tree: bool, torch_version: str | None, download: bool, verbose: bool,
-                    **kwargs: object) -> int:
+                    stats: bool, tree: bool, torch_version: str | None, tp_rules: str | None, download: bool,
+                    verbose: bool, **kwargs: object) -> int:
     """Show what is in a checkpoint: keys, shapes, dtypes, layout, metadata.
 
     Reads no tensor data unless --stats is given.
@@ -43,7 +45,7 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
     try:
         with remote_scope([path], download=download, verbose=verbose, quiet=quiet):
             report = inspect(path, key=key, unsafe=unsafe, stats=stats, limits=limits_from(kwargs), progress=bars,
-                             torch_version=torch_version)
+                             torch_version=torch_version, tp_rules=tp_rules)
     finally:
         bars.done()
     keep_until_exit(report)

@@ -16,6 +16,7 @@ from .options import (
     quiet_option,
     target_kwargs_for,
     target_options,
+    tp_rules_option,
     unsafe_option,
 )
 from .progress import progress_bars
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
                    "report); without it such a cast fails and nothing is written.")
 @click.option("--rules", "rules_file", default=None, metavar="FILE",
               help="A TOML rules file (applied before the options above; see docs/migrate.md).")
+@tp_rules_option
 @target_options("Module the output must load into with strict=True")
 @click.option("--auto", is_flag=True, help="Infer the rules that make SRC match --target (printed before applying).")
 @click.option("--allow-missing", multiple=True, metavar="GLOB",
@@ -78,7 +80,8 @@ if TYPE_CHECKING:
 @limit_options
 def migrate_command(src: str, out: str | None, to: str | None, key: str | None, strip_prefix: tuple[str, ...],
                     add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
-                    allow_overflow: bool, rules_file: str | None, target: str | None, target_kwargs: str | None,
+                    allow_overflow: bool, rules_file: str | None, tp_rules: str | None, target: str | None,
+                    target_kwargs: str | None,
                     auto: bool,
                     allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
                     workers: int | None, state_dict_only: bool, keep_container: bool, config_from: str | None,
@@ -123,8 +126,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
         with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
             report = migrate(
                 src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
-                drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
-                target_kwargs=kw, auto=auto,
+                drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, tp_rules=tp_rules,
+                target=target, target_kwargs=kw, auto=auto,
                 allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
                 state_dict_only=state_dict_only, keep_container=keep_container, config_from=config_from,
                 sanitize=sanitize, force=force,

@@ -17,6 +17,10 @@ key_option = click.option("--key", default=None, metavar="DOTTED.PATH",
 unsafe_option = click.option("--unsafe", is_flag=True,
                              help="Trust the file: unpickle it fully (runs code from the file!).")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="Print less; no progress bars.")
+tp_rules_option = click.option(
+    "--tp-rules", "tp_rules", default=None, metavar="FILE",
+    help="A TOML file naming the split dimension per key pattern, to merge tensor-parallel shards "
+         "(a DeepSpeed run without universal_checkpoint_info, Megatron-LM mp_rank_XX); see docs/consolidate.md.")
 
 
 def _torch_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -18,6 +18,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint
 
 if TYPE_CHECKING:
+    from ..formats.deepspeed import TpRules
     from ..tensors.live import InMemoryState
 
 # A checkpoint argument: a path or URL, or (Python API) a state dict, a container of one, or an nn.Module.
@@ -29,12 +30,14 @@ def is_path(value: object) -> TypeGuard[str | os.PathLike[str]]:
 
 
 def open_input(value: CheckpointInput, *, key: str | None = None, unsafe: bool = False,
-               limits: Limits = DEFAULT_LIMITS, read_values: bool = False) -> Checkpoint:
+               limits: Limits = DEFAULT_LIMITS, read_values: bool = False,
+               tp_rules: TpRules | None = None) -> Checkpoint:
     """``formats.load`` for a path; for a state dict or a module, the Checkpoint of its tensors in memory."""
     from ..formats import load
 
     if is_path(value):
-        return load(os.fspath(value), key=key, unsafe=unsafe, limits=limits, read_values=read_values)
+        return load(os.fspath(value), key=key, unsafe=unsafe, limits=limits, read_values=read_values,
+                    tp_rules=tp_rules)
     from ..formats import Loaded
     from ..formats.checkpoint.build import build
     from ..tensors.live import in_memory_state

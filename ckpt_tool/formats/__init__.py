@@ -21,6 +21,7 @@ from ..model import Checkpoint, TensorMeta
 from ..pickles.weights_only import inputs as wo_input
 from . import detect as _detect
 from .checkpoint.loaded import Loaded, ReadOptions
+from .deepspeed.tprules import TpRules
 
 Reader = Callable[[str, ReadOptions], Loaded]
 
@@ -36,6 +37,7 @@ _READERS: dict[Format, str] = {
     Format.DCP: "dcp.metadata:read_dcp",
     Format.TORCH_TAR: "torchsave.tar:read_legacy_tar",
     Format.DEEPSPEED: "deepspeed.read:read_deepspeed",
+    Format.MEGATRON_LEGACY: "deepspeed.megatron:read_megatron_legacy",
     Format.TORCH_EXPORT: "torchsave.export:read_export",
 }
 _UNSAFE_READS = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TORCH_TAR})
@@ -148,13 +150,15 @@ def load(
     unsafe: bool = False,
     limits: Limits = DEFAULT_LIMITS,
     read_values: bool = False,
+    tp_rules: TpRules | None = None,
 ) -> Checkpoint:
     """Read a checkpoint's metadata safely: no code runs and no tensor bytes are read.
 
     Non-tensor values a file keeps apart from its metadata (a DCP folder's
     bytes items: an optimizer's ``lr``, a step count) are left unread and
     described (model.Deferred) unless ``read_values`` asks for them, as
-    migrate and ``diff --values`` do.
+    migrate and ``diff --values`` do. ``tp_rules`` says how the tensor-parallel
+    shards of a DeepSpeed run merge (formats/deepspeed/tprules.py).
     """
     from .checkpoint.build import build
 
@@ -162,7 +166,7 @@ def load(
     if not is_url(p) and not os.path.lexists(p):
         raise InputError("no such file or folder", p)
     with gc_paused():
-        loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe))
+        loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe, tp_rules=tp_rules))
         try:
             ck = build(loaded, p, key, limits)
             if read_values and loaded.deferred:  # walking 200,000 entries of any other file would find none

@@ -64,6 +64,10 @@ def detect(path: str) -> Format:
 
         if is_deepspeed(path):
             return Format.DEEPSPEED
+        from .deepspeed.megatron import is_megatron_legacy
+
+        if is_megatron_legacy(path):
+            return Format.MEGATRON_LEGACY
         shard = distributed_safetensors_shard(path)
         if shard is not None:
             raise InputError(distributed_message(shard), path)

@@ -70,7 +70,11 @@ def summary_lines(report: InspectReport) -> list[str]:
     lines.append(f"layout:     {layout}")
     ds = c.metadata.get("deepspeed") if c.format == Format.DEEPSPEED else None
     if isinstance(ds, dict):  # what was consolidated: the run the partitions come from
-        lines.append(f"training:   DeepSpeed ZeRO-{ds.get('zero_stage')}, {ds.get('world_size')} rank(s), "
+        universal = ds.get("layout") == "universal"
+        kind = "universal checkpoint" if universal else f"ZeRO-{ds.get('zero_stage')}"
+        parallel = (f", {'merged from' if universal else ds.get('layout')} pp={ds.get('pp')} tp={ds.get('tp')}"
+                    if "pp" in ds else "")
+        lines.append(f"training:   DeepSpeed {kind}, {ds.get('world_size')} rank(s){parallel}, "
                      f"{ds.get('dtype')}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
     from .hf_folder import folder_lines
 

@@ -141,15 +141,20 @@ def inspect(
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress = NO_PROGRESS,
     torch_version: str | None = None,
+    tp_rules: str | None = None,
 ) -> InspectReport:
     """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true (tensors read go to ``progress``).
 
     ``torch_version`` picks the torch whose weights_only rules the prediction
-    applies (default: the installed torch, else the newest known).
+    applies (default: the installed torch, else the newest known). ``tp_rules`` names a TOML file
+    saying how tensor-parallel shards merge (formats/deepspeed/tprules.py, docs/consolidate.md).
     """
     if is_path(path):
         _refuse_unread(os.fspath(path))
-    ckpt = open_input(path, key=key, unsafe=unsafe, limits=limits)  # a path, or (Python) a state dict or module
+    from ...formats.deepspeed import load_rules
+
+    ckpt = open_input(path, key=key, unsafe=unsafe, limits=limits,  # a path, or (Python) a state dict or module
+                      tp_rules=load_rules(tp_rules) if tp_rules else None)
     per_tensor = None
     if stats:
         per_tensor = {}

@@ -107,6 +107,7 @@ def migrate(
     dtype: str | None = None,
     allow_overflow: bool = False,
     rules_file: str | None = None,
+    tp_rules: str | None = None,
     target: str | None = None,
     target_kwargs: Mapping[str, object] | None = None,
     auto: bool = False,
@@ -147,20 +148,23 @@ def migrate(
     ``allow_overflow`` writes an output even when a cast turned finite values
     into inf/NaN (the counts are in the report); without it that fails, and
     nothing is published.
+    ``tp_rules`` names a TOML file saying how a DeepSpeed run's tensor-parallel shards merge
+    (docs/consolidate.md); without it, the rules the run records (``universal_checkpoint_info``) are used.
     ``workers`` (default: the cores, for DeepSpeed/DCP sources) write a safetensors or sharded output from
     several processes; under ``torchrun`` every rank writes its share (commands/migrate/parallel/workers.py).
     """
     plan = plan_migration(
         src, out, to=to, key=key, rules=rules, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
-        drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
-        target_kwargs=target_kwargs, auto=auto, allow_missing=allow_missing, devices=devices,
+        drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, tp_rules=tp_rules,
+        target=target, target_kwargs=target_kwargs, auto=auto, allow_missing=allow_missing, devices=devices,
         max_shard_size=max_shard_size, workers=workers, state_dict_only=state_dict_only, keep_container=keep_container,
         config_from=config_from, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
         limits=limits)
     hooks = Hooks(progress=progress or NO_PROGRESS, on_rules=on_rules, on_cleaned=on_cleaned,
                   after_write=_after_write)
     s = plan.source
-    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, read_values=True)  # a DCP folder's values
+    # read_values: a DCP folder's values
+    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, read_values=True, tp_rules=s.tp_rules)
     try:
         return run_plan(ck, plan, hooks)
     finally:

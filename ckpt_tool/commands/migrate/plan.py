@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ... import writers
 from ...errors import UsageError
 from ...format_names import OutputFormat
+from ...formats.deepspeed import TpRules, load_rules
 from ...formats.hf.deploy import HfOutput, plan_hf_output
 from ...io.atomic import staletemp
 from ...keys.rules import RuleSet, load_rules_file, parse_rename
@@ -31,6 +32,7 @@ class SourcePlan:
     key: str | None = None
     unsafe: bool = False
     limits: Limits = DEFAULT_LIMITS
+    tp_rules: TpRules | None = None  # --tp-rules FILE: how a DeepSpeed run's tensor-parallel shards merge
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +126,7 @@ def plan_migration(
     dtype: str | None = None,
     allow_overflow: bool = False,
     rules_file: str | None = None,
+    tp_rules: str | None = None,
     target: str | None = None,
     target_kwargs: Mapping[str, object] | None = None,
     auto: bool = False,
@@ -175,7 +178,8 @@ def plan_migration(
         rules = build_rules(rules_file=rules_file, strip_prefix=strip_prefix, add_prefix=add_prefix,
                             rename=rename, drop=drop, dtype=dtype)
     return MigratePlan(
-        source=SourcePlan(path=os.fspath(src), key=key, unsafe=unsafe, limits=limits),
+        source=SourcePlan(path=os.fspath(src), key=key, unsafe=unsafe, limits=limits,
+                          tp_rules=load_rules(tp_rules) if tp_rules else None),
         rules=rules,
         output=OutputPlan(path=out_path, format=fmt, shard_bytes=shard_bytes, state_dict_only=state_dict_only,
                           sanitize=sanitize, force=force, dry_run=dry_run, hf=hf),

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...format_names import Format
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.unpickler import BlobReader
 from ...pickles.weights_only.inputs import WeightsOnlyInput
+
+if TYPE_CHECKING:
+    from ..deepspeed.tprules import TpRules
 
 
 @dataclass
@@ -43,3 +46,5 @@ class ReadOptions:
     read_blob: BlobReader | None = None
     # Join the static walk's findings when the file gives reason (checkpoint/findings.py); scan has walked already.
     walk: bool = True
+    # How tensor-parallel shards merge when the user gives the rules (migrate --tp-rules FILE)
+    tp_rules: TpRules | None = None

@@ -4,6 +4,11 @@ A run folder holds ``latest`` (the tag, e.g. ``global_step100``) and one
 folder per tag with ``mp_rank_00_model_states.pt`` (ZeRO 0-2) or
 ``zero_pp_rank_R_mp_rank_00_model_states.pt`` (ZeRO-3, one per rank) and
 ``[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt`` (one per rank).
+Model-parallel runs add ``mp_rank_XX`` files (one per pipeline stage, or
+per tensor-parallel rank; ``checkpoint_parallel_dimensions`` in the model
+states says which) and, for pipeline runs, ``layer_XX[-model_YY]-model_states.pt``
+(one per PipelineModule layer, YY the tensor-parallel rank). A universal
+checkpoint (ds_to_universal's output) holds ``zero/<param>/fp32.pt``.
 Only names are looked at here (and ``latest``); nothing is unpickled. A
 folder behind a URL is read the same way (io/paths: a listing per folder).
 """
@@ -13,13 +18,15 @@ import os
 import re
 from dataclasses import dataclass
 
-from ...errors import InputError, UnsupportedFormat
+from ...errors import InputError
 from ...io import paths
 
 LATEST = "latest"
+LATEST_UNIVERSAL = "latest_universal"  # what ds_to_universal writes beside its output folder
+ZERO = "zero"  # a universal checkpoint's folder of per-parameter folders
 _MODEL = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
 _OPTIM = re.compile(r"^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
-_LAYER = re.compile(r"^layer_\d+-model_(\d+)-model_states\.pt$")
+_LAYER = re.compile(r"^layer_(\d+)(?:-model_(\d+))?-model_states\.pt$")
 _MAX_TAG = 4096
 
 
@@ -32,6 +39,18 @@ class RunFiles:
     model: tuple[tuple[int, str], ...]  # (data-parallel rank, path), rank order; ZeRO 0-2: one file, rank 0
     optim: tuple[tuple[int, str], ...]  # (rank, path), rank order; empty for ZeRO stage 0
     bf16: bool  # the optimizer files carry the ``bf16_`` prefix
+    mp: int = 0  # the model-parallel rank (``mp_rank_XX``): a pipeline stage, or a tensor-parallel rank
+
+
+@dataclass(frozen=True)
+class ParallelRun:
+    """Every file of one tag: one RunFiles per model-parallel rank, the pipeline layer files, or a universal one."""
+
+    folder: str
+    tag: str | None
+    ranks: tuple[RunFiles, ...]  # mp_rank 0, 1, ...
+    layers: tuple[tuple[int, int, str], ...] = ()  # (layer index, tensor-parallel rank, path), in that order
+    universal: str | None = None  # the ``zero/`` folder of a universal checkpoint
 
 
 def _names(folder: str) -> list[str]:
@@ -45,66 +64,75 @@ def _has_model_states(folder: str) -> bool:
         return False
 
 
-def _has_latest(folder: str) -> bool:
-    """``latest`` is here (for a URL, answered from the folder's listing where one was read)."""
-    return paths.isfile(paths.join(folder, LATEST))
-
-
-def read_latest(run: str) -> str:
+def read_latest(run: str, latest: str = LATEST) -> str:
     """The tag ``latest`` names (one line, a folder inside the run folder)."""
     try:
-        with paths.open_bytes(paths.join(run, LATEST)) as f:
+        with paths.open_bytes(paths.join(run, latest)) as f:
             raw = f.read_upto(0, _MAX_TAG + 1)
     except InputError as exc:
-        raise InputError(f"cannot read {LATEST}: {exc.message}", run) from None
+        raise InputError(f"cannot read {latest}: {exc.message}", run) from None
     tag = raw.decode("utf-8", "replace").strip()
     if not tag or len(raw) > _MAX_TAG or "\n" in tag or "/" in tag or os.sep in tag or tag in (".", ".."):
-        raise InputError(f"{LATEST} does not hold a DeepSpeed tag (one folder name, e.g. global_step100)", run)
+        raise InputError(f"{latest} does not hold a DeepSpeed tag (one folder name, e.g. global_step100)", run)
     return tag
 
 
 def is_deepspeed(folder: str) -> bool:
-    """A run folder (``latest`` beside its tag folder) or a tag folder holding model-states files."""
+    """A run folder (``latest`` or ``latest_universal`` beside its tag folder) or a tag folder of model states."""
     try:
-        if _has_latest(folder):
+        if paths.isfile(paths.join(folder, LATEST)):
             with paths.open_bytes(paths.join(folder, LATEST)) as f:
+                return f.size <= _MAX_TAG
+        if _has_model_states(folder):
+            return True
+        # probed last: behind a URL each look is a request, and only ds_to_universal's output has it
+        if paths.isfile(paths.join(folder, LATEST_UNIVERSAL)):
+            with paths.open_bytes(paths.join(folder, LATEST_UNIVERSAL)) as f:
                 return f.size <= _MAX_TAG
     except InputError:
         return False
-    return _has_model_states(folder)
+    return False
 
 
 def find_run(path: str) -> RunFiles:
+    """The files of a data-parallel (ZeRO) checkpoint: model-parallel rank 0 only."""
+    return find_parallel(path).ranks[0]
+
+
+def _tag_folder(path: str) -> tuple[str, str | None]:
+    if not _has_model_states(path):
+        for latest in (LATEST, LATEST_UNIVERSAL):
+            if paths.isfile(paths.join(path, latest)):
+                tag = read_latest(path, latest)
+                folder = paths.join(path, tag)
+                if not _is_folder(folder):
+                    raise InputError(f"{latest} names the tag {tag!r} but the folder {tag}/ is not here (the save "
+                                     "did not finish, or only part of the run was copied)", path)
+                return folder, tag
+    return path, None
+
+
+def find_parallel(path: str) -> ParallelRun:
     """The files of the checkpoint in ``path`` (a run folder with ``latest``, or a tag folder)."""
-    tag = None
-    folder = path
-    if _has_latest(path) and not _has_model_states(path):
-        tag = read_latest(path)
-        folder = paths.join(path, tag)
-        if not _is_folder(folder):
-            raise InputError(f"{LATEST} names the tag {tag!r} but the folder {tag}/ is not here (the save did not "
-                             "finish, or only part of the run was copied)", path)
+    folder, tag = _tag_folder(path)
     names = _names(folder)
-    model: dict[int, str] = {}
-    optim: dict[int, str] = {}
+    model: dict[int, dict[int, str]] = {}
+    optim: dict[int, dict[int, str]] = {}
+    layers: list[tuple[int, int, str]] = []
     prefixes = set()
     for name in names:
         m = _MODEL.match(name)
         if m:
-            if int(m.group(2)) != 0:
-                raise UnsupportedFormat(_MODEL_PARALLEL.format(name=name), folder)
-            model[int(m.group(1) or 0)] = paths.join(folder, name)
+            model.setdefault(int(m.group(2)), {})[int(m.group(1) or 0)] = paths.join(folder, name)
             continue
         o = _OPTIM.match(name)
         if o:
-            if int(o.group(3)) != 0:
-                raise UnsupportedFormat(_MODEL_PARALLEL.format(name=name), folder)
-            optim[int(o.group(2))] = paths.join(folder, name)
+            optim.setdefault(int(o.group(3)), {})[int(o.group(2))] = paths.join(folder, name)
             prefixes.add(bool(o.group(1)))
             continue
-        if _LAYER.match(name):
-            raise UnsupportedFormat(f"{name} is a pipeline-parallel layer file: ckpt reads data-parallel (ZeRO) "
-                                    "checkpoints, not pipeline-parallel ones", folder)
+        la = _LAYER.match(name)
+        if la:
+            layers.append((int(la.group(1)), int(la.group(2) or 0), paths.join(folder, name)))
     if not model:
         hint = ""
         tags = sorted(n for n in names if n.startswith("global_step") and paths.isdir(paths.join(folder, n)))
@@ -114,7 +142,20 @@ def find_run(path: str) -> RunFiles:
     if len(prefixes) > 1:
         raise InputError("the folder mixes bf16_ and plain optimizer-states files (two runs saved into one tag?)",
                          folder)
-    return RunFiles(folder, tag, tuple(sorted(model.items())), tuple(sorted(optim.items())), prefixes == {True})
+    mps = sorted(model)
+    if mps != list(range(len(mps))):
+        missing = sorted(set(range(mps[-1] + 1)) - set(mps))
+        raise InputError(f"the model-states files of model-parallel rank(s) {', '.join(map(str, missing[:5]))} "
+                         f"(mp_rank_{missing[0]:02d}_...) are missing: the checkpoint is incomplete", folder)
+    extra = sorted(set(optim) - set(model))
+    if extra:
+        raise InputError(f"optimizer states of model-parallel rank {extra[0]} but no mp_rank_{extra[0]:02d} "
+                         "model states", folder)
+    ranks = tuple(RunFiles(folder, tag, tuple(sorted(model[mp].items())), tuple(sorted(optim.get(mp, {}).items())),
+                           prefixes == {True}, mp) for mp in mps)
+    zero = paths.join(folder, ZERO)
+    universal = zero if ZERO in names and _is_folder(zero) else None
+    return ParallelRun(folder, tag, ranks, tuple(sorted(layers)), universal)
 
 
 def _is_folder(path: str) -> bool:
@@ -125,10 +166,6 @@ def _is_folder(path: str) -> bool:
         return bool(paths.listdir(path))
     except InputError:
         return False
-
-
-_MODEL_PARALLEL = ("{name} belongs to a model-parallel rank other than 0: tensor-parallel shards need merging rules "
-                   "ckpt does not know (DeepSpeed's zero_to_fp32 does not merge them either)")
 
 
 def check_ranks(files: tuple[tuple[int, str], ...], what: str, folder: str) -> None:
@@ -143,7 +180,7 @@ def check_ranks(files: tuple[tuple[int, str], ...], what: str, folder: str) -> N
 def rank_file_hint(path: str) -> str | None:
     """For one rank's file of a DeepSpeed checkpoint: where the consolidated model is read from."""
     name = paths.basename(path)
-    if not (_MODEL.match(name) or _OPTIM.match(name)):
+    if not (_MODEL.match(name) or _OPTIM.match(name) or _LAYER.match(name)):
         return None
     folder = paths.dirname(path)
     run = paths.dirname(folder)

@@ -1,0 +1,129 @@
+"""DeepSpeed universal checkpoints (ds_to_universal's output) read as the model (issue 24).
+
+fixtures/deepspeed_parallel/universal/ is DeepSpeed 0.19.8's own ds_to_universal
+run on the tensor-parallel fixture (tp=2, fixtures/deepspeed_parallel/generate.py);
+its ``expected.safetensors`` is the live model's, merged. The last tests run
+ds_to_universal itself (a pure file conversion, seconds) on the ZeRO runs of
+fixtures/deepspeed/ and compare with DeepSpeed's zero_to_fp32 output there;
+they need deepspeed (requirements-test.txt) and skip, saying so, without it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+torch = pytest.importorskip("torch")
+st = pytest.importorskip("safetensors.torch")
+
+from ckpt_tool import load  # noqa: E402
+from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+
+HERE = ROOT / "fixtures" / "deepspeed_parallel"
+UNI = HERE / "universal"
+TAG = UNI / "global_step1_universal"
+
+
+def _bits(t):
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _read(path: Path) -> dict:
+    """What a loader gets, the aliases of tied tensors restored (safetensors stores a tie once)."""
+    if path.suffix == ".pth":
+        return torch.load(path, weights_only=True)
+    from safetensors import safe_open
+
+    out = st.load_file(str(path))
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+    out.update({k: out[v] for k, v in meta.items() if v in out and k not in out})
+    return out
+
+
+def assert_bit_equal(got: dict, expected: dict) -> None:
+    assert sorted(got) == sorted(expected)
+    for k, v in expected.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+        assert torch.equal(_bits(got[k]), _bits(v)), k
+
+
+@pytest.mark.parametrize("path", [UNI, TAG], ids=["run-folder", "tag-folder"])
+def test_inspect_shows_the_models_parameters(path):
+    """The run folder (``latest_universal``) or the tag folder: whole shapes, not the per-rank ones."""
+    ck = load(path)
+    assert {t.key: (t.dtype, list(t.shape)) for t in ck.tensors} == {
+        "embed.weight": ("float32", [17, 8]), "fc1.weight": ("float32", [12, 8]), "fc1.bias": ("float32", [12]),
+        "fc2.weight": ("float32", [8, 12]), "fc2.bias": ("float32", [8]), "norm.weight": ("float32", [8]),
+        "norm.bias": ("float32", [8])}
+    assert ck.metadata["deepspeed"]["layout"] == "universal"
+    assert set(ck.metadata["optimizer"]["state"]) == {"exp_avg", "exp_avg_sq", "step"}
+
+
+def test_inspect_cli(run_cli):
+    r = run_cli("inspect", str(UNI))
+    assert r.code == 0, r
+    assert "DeepSpeed universal checkpoint" in r.out and "embed.weight" in r.out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_migrate_is_bit_equal_to_the_live_model(tmp_path, workers):
+    out = tmp_path / "model.safetensors"
+    assert migrate(UNI, out, workers=workers).ok
+    assert_bit_equal(_read(out), st.load_file(str(UNI / "expected.safetensors")))
+
+
+def test_universal_and_ckpts_own_tensor_parallel_merge_agree(tmp_path):
+    """ds_to_universal's merge of the tp=2 run and ckpt's merge of the same run are the same bytes."""
+    a, b = tmp_path / "uni.safetensors", tmp_path / "tp.safetensors"
+    assert migrate(UNI, a).ok and migrate(HERE / "tp", b).ok
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_missing_fp32_file_is_one_clear_error(tmp_path, run_cli):
+    import shutil
+
+    run = tmp_path / "uni"
+    shutil.copytree(TAG, run)
+    (run / "zero" / "fc1.bias" / "fp32.pt").unlink()
+    r = run_cli("inspect", str(run))
+    assert r.code == 2 and "zero/fc1.bias/fp32.pt is missing" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+_NO_DS = importlib.util.find_spec("deepspeed") is None
+
+
+@pytest.mark.skipif(_NO_DS, reason="deepspeed is not installed (pip install -r requirements-test.txt)")
+@pytest.mark.parametrize("run", ["zero2_fp32", "zero1_bf16", "zero3_bf16"])
+def test_real_ds_to_universal_of_a_zero_run(tmp_path, run):
+    """DeepSpeed's ds_to_universal itself, on runs DeepSpeed wrote; compared with its zero_to_fp32 output."""
+    src = ROOT / "fixtures" / "deepspeed" / run / "global_step1"
+    out = tmp_path / "global_step1_universal"
+    code = ("import argparse, sys\nfrom deepspeed.checkpoint import ds_to_universal\n"
+            "ds_to_universal.main(argparse.Namespace(input_folder=sys.argv[1], output_folder=sys.argv[2], "
+            "num_extract_workers=1, num_merge_workers=1, keep_temp_folder=False, strict=True, "
+            "inject_missing_state=True))\n")
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", code, str(src), str(out)], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "latest_universal").read_text() == "global_step1_universal"
+    written = tmp_path / "model.safetensors"
+    assert migrate(tmp_path, written).ok  # the run folder, through latest_universal
+    got = _read(written)
+    expected = st.load_file(str(ROOT / "fixtures" / "deepspeed" / run / "expected.safetensors"))
+    frozen = {"frozen.weight", "frozen.bias"}
+    if run == "zero1_bf16":  # zero_to_fp32 drops ZeRO-1's frozen parameters; ds_to_universal keeps them (fp32)
+        assert frozen <= set(got) and not frozen & set(expected)
+        got = {k: v for k, v in got.items() if k not in frozen}
+    if run == "zero3_bf16":  # ds_to_universal leaves a ZeRO-3 run's frozen parameters out; ckpt says so
+        assert not frozen & set(got)
+        assert any("frozen parameter(s) frozen.weight, frozen.bias are not in" in w for w in load(tmp_path).warnings)
+        expected = {k: v for k, v in expected.items() if k not in frozen}
+    assert_bit_equal(got, expected)
+    assert got["steps"].dtype == torch.int64  # buffers as saved, not ds_to_universal's .float() copy

@@ -10,21 +10,28 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..model import TensorMeta
 from ..progress import NO_PROGRESS, Progress
-from .closeness import CHUNK, Acc, ValueDiff, compare_dtype, compare_pair
+from .closeness import CHUNK, Acc, ValueDiff, compare_dtype, compare_pair, worst
 
 
 def compare_values(
     pairs: Sequence[tuple[TensorMeta, TensorMeta]], *, atol: float, rtol: float,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress = NO_PROGRESS, norms: bool = False, histograms: int = 0,
+    rank: Callable[[ValueDiff], float] | None = None,
 ) -> tuple[list[ValueDiff], list[str]]:
     """(one ValueDiff per pair, keys skipped because a side holds no data).
 
     ``progress`` counts pairs ("comparing values"), skipped ones included.
+    ``norms``: read the norms of identical pairs too (rollups need them; it
+    costs a pass of arithmetic over data that is otherwise only memcmp'd).
+    ``histograms``: bin A, B and B-A of differing pairs while they stream,
+    and keep the bins of the ``histograms`` pairs that ``rank`` puts first
+    (largest first), so memory stays bounded.
 
     Each pair is read chunk by chunk (tensordata.iter_chunks) and compared
     as it is read, so peak memory is a few chunks, whatever the tensor sizes
@@ -42,7 +49,8 @@ def compare_values(
     # other pairs wait until that pass is done, while torch is imported on
     # another thread (1-2 s here, otherwise added to the total).
     quick = [(ta, tb) for ta, tb in pairs if _bytewise(ta, tb)]
-    verdicts = _quick_diffs(quick, atol=atol, rtol=rtol)
+    verdicts = _quick_diffs(quick, atol=atol, rtol=rtol, norms=norms, histograms=bool(histograms))
+    kept = _TopHistograms(results, histograms, rank)
     pending = iter(quick)
     next_quick = next(pending, None)
     restore: list[int] = []
@@ -58,6 +66,7 @@ def compare_values(
                 found = next(verdicts)
                 if found is not None:
                     results.append(found)
+                    kept.offer(len(results) - 1)
                     progress.advance(1)
                     continue
             if not started and not _numpy_comparable(ta, tb):
@@ -68,8 +77,11 @@ def compare_values(
             slots[len(results) - 1] = (ta, tb)
         for i in later:
             ta, tb = slots[i]
-            quick_diff = _numpy_pair(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
-            results[i] = quick_diff or compare_pair(ta, tb, atol=atol, rtol=rtol, _threads=restore)
+            quick_diff = (_numpy_pair(ta, tb, atol=atol, rtol=rtol, norms=norms, histograms=bool(histograms))
+                          if _numpy_comparable(ta, tb) else None)
+            results[i] = quick_diff or compare_pair(ta, tb, atol=atol, rtol=rtol, histograms=bool(histograms),
+                                                    _threads=restore)
+            kept.offer(i)
             progress.advance(1)
     finally:
         progress.done()
@@ -79,6 +91,29 @@ def compare_values(
 
             torch.set_num_threads(restore[0])
     return [r for r in results if r is not None], skipped
+
+
+class _TopHistograms:
+    """Keeps the histograms of the ``count`` results ``rank`` puts first; the others' are dropped as they come."""
+
+    def __init__(self, results: list[ValueDiff | None], count: int, rank: Callable[[ValueDiff], float] | None) -> None:
+        self.results, self.count = results, count
+        self.rank = rank or (lambda v: v.max_abs)
+        self.heap: list[tuple[float, int]] = []  # (rank, index in results): a min-heap of those holding bins
+
+    def offer(self, i: int) -> None:
+        import heapq
+
+        v = self.results[i]
+        if v is None or not v.hist_a:
+            return
+        score = self.rank(v)
+        heapq.heappush(self.heap, (math.inf if score != score else score, i))
+        if len(self.heap) > self.count:
+            _, worst_i = heapq.heappop(self.heap)
+            dropped = self.results[worst_i]
+            if dropped is not None:
+                self.results[worst_i] = replace(dropped, hist_a=(), hist_b=(), hist_diff=())
 
 
 _NUMPY_FLOATS = {"float16": "<f2", "float32": "<f4", "float64": "<f8"}
@@ -96,10 +131,12 @@ class _NumpyCompare:
     The same operations in the same dtype (_compare_dtype) as compare_pair,
     so the figures are identical. ``chunk`` returns None for a chunk that
     holds a NaN or Inf (or whose difference overflows): compare_pair then
-    handles the pair, with its equal_nan and Inf rules.
+    handles the pair, with its equal_nan and Inf rules. ``norms``: also sum
+    the squares of identical chunks (a rollup needs every tensor's norm).
     """
 
-    def __init__(self, ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> None:
+    def __init__(self, ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, norms: bool = False,
+                 histograms: bool = False) -> None:
         import numpy as np
 
         self.key, self.numel = ta.key, ta.numel
@@ -109,7 +146,8 @@ class _NumpyCompare:
         self.same_dtype = ta.dtype == tb.dtype
         self.dtype = ta.dtype
         self.atol, self.rtol = self.ct.type(atol), self.ct.type(rtol)
-        self.acc = Acc()
+        self.norms, self.histograms = norms, histograms
+        self.acc = Acc(norms=True, histograms=histograms)
 
     def chunk(self, ra: Any, rb: Any) -> Acc | None:
         """One chunk of each side (the same elements) compared on its own; None: NaN/Inf, leave it to torch.
@@ -121,21 +159,29 @@ class _NumpyCompare:
 
         from .tensordata import all_finite, same_bytes
 
-        acc = Acc()
-        if self.same_dtype and same_bytes(ra, rb):
-            return acc if all_finite(ra, self.dtype) is not False else None
+        acc = Acc(histograms=self.histograms)
         fa, fb, ct = self.fa, self.fb, self.ct
+        if self.same_dtype and same_bytes(ra, rb):
+            if all_finite(ra, self.dtype) is False:
+                return None
+            if self.norms:
+                a64 = np.frombuffer(ra, dtype=fa).astype(np.float64)
+                acc.sq_a = acc.sq_b = acc.dot = float(np.dot(a64, a64))
+            else:
+                acc.norms = False
+            return acc
         n = len(ra) // fa.itemsize
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for first in range(0, n, CHUNK):  # pieces that stay in the CPU cache
                 count = min(CHUNK, n - first)
                 xa = np.frombuffer(ra, dtype=fa, count=count, offset=first * fa.itemsize).astype(ct)
                 yb = np.frombuffer(rb, dtype=fb, count=count, offset=first * fb.itemsize).astype(ct)
+                a64, b64 = xa.astype(np.float64), yb.astype(np.float64)  # the sums, before xa is reused
                 ad = np.abs(np.subtract(xa, yb, out=xa), out=xa)
                 top = float(ad.max())
                 if not math.isfinite(top):
                     return None
-                acc.max_abs = max(acc.max_abs, top)
+                acc.max_abs = worst(acc.max_abs, top)
                 ref = np.abs(yb, out=yb)
                 bound = np.multiply(ref, self.rtol)
                 bound += self.atol
@@ -143,25 +189,30 @@ class _NumpyCompare:
                 # max |a-b|/|b|: 0/0 (NaN) counts as equal, x/0 as inf; fmax skips NaNs
                 rel = float(np.fmax.reduce(np.divide(ad, ref, out=bound)))
                 if rel == rel:
-                    acc.max_rel = max(acc.max_rel, rel)
+                    acc.max_rel = worst(acc.max_rel, rel)
+                acc.sq_a += float(np.dot(a64, a64))
+                acc.sq_b += float(np.dot(b64, b64))
+                acc.dot += float(np.dot(a64, b64))
+                if self.histograms:
+                    acc.add_histograms(a64, b64)
+                d = np.subtract(b64, a64, out=b64)
+                acc.sq_diff += float(np.dot(d, d))
+                acc.sum_abs += float(np.abs(d, out=d).sum())
         return acc
 
     def merge(self, part: Acc) -> None:
-        acc = self.acc
-        acc.max_abs = max(acc.max_abs, part.max_abs)
-        acc.max_rel = max(acc.max_rel, part.max_rel)
-        acc.bad += part.bad
+        self.acc.merge(part)
 
     def result(self) -> ValueDiff:
-        acc = self.acc
-        return ValueDiff(self.key, acc.max_abs, acc.max_rel, 0, 0, 0, 0, acc.bad == 0, acc.bad, self.numel, self.cd)
+        return self.acc.result(self.key, self.numel, self.cd)
 
 
-def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> ValueDiff | None:
+def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, norms: bool = False,
+                histograms: bool = False) -> ValueDiff | None:
     """compare_pair's result for finite float16/32/64 values (_NumpyCompare), reading the pair here."""
     from .tensordata import iter_raw
 
-    compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol)
+    compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol, norms=norms, histograms=histograms)
     for ra, rb in zip(iter_raw(ta, CHUNK * compare.fa.itemsize), iter_raw(tb, CHUNK * compare.fb.itemsize),
                       strict=False):
         part = compare.chunk(ra, rb)
@@ -188,8 +239,8 @@ def _bytewise(ta: TensorMeta, tb: TensorMeta) -> bool:
             and ta.numel > 0 and ta.is_contiguous and tb.is_contiguous)
 
 
-def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
-                 rtol: float) -> Generator[ValueDiff | None, None, None]:
+def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float, rtol: float, norms: bool,
+                 histograms: bool) -> Generator[ValueDiff | None, None, None]:
     """Per pair (same dtype and shape, contiguous), in order: its ValueDiff, or None to leave it to the caller.
 
     Worker threads read both sides chunk by chunk and check each chunk where
@@ -205,8 +256,8 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
     # batches: a thread hand-off and a NumPy call per pair would cost more than the bytes.
     small = _small_verdicts([p for p in pairs if p[0].nbytes < _SMALL_PAIR])
     large = [(ta, tb) for ta, tb in pairs if ta.nbytes >= _SMALL_PAIR]
-    numeric = [_NumpyCompare(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
-               for ta, tb in large]
+    numeric = [_NumpyCompare(ta, tb, atol=atol, rtol=rtol, norms=norms, histograms=histograms)
+               if _numpy_comparable(ta, tb) else None for ta, tb in large]
     reads, owner = group_reads(large)
     counts = Counter(owner)  # chunks per large pair
     given_up: set[int] = set()  # large pairs already left to the caller
@@ -215,6 +266,8 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
         compare = numeric[owner[i]]
         if compare is not None:
             return compare.chunk(a, b)
+        if norms:  # an identical pair's norm needs its values: compare_pair reads them
+            return None
         return Acc() if same_bytes(a, b) and all_finite(a, large[owner[i]][0].dtype) is not False else None
 
     results = check_reads(reads, check, skip=lambda i: owner[i] in given_up)
@@ -222,7 +275,7 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
     try:
         for ta, tb in pairs:
             if ta.nbytes < _SMALL_PAIR:
-                yield _zero_diff(ta, tb) if small[id(ta), id(tb)] else None
+                yield _zero_diff(ta, tb) if small[id(ta), id(tb)] and not norms else None
                 continue
             compare = numeric[p]
             ok = True

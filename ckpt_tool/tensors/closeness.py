@@ -258,7 +258,8 @@ def _add_sums(acc: Acc, xs: Any, ys: Any, *, same: bool) -> None:
         acc.dot += float((af * bf.conj()).real.sum())
         if not same:
             d = (a - b).abs()
-            d = torch.where((a == b) | (torch.isnan(a) & torch.isnan(b)), 0.0, torch.nan_to_num(d, nan=math.inf))
+            d = torch.where((a == b) | (torch.isnan(a) & torch.isnan(b)), 0.0,
+                            torch.nan_to_num(d, nan=math.inf, posinf=math.inf))
             acc.sum_abs += float(d.sum())
             acc.sq_diff += float(d.square().sum())
         return
@@ -317,4 +318,4 @@ def _general_chunk(acc: Acc, xs: Any, ys: Any, xa: Any, yb: Any, ad: Any, exact_
         acc.max_abs = worst(acc.max_abs, float(diff.max()))
         # an infinite difference is infinitely far in relative terms too: inf/inf and x/NaN would be NaN here
         rel = torch.where(diff == 0, zero, torch.where(torch.isinf(diff), inf, diff / ref))
-        acc.max_rel = worst(acc.max_rel, float(torch.nan_to_num(rel, nan=math.inf).max()))
+        acc.max_rel = worst(acc.max_rel, float(torch.nan_to_num(rel, nan=math.inf, posinf=math.inf).max()))

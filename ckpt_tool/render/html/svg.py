@@ -13,7 +13,7 @@ from html import escape
 
 from ...commands.diff.rollup import layer_and_role
 from ...tensors.closeness import ValueDiff
-from ...tensors.histograms import BINS, HIGH_EXP, LOW_EXP, PER_DECADE, SIDE
+from ...tensors.histograms import BINS, LOW_EXP, PER_DECADE, SIDE
 
 # a sequential ramp (low change -> high change), readable on white and on near-black
 _RAMP = [(49, 54, 149), (69, 117, 180), (116, 173, 209), (171, 217, 233), (254, 224, 144), (253, 174, 97),
@@ -65,10 +65,10 @@ def heatmap(values: Sequence[ValueDiff]) -> str | None:
     roles = sorted({role for role, _ in cells})
     layers = sorted({layer for _, layer in cells})
     scale = Scale([v.rel_l2 for v in cells.values()])
-    cw, ch = max(10, min(28, 900 // max(1, len(layers)))), 18
+    cw, ch = max(8, min(40, 900 // max(1, len(layers)))), 18
     left = min(320, 12 + 7 * max(len(r) for r in roles))
     top, legend = 34, 46
-    width, height = left + cw * len(layers) + 10, top + ch * len(roles) + legend
+    width, height = max(left + cw * len(layers) + 10, left + 420), top + ch * len(roles) + legend
     out = [f'<svg class="heatmap" role="img" aria-label="relative change per layer and role" width="{width}" '
            f'height="{height}" viewBox="0 0 {width} {height}">']
     step = max(1, math.ceil(len(layers) / (900 / 28)))
@@ -119,13 +119,13 @@ def histogram(counts: Sequence[int], title: str) -> str:
         out.append(f'<rect class="{cls}" x="{1 + i * bw:.2f}" y="{pad + h - bh:.2f}" width="{max(bw - 0.3, 0.5):.2f}" '
                    f'height="{bh:.2f}"><title>{c / total:.2%}</title></rect>')
     out.append(f'<line class="axis" x1="0" x2="{w}" y1="{pad + h}" y2="{pad + h}"/>')
-    for label, x in ((f"-1e{HIGH_EXP}", 1.0), ("0", 1 + SIDE * bw + bw / 2), (f"1e{HIGH_EXP}", w - 1.0)):
-        anchor = "start" if x < 5 else "end" if x > w - 5 else "middle"
-        out.append(f'<text class="tick" x="{x:.1f}" y="{pad + h + 12}" text-anchor="{anchor}">{label}</text>')
-    mid = PER_DECADE * (-LOW_EXP)  # the bin of 1e0 on each side
-    for sign in (-1, 1):
-        x = 1 + (SIDE + sign * (mid + 1)) * bw + bw / 2
-        out.append(f'<text class="tick" x="{x:.1f}" y="{pad + h + 12}" text-anchor="middle">{"-" if sign < 0 else ""}'
-                   "1</text>")
+    for exp in (0, -4):  # ticks at +-1 and +-1e-4, at the edge of the bin that starts there
+        k = (exp - LOW_EXP) * PER_DECADE
+        text = "1" if exp == 0 else f"1e{exp}"
+        for sign, x in ((1, 1 + (SIDE + 1 + k) * bw), (-1, 1 + (SIDE - k) * bw)):
+            out.append(f'<line class="axis" x1="{x:.1f}" x2="{x:.1f}" y1="{pad + h}" y2="{pad + h + 3}"/>'
+                       f'<text class="tick" x="{x:.1f}" y="{pad + h + 13}" text-anchor="middle">'
+                       f'{"-" if sign < 0 else ""}{text}</text>')
+    out.append(f'<text class="tick" x="{1 + SIDE * bw + bw / 2:.1f}" y="{pad + h + 13}" text-anchor="middle">0</text>')
     out.append("</svg>")
     return "".join(out)

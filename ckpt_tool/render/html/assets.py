@@ -2,8 +2,9 @@
 
 The style follows the reader's light or dark preference (prefers-color-scheme)
 through CSS variables that the SVG (svg.py) also uses. The script only sorts
-the per-tensor table when a header is clicked (numbers by their exact value
-in ``data-v``, text alphabetically).
+the tables when a header is clicked (numbers by their exact value in
+``data-v``, text alphabetically), or on opening when the address ends in
+``#sort=COLUMN`` (``-asc`` for smallest first).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ svg .cell:hover { stroke: var(--fg); stroke-width: 1.5; }
 ul.warn li { color: var(--muted); }
 """
 
-JS = """
+JS = r"""
 (function () {
   function cellValue(td) {
     var v = td.getAttribute('data-v');
@@ -66,6 +67,14 @@ JS = """
         rows.forEach(function (r) { body.appendChild(r); });
       });
     });
+    table.setAttribute('data-sortable', 'ready');
   });
+  // #sort=COLUMN (largest first) or #sort=COLUMN-asc: a link that opens the tables sorted so
+  var m = /sort=([\w ]+?)(-asc)?$/.exec(decodeURIComponent(window.location.hash));
+  if (m) {
+    document.querySelectorAll('table.sortable th').forEach(function (th) {
+      if (th.textContent === m[1]) { th.click(); if (m[2]) { th.click(); } }
+    });
+  }
 })();
 """

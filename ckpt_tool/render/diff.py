@@ -46,11 +46,20 @@ def value_row(v: ValueDiff) -> list[str]:
             v.compared_as, "ok" if v.passed else "FAIL"]
 
 
-def _fmt_cos(x: float) -> str:
-    """Cosines near 1 are what people compare: enough digits to tell 0.99999 from 1."""
+def cosine_text(x: float) -> str:
+    """A cosine as people compare them: ``1`` when equal, ``1-3.1e-08`` near 1 (never a rounded 1.000000)."""
     if not math.isfinite(x):
         return str(x)
-    return "1" if x == 1.0 else f"{x:.6f}"
+    if x == 1.0:
+        return "1"
+    if abs(1.0 - x) < 1e-5:
+        return f"1{'-' if x < 1 else '+'}{abs(1.0 - x):.2g}"
+    return f"{x:.6f}"
+
+
+def _fmt_cos(x: float) -> str:
+    """Cosines near 1 are what people compare: ``1-3.1e-08`` rather than a rounded ``1.000000``."""
+    return cosine_text(x)
 
 
 def _value_table(diffs: Sequence[ValueDiff]) -> str:

@@ -29,7 +29,7 @@ table { border-collapse: collapse; width: 100%; font-size: 12.5px; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: right; white-space: nowrap; }
 th { background: var(--head); cursor: pointer; user-select: none; position: sticky; top: 0; }
 th.sorted-asc::after { content: " \\25B2"; } th.sorted-desc::after { content: " \\25BC"; }
-td:first-child, th:first-child { text-align: left; white-space: normal; word-break: break-all; }
+td:first-child, th:first-child { text-align: left; }
 td.fail { color: var(--fail); font-weight: 600; } td.ok { color: var(--ok); }
 .scroll { max-height: 640px; overflow: auto; border: 1px solid var(--line); border-radius: 6px; }
 svg text { fill: var(--fg); } svg .tick { font-size: 10.5px; fill: var(--muted); }

@@ -14,7 +14,7 @@ from ...commands.diff.report import DiffReport
 from ...commands.diff.rollup import ordered
 from ...format_names import DiffMetric
 from ...tensors.closeness import ValueDiff
-from ..diff import verdict
+from ..diff import cosine_text, verdict
 from .assets import CSS, JS
 from .svg import heatmap, histogram
 
@@ -26,7 +26,7 @@ def _num(x: float) -> str:
 
 
 def _cos(x: float) -> str:
-    return "1" if x == 1.0 else (f"{x:.6f}" if math.isfinite(x) else str(x))
+    return cosine_text(x)
 
 
 def _data(x: float) -> str:

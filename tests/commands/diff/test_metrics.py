@@ -166,3 +166,23 @@ def test_text_table_has_a_header_for_every_column(steps, run_cli):
     assert names[:6] == ["key", "max_abs", "max_rel", "mean_abs", "rel_l2", "cosine"] and names[-1] == "result"
     # every column of the first row sits under a header: as many header cells as the dashes drawn
     assert len(lines[head + 1].split()) == len(lines[head].split("  ")) - lines[head].split("  ").count("")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_pair_that_differs_in_one_chunk_only_counts_the_identical_chunks_norms(tmp_path, run_cli, dtype):
+    # 3M elements: several 4 MiB reads; only the last element differs, the earlier chunks are bit-identical
+    torch.manual_seed(2)
+    a = torch.randn(3_000_000).to(dtype)
+    b = a.clone()
+    b[-1] += 1
+    _, doc = values_json(run_cli, _save(tmp_path, "a", a), _save(tmp_path, "b", b))
+    (v,) = doc["values"]
+    want = expected(a, b)
+    for name in ("rel_l2", "cosine", "mean_abs", "norm_a"):
+        assert v[name] == pytest.approx(want[name], rel=1e-9), name
+
+
+def _save(folder, name, t):
+    path = folder / f"{name}.pth"
+    torch.save({"w": t}, path)
+    return path

@@ -206,6 +206,7 @@ class Acc:
     dot: float = 0.0
     norms: bool = True
     histograms: bool = False
+    unbinned: int = 0  # identical chunks left out of the histograms (values.py reads such a pair again)
     hist: list[Any] = field(default_factory=list)  # NumPy int64 counts of A, B, B-A once histograms start
 
     def merge(self, part: Acc) -> None:
@@ -220,6 +221,7 @@ class Acc:
         self.sq_b += part.sq_b
         self.dot += part.dot
         self.norms = self.norms and part.norms
+        self.unbinned += part.unbinned
         if part.hist:
             if not self.hist:
                 self.hist = [h.copy() for h in part.hist]
@@ -240,6 +242,8 @@ class Acc:
 
     def result(self, key: str, numel: int, compared_as: str) -> ValueDiff:
         hists: list[tuple[int, ...]] = [tuple(int(c) for c in h) for h in self.hist] or [(), (), ()]
+        if self.unbinned:  # part of the values is missing from the bins: none rather than wrong ones
+            hists = [(), (), ()]
         return ValueDiff(key, self.max_abs, self.max_rel, self.nan_a, self.nan_b, self.inf_a, self.inf_b,
                          self.bad == 0, self.bad, numel, compared_as, self.sum_abs, self.sq_diff, self.sq_a,
                          self.sq_b, self.dot, self.norms, hists[0], hists[1], hists[2])

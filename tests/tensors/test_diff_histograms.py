@@ -48,3 +48,20 @@ def test_a_reports_histograms_cover_the_sampled_finite_elements(tmp_path):
     # B-A is about 0.01: its mass sits around 1e-2, the weights' around 1
     peak = int(np.argmax(np.array(v.hist_diff[SIDE + 1:]) + np.array(v.hist_diff[:SIDE][::-1])))
     assert abs(LOW_EXP + peak / PER_DECADE - math.log10(0.01)) < 0.75
+
+
+def test_a_pair_that_differs_in_one_chunk_is_binned_whole_and_identical_pairs_not_at_all(tmp_path):
+    from ckpt_tool import diff
+    from ckpt_tool.commands.diff import ValueView
+
+    torch.manual_seed(3)
+    a = torch.randn(3_000_000)  # several 4 MiB reads: all but the last bit-identical
+    b = a.clone()
+    b[-1] += 1
+    torch.save({"w": a, "same": a[:1000].clone()}, tmp_path / "a.pth")
+    torch.save({"w": b, "same": a[:1000].clone()}, tmp_path / "b.pth")
+    report = diff(str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), values=True, view=ValueView(histograms=8))
+    w, same = report.values
+    assert sum(w.hist_a) == sum(w.hist_b) > 8 * SAMPLE  # every chunk binned, not only the one that differs
+    assert w.hist_diff[SIDE] == sum(w.hist_diff) - 1 or w.hist_diff[SIDE] == sum(w.hist_diff)
+    assert same.hist_a == ()  # nothing changed: no bins kept

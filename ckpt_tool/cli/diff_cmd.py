@@ -1,6 +1,7 @@
 """ckpt diff A [B | --target SPEC]"""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -85,6 +86,13 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     kw = target_kwargs_for(target, target_kwargs)
     if (csv_file or html_file) and not values:
         raise UsageError("--csv and --html write the --values figures: add --values")
+    if csv_file and html_file and os.path.abspath(csv_file) == os.path.abspath(html_file):
+        raise UsageError("--csv and --html name the same file: give each its own")
+    for report_file in (csv_file, html_file):
+        if report_file:  # before the comparison: never over an input, never into a folder that is not there
+            from ..io.atomic.destination import check_destination
+
+            check_destination(report_file, [a, b or ""], force=True, folder=False)
     # the RuleSet migrate builds from the same options (commands/migrate/plan.py build_rules)
     rules = RuleSet(tuple(strip_prefix), add_prefix or None, tuple(parse_rename(r) for r in rename))
     view = ValueView(sort=DiffMetric(sort) if sort else None, top=top, rollup_depth=rollup_depth,

@@ -99,6 +99,15 @@ def test_an_unwritable_html_path_is_one_line_and_exit_2(report, tmp_path, run_cl
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1
 
 
+def test_a_report_never_replaces_an_input(report, run_cli):
+    _, _, steps = report
+    before = steps[3].read_bytes()
+    for option in ("--html", "--csv"):
+        r = run_cli("diff", "--values", option, str(steps[3]), str(steps[3]), str(steps[6]))
+        assert r.code == 2 and "never modifies its input" in r.err
+    assert steps[3].read_bytes() == before
+
+
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([CHROMIUM, *BROWSER_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
                           capture_output=True, text=True, timeout=120)

@@ -186,3 +186,18 @@ def _distinct_colours(png: Path) -> int:
             seen.update(bytes(line[x:x + 3]) for x in range(0, stride, channels * 4))
         prev = line
     return len(seen)
+
+
+def test_writing_into_a_missing_folder_is_a_write_error_and_leaves_nothing(report, tmp_path):
+    from ckpt_tool import diff
+    from ckpt_tool.errors import WriteError
+    from ckpt_tool.render.html import write_html
+
+    _, _, steps = report
+    r = diff(str(steps[3]), str(steps[6]), values=True)
+    with pytest.raises(WriteError):
+        write_html(r, str(tmp_path / "gone" / "r.html"))
+    write_html(r, str(tmp_path / "r.html"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.listdir(tmp_path) == ["r.html"] and (tmp_path / "r.html").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -130,13 +130,29 @@ def module_of(key: str, depth: int) -> str:
 
 
 def layer_and_role(key: str) -> tuple[int, str] | None:
-    """(layer index, parameter role) of ``model.layers.3.attn.q.weight``: (3, ``attn.q.weight``); None
-    for a key with no all-digit part (an embedding, the head). The first index is the layer."""
+    """(layer index, parameter role) of ``model.layers.3.attn.q.weight``: (3, ``model.layers.*.attn.q.weight``);
+    None for a key with no all-digit part (an embedding, the head). The first index is the layer; the role
+    keeps the path before it, so that two stacks (``encoder.layers.3``, ``decoder.layers.3``) stay apart."""
     parts = key.split(".")
     for i, p in enumerate(parts):
         if _INDEX.match(p):
-            return int(p), ".".join(parts[i + 1:]) or "(value)"
+            return int(p), ".".join([*parts[:i], "*", *parts[i + 1:]])
     return None
+
+
+def common_prefix(names: Sequence[str]) -> str:
+    """The dotted parts every name starts with (``model.layers.*.``), to leave out of labels; "" if none."""
+    if not names:
+        return ""
+    split = [n.split(".") for n in names]
+    shared = []
+    for parts in zip(*split, strict=False):
+        if len(set(parts)) != 1:
+            break
+        shared.append(parts[0])
+    if len(shared) >= min(len(p) for p in split):  # a name would be left empty
+        shared = shared[:-1]
+    return ".".join(shared) + "." if shared else ""
 
 
 def rollups(values: Sequence[ValueDiff], *, depth: int | None, fold: bool) -> list[Rollup]:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from ...commands.diff.rollup import layer_and_role
+from ...commands.diff.rollup import common_prefix, layer_and_role
 from ...tensors.closeness import ValueDiff
 from ...tensors.histograms import BINS, LOW_EXP, PER_DECADE, SIDE
 
@@ -63,10 +63,11 @@ def heatmap(values: Sequence[ValueDiff]) -> str | None:
     if not cells:
         return None
     roles = sorted({role for role, _ in cells})
+    shared = common_prefix(roles)  # model.layers.*. on every row: said once, above the rows
     layers = sorted({layer for _, layer in cells})
     scale = Scale([v.rel_l2 for v in cells.values()])
     cw, ch = max(8, min(40, 900 // max(1, len(layers)))), 18
-    left = min(320, 12 + 7 * max(len(r) for r in roles))
+    left = min(360, 12 + 7 * max(len(r) - len(shared) for r in roles))
     top, legend = 34, 46
     width, height = max(left + cw * len(layers) + 10, left + 420), top + ch * len(roles) + legend
     out = [f'<svg class="heatmap" role="img" aria-label="relative change per layer and role" width="{width}" '
@@ -78,7 +79,8 @@ def heatmap(values: Sequence[ValueDiff]) -> str | None:
                        f'text-anchor="middle">{layer}</text>')
     for i, role in enumerate(roles):
         y = top + i * ch
-        out.append(f'<text class="tick" x="{left - 6}" y="{y + ch * 0.7:.1f}" text-anchor="end">{escape(role)}</text>')
+        out.append(f'<text class="tick" x="{left - 6}" y="{y + ch * 0.7:.1f}" text-anchor="end">'
+                   f"{escape(role[len(shared):])}</text>")
         for j, layer in enumerate(layers):
             cell = cells.get((role, layer))
             if cell is None:
@@ -97,8 +99,9 @@ def heatmap(values: Sequence[ValueDiff]) -> str | None:
                f'<text class="tick" x="{left + 228}" y="{ly + 9}">no change</text>')
     out.append(f'<rect x="{left + 300}" y="{ly}" width="10" height="10" fill="var(--bad)"/>'
                f'<text class="tick" x="{left + 314}" y="{ly + 9}">inf / NaN</text>')
-    out.append(f'<text class="tick" x="{left}" y="{top - 22}">layer index; colour: rel_l2 = ||B-A||/||A|| '
-               '(log scale)</text>')
+    where = f" of {escape(shared)}" if shared else ""
+    out.append(f'<text class="tick" x="{left}" y="{top - 22}">layer index{where}; colour: rel_l2 = '
+               "||B-A||/||A|| (log scale)</text>")
     out.append("</svg>")
     return "".join(out)
 

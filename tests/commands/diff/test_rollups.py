@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from diff_training import train
 
-from ckpt_tool.commands.diff.rollup import fold_layers, layer_and_role, module_of
+from ckpt_tool.commands.diff.rollup import common_prefix, fold_layers, layer_and_role, module_of
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +155,9 @@ def test_fix_command_accounts_for_the_rules_given(steps, ddp, tmp_path, run_cli)
 
 def test_key_helpers():
     assert fold_layers("model.layers.12.attn.q.weight") == "model.layers.*.attn.q.weight"
-    assert layer_and_role("model.layers.12.attn.q.weight") == (12, "attn.q.weight")
+    assert layer_and_role("model.layers.12.attn.q.weight") == (12, "model.layers.*.attn.q.weight")
+    assert layer_and_role("model.layers.12.mlp.experts.3.w1") == (12, "model.layers.*.mlp.experts.3.w1")
+    assert common_prefix(["m.layers.*.a.w", "m.layers.*.b.w"]) == "m.layers.*."
+    assert common_prefix(["enc.layers.*.q", "dec.layers.*.q"]) == "" and common_prefix(["a.b", "a.b"]) == "a."
     assert layer_and_role("embed.weight") is None
     assert module_of("a.b.c", 2) == "a.b" and module_of("a", 3) == "a" and module_of("a.b", 0) == "(all)"

@@ -58,7 +58,7 @@ from .remote_io import download_option, remote_scope, verbose_option
               help="With --values: also sum the figures with layer indices folded (layers.*.attn.q.weight); "
                    "with --rollup-depth, folded first.")
 @click.option("--csv", "csv_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="With --values: write the per-tensor table as CSV (every tensor, in --sort order).")
+              help="With --values: write the per-tensor table as CSV (every figure, in --sort order, cut to --top).")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="With --values: write a self-contained HTML report (verdict, fix, heatmap, sortable table, "
                    "histograms of the top tensors).")
@@ -77,7 +77,10 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     Reports missing, unexpected, shape- and dtype-mismatched keys the way
     load_state_dict does, metadata differences, and (with --values) how far
     the values are apart; prints the `ckpt migrate` command that fixes key
-    prefixes and renames. Exit code: 0 no differences, 1 differences, 2 error.
+    prefixes and renames. --strip-prefix, --add-prefix, --rename and --auto
+    rewrite A's keys before comparing, exactly as migrate would. Exit code: 0
+    no differences (without --values: in keys, shapes and dtypes), 1
+    differences, 2 error.
     """
     from ..commands.diff.command import diff
     from ..commands.diff.report import ValueView

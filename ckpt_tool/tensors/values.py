@@ -180,12 +180,16 @@ class _NumpyCompare:
                 acc.norms = False
             return acc
         n = len(ra) // fa.itemsize
+        # float64 buffers for the sums, reused by every piece (a fresh array per piece costs its page faults)
+        bufs = np.empty((3, min(CHUNK, n)), dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for first in range(0, n, CHUNK):  # pieces that stay in the CPU cache
                 count = min(CHUNK, n - first)
                 xa = np.frombuffer(ra, dtype=fa, count=count, offset=first * fa.itemsize).astype(ct)
                 yb = np.frombuffer(rb, dtype=fb, count=count, offset=first * fb.itemsize).astype(ct)
-                a64, b64 = xa.astype(np.float64), yb.astype(np.float64)  # the sums, before xa is reused
+                a64, b64, scratch = bufs[0, :count], bufs[1, :count], bufs[2, :count]
+                np.copyto(a64, xa)  # the sums' copies, before xa is reused
+                np.copyto(b64, yb)
                 ad = np.abs(np.subtract(xa, yb, out=xa), out=xa)
                 top = float(ad.max())
                 if not math.isfinite(top):
@@ -199,7 +203,6 @@ class _NumpyCompare:
                 rel = float(np.fmax.reduce(np.divide(ad, ref, out=bound)))
                 if rel == rel:
                     acc.max_rel = worst(acc.max_rel, rel)
-                scratch = np.empty_like(a64)
                 acc.sq_a += _dot(a64, a64, scratch)
                 acc.sq_b += _dot(b64, b64, scratch)
                 acc.dot += _dot(a64, b64, scratch)

@@ -226,3 +226,19 @@ def test_heatmap_keeps_two_stacks_apart_and_a_model_without_layers_says_so(tmp_p
     torch.save({"w": torch.zeros(3)}, tmp_path / "d.pth")
     text = html_text(diff(str(tmp_path / "c.pth"), str(tmp_path / "d.pth"), values=True))
     assert 'class="heatmap"' not in text and "No key holds a layer index" in text
+
+
+def test_the_page_states_the_verdict_and_the_fix_command(report, tmp_path):
+    from html import unescape
+
+    from ckpt_tool import diff
+    from ckpt_tool.render.html import html_text
+
+    _, _, steps = report
+    ddp = tmp_path / "ddp.pth"
+    torch.save({"module." + k: v for k, v in torch.load(steps[3]).items()}, ddp)
+    r = diff(str(ddp), str(steps[3]), values=True)
+    text = html_text(r)
+    fix = unescape(text.split("<pre id='fix'>")[1].split("</pre>")[0])
+    assert fix == r.migrate_command() and "--strip-prefix module." in fix
+    assert "result: differences:" in text and "Missing keys (in B, not in A): " in text

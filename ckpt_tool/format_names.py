@@ -70,3 +70,17 @@ class TpMerge(Name):
     CONCAT = "concat"  # the ranks' pieces concatenated along ``dim``
     REPLICATED = "replicated"  # every rank holds the whole tensor (checked equal), written once
     TWO_SUB_PARAMS = "two-sub-params"  # two fused halves, each split along dim 0 (DeepSpeed's SwiGLU case)
+
+
+class DiffMetric(Name):
+    """A per-tensor figure of ``ckpt diff --values`` that ``--sort`` orders by (commands/diff/rollup.py):
+    every order puts the largest change first."""
+
+    REL_L2 = "rel_l2"
+    MAX_ABS = "max_abs"
+    MAX_REL = "max_rel"
+    MEAN_ABS = "mean_abs"
+    COSINE = "cosine"  # ascending: the lowest similarity is the largest change
+    MISMATCHED_SHARE = "mismatched_share"
+    NUMEL = "numel"
+    KEY = "key"  # alphabetical

@@ -11,6 +11,7 @@ from .exit_codes import exit_code
 from .options import (
     json_option,
     key_option,
+    key_rule_options,
     limit_options,
     limits_from,
     quiet_option,
@@ -35,10 +36,7 @@ if TYPE_CHECKING:
               help="Output format (default: from OUT's extension). hf: a Hugging Face folder from_pretrained loads "
                    "(safetensors weights, with SRC's config and tokenizer files).")
 @key_option
-@click.option("--strip-prefix", multiple=True, metavar="P", help="Remove P from keys that start with it (repeatable).")
-@click.option("--add-prefix", default=None, metavar="P", help="Prepend P to every key.")
-@click.option("--rename", multiple=True, metavar="'REGEX=REPLACEMENT'",
-              help="Rename keys matching REGEX (whole key, Python re; \\1 for groups). Repeatable, in order.")
+@key_rule_options
 @click.option("--drop", multiple=True, metavar="GLOB", help="Leave out keys matching GLOB (repeatable).")
 @click.option("--dtype", default=None, metavar="DTYPE", help="Cast floating tensors to DTYPE (bf16, fp16, fp32, ...).")
 @click.option("--allow-overflow", is_flag=True,

@@ -120,3 +120,17 @@ def target_kwargs_for(target: str | None, text: str | None) -> dict[str, Any] | 
 sarif_option = click.option(
     "--sarif", "sarif_file", type=click.Path(), default=None, metavar="FILE",
     help="Also write a SARIF 2.1.0 report, the format code-scanning services (e.g. GitHub) read.")
+
+
+def key_rule_options(f: F) -> F:
+    """--strip-prefix, --add-prefix and --rename: migrate's key rules, which diff applies to A before comparing."""
+    opts = [
+        click.option("--strip-prefix", multiple=True, metavar="P",
+                     help="Remove P from keys that start with it (repeatable)."),
+        click.option("--add-prefix", default=None, metavar="P", help="Prepend P to every key."),
+        click.option("--rename", multiple=True, metavar="'REGEX=REPLACEMENT'",
+                     help="Rename keys matching REGEX (whole key, Python re; \\1 for groups). Repeatable, in order."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f

@@ -36,12 +36,97 @@ def _fmt_float(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else str(x)
 
 
+VALUE_COLUMNS = ["key", "max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "outside tol", "nan a/b", "inf a/b",
+                 "compared as", "result"]
+
+
+def value_row(v: ValueDiff) -> list[str]:
+    return [v.key, _fmt_float(v.max_abs), _fmt_float(v.max_rel), _fmt_float(v.mean_abs), _fmt_float(v.rel_l2),
+            _fmt_cos(v.cosine), f"{v.mismatched:,}/{v.numel:,}", f"{v.nan_a}/{v.nan_b}", f"{v.inf_a}/{v.inf_b}",
+            v.compared_as, "ok" if v.passed else "FAIL"]
+
+
+def cosine_text(x: float) -> str:
+    """A cosine as people compare them: ``1`` when equal, ``1-3.1e-08`` near 1 (never a rounded 1.000000)."""
+    if not math.isfinite(x):
+        return str(x)
+    if x == 1.0:
+        return "1"
+    if abs(1.0 - x) < 1e-5:
+        return f"1{'-' if x < 1 else '+'}{abs(1.0 - x):.2g}"
+    return f"{x:.6f}"
+
+
+def _fmt_cos(x: float) -> str:
+    """Cosines near 1 are what people compare: ``1-3.1e-08`` rather than a rounded ``1.000000``."""
+    return cosine_text(x)
+
+
 def _value_table(diffs: Sequence[ValueDiff]) -> str:
-    rows = [[v.key, _fmt_float(v.max_abs), _fmt_float(v.max_rel), f"{v.mismatched:,}/{v.numel:,}",
-             f"{v.nan_a}/{v.nan_b}", f"{v.inf_a}/{v.inf_b}", v.compared_as, "ok" if v.passed else "FAIL"]
-            for v in diffs]
+    rows = [value_row(v) for v in diffs]
     # simple_table: tabulate's text without its import and per-row cost (a value table can have 200,000 rows)
-    return simple_table(rows, ["key", "max_abs", "max_rel", "outside tol", "nan a/b", "inf a/b", "as", ""])
+    return simple_table(rows, VALUE_COLUMNS)
+
+
+def _rollup_lines(r: DiffReport) -> list[str]:
+    if not r.view.wants_rollups:
+        return []
+    how = []
+    if r.view.rollup_layers:
+        how.append("layer indices folded")
+    if r.view.rollup_depth is not None:
+        how.append(f"keys cut to {r.view.rollup_depth} part(s)")
+    rows = [[g.name, f"{g.tensors:,}", f"{g.numel:,}", _fmt_float(g.max_abs), _fmt_float(g.mean_abs),
+             _fmt_float(g.rel_l2), _fmt_cos(g.cosine), f"{g.mismatched_share:.2%}"] for g in r.rollups]
+    out = ["", f"rollup ({', '.join(how)}): {len(r.rollups)} group(s); mean_abs and outside tol element-weighted, "
+               "rel_l2 and cosine of each group as one vector"]
+    table = simple_table(rows[:MAX_LINES], ["group", "tensors", "numel", "max_abs", "mean_abs", "rel_l2", "cosine",
+                                            "outside tol"])
+    out.extend("  " + line for line in table.splitlines())
+    if len(rows) > MAX_LINES:
+        out.append(f"  ... {len(rows) - MAX_LINES} more groups (--json lists every group)")
+    return out
+
+
+def csv_text(report: DiffReport) -> str:
+    """The per-tensor table (every figure, full precision) as CSV, in --sort order and cut to --top."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["key", "numel", "max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "mismatched",
+                "mismatched_share", "nan_a", "nan_b", "inf_a", "inf_b", "compared_as", "passed"])
+    for v in report.values:
+        w.writerow([v.key, v.numel, repr(v.max_abs), repr(v.max_rel), repr(v.mean_abs), repr(v.rel_l2),
+                    repr(v.cosine), v.mismatched, repr(v.mismatched_share), v.nan_a, v.nan_b, v.inf_a, v.inf_b,
+                    v.compared_as, "true" if v.passed else "false"])
+    return buf.getvalue()
+
+
+def write_csv(report: DiffReport, path: str) -> None:
+    """Write csv_text atomically (a temporary beside ``path``, fsync, rename)."""
+    write_durably(csv_text(report).encode("utf-8"), path, "CSV table")
+
+
+def write_durably(data: bytes, path: str, what: str) -> None:
+    """``data`` into a temporary beside ``path`` (io/atomic AtomicFile), fsynced, renamed into place, the
+    folder fsynced: a crash leaves the old file or the new one, never half of one."""
+    import os
+
+    from ..errors import WriteError
+    from ..io.atomic.write import AtomicFile
+
+    try:
+        with AtomicFile(path) as out:
+            if out.fd is None:  # AtomicFile opens it on entering: a bug, never the user's doing
+                raise RuntimeError(f"the temporary file for {path} is not open")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out.fd, view):]
+            out.publish()
+    except OSError as exc:  # creating the temporary (its folder gone, read-only, full): one line, exit 2
+        raise WriteError(f"cannot write the {what}: {exc.strerror or exc}", path) from None
 
 
 def _torch_message(report: DiffReport) -> list[str]:
@@ -77,6 +162,34 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _values_lines(r: DiffReport) -> list[str]:
+    """The --values section: the count, the table (as --sort/--top ask, else what differs), the rollups."""
+    out: list[str] = []
+    failed = len(r.value_mismatch)
+    out.append(f"values (atol={r.atol:g}, rtol={r.rtol:g}): {r.compared} compared, {failed} outside tolerance")
+    if not r.compared:
+        tail = "; apply the fix below first)" if r.suggestion else ")"
+        out.append("  (no key of equal shape on both sides" + tail)
+    if r.view.sort is not None or r.view.top is not None:
+        table = list(r.values)  # as asked: in --sort order, cut to --top
+        more = len(table) > MAX_LINES and r.view.top is None
+        table = table if r.view.top is not None else table[:MAX_LINES]
+        title = f"by {r.view.sort}" if r.view.sort is not None else "in A's order"
+        out.append(f"  {title}" + (f", first {r.view.top}" if r.view.top is not None else "") + ":")
+    else:
+        shown = list(r.value_mismatch) if failed else []
+        nonzero = [v for v in r.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
+        table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
+        more = len(table) > MAX_LINES or len(nonzero) + len(shown) > len(table)
+        table = table[:MAX_LINES]
+    if table:
+        out.extend("  " + line for line in _value_table(table).splitlines())
+        if more:
+            out.append("  ... (--json lists every tensor; --sort and --top choose which are shown)")
+    out += _rollup_lines(r)
+    return out
+
+
 def render(report: DiffReport) -> str:
     r = report
     b_what = f"{r.b_format}, {r.b_count} tensors"
@@ -104,19 +217,10 @@ def render(report: DiffReport) -> str:
             out.append("  (load_state_dict casts these while copying; nothing fails)")
         else:
             out.append(f"  (to convert A: ckpt migrate ... --dtype {r.dtype_mismatch[0].b})")
+    if r.rule_steps:
+        out.append(f"A's keys rewritten before comparing: {r.rules_text()} ({r.renamed} renamed)")
     if r.compared_values:
-        failed = len(r.value_mismatch)
-        out.append(f"values (atol={r.atol:g}, rtol={r.rtol:g}): {len(r.values)} compared, {failed} outside tolerance")
-        if not r.values:
-            tail = "; apply the fix below first)" if r.suggestion else ")"
-            out.append("  (no key of equal shape on both sides" + tail)
-        shown = list(r.value_mismatch) if failed else []
-        nonzero = [v for v in r.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
-        table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
-        if table:
-            out.extend("  " + line for line in _value_table(table[:MAX_LINES]).splitlines())
-            if len(table) > MAX_LINES or len(nonzero) + len(shown) > len(table):
-                out.append("  ... (--json lists every tensor)")
+        out += _values_lines(r)
     meta_rows = _metadata_lines(r.metadata_diff)
     if meta_rows:
         counted = "" if r.fail_on_metadata else " (not counted; --fail-on-metadata counts them)"
@@ -138,8 +242,11 @@ def render(report: DiffReport) -> str:
         if s.remaining_shape_mismatch:
             remain.append(f"{s.remaining_shape_mismatch} shape mismatch(es)")
         left = ("; still left: " + ", ".join(remain)) if remain else "; no key differences remain"
-        out.append(f"fix: {what}  reconciles {s.reconciled} key(s){left}")
+        given = f" (after {r.rules_text()}, given)" if r.rule_steps else ""
+        out.append(f"fix: {what}{given}  reconciles {s.reconciled} key(s){left}")
         out.append(f"  {r.migrate_command()}")
+    elif r.rule_steps and r.renamed:
+        out += ["", "to write A with the keys it was compared under:", f"  {r.migrate_command()}"]
     out += _weights_only_lines(r)
     if r.warnings:
         out.append("")
@@ -171,7 +278,9 @@ def verdict(r: DiffReport) -> str:
     if r.equal:
         if r.b_kind == "target":
             return "result: A loads into the target with strict=True (no differences)"
-        return "result: no differences" + (" in values either" if r.compared_values else "")
+        if not r.compared_values:
+            return "result: no key, shape or dtype differences (values not compared; --values compares them)"
+        return "result: no differences (keys, shapes, dtypes and values)"
     counts = []
     for name, n in (("missing", len(r.missing)), ("unexpected", len(r.unexpected)),
                     ("shape mismatch", len(r.shape_mismatch)), ("dtype mismatch", len(r.dtype_mismatch)),

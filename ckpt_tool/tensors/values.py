@@ -10,21 +10,28 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..model import TensorMeta
 from ..progress import NO_PROGRESS, Progress
-from .closeness import CHUNK, Acc, ValueDiff, compare_dtype, compare_pair
+from .closeness import CHUNK, Acc, ValueDiff, compare_dtype, compare_pair, worst
 
 
 def compare_values(
     pairs: Sequence[tuple[TensorMeta, TensorMeta]], *, atol: float, rtol: float,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress = NO_PROGRESS, norms: bool = False, histograms: int = 0,
+    rank: Callable[[ValueDiff], float] | None = None,
 ) -> tuple[list[ValueDiff], list[str]]:
     """(one ValueDiff per pair, keys skipped because a side holds no data).
 
     ``progress`` counts pairs ("comparing values"), skipped ones included.
+    ``norms``: read the norms of identical pairs too (rollups need them; it
+    costs a pass of arithmetic over data that is otherwise only memcmp'd).
+    ``histograms``: bin A, B and B-A of differing pairs while they stream,
+    and keep the bins of the ``histograms`` pairs that ``rank`` puts first
+    (largest first), so memory stays bounded.
 
     Each pair is read chunk by chunk (tensordata.iter_chunks) and compared
     as it is read, so peak memory is a few chunks, whatever the tensor sizes
@@ -42,7 +49,8 @@ def compare_values(
     # other pairs wait until that pass is done, while torch is imported on
     # another thread (1-2 s here, otherwise added to the total).
     quick = [(ta, tb) for ta, tb in pairs if _bytewise(ta, tb)]
-    verdicts = _quick_diffs(quick, atol=atol, rtol=rtol)
+    verdicts = _quick_diffs(quick, atol=atol, rtol=rtol, norms=norms, histograms=bool(histograms))
+    kept = _TopHistograms(results, histograms, rank)
     pending = iter(quick)
     next_quick = next(pending, None)
     restore: list[int] = []
@@ -56,8 +64,11 @@ def compare_values(
             if next_quick is not None and next_quick[0] is ta and next_quick[1] is tb:
                 next_quick = next(pending, None)
                 found = next(verdicts)
+                if found is not None and not found.same and (not found.norms or (histograms and not found.hist_a)):
+                    found = None  # differs, but identical chunks' norms or bins were skipped: read it again
                 if found is not None:
                     results.append(found)
+                    kept.offer(len(results) - 1)
                     progress.advance(1)
                     continue
             if not started and not _numpy_comparable(ta, tb):
@@ -68,8 +79,11 @@ def compare_values(
             slots[len(results) - 1] = (ta, tb)
         for i in later:
             ta, tb = slots[i]
-            quick_diff = _numpy_pair(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
-            results[i] = quick_diff or compare_pair(ta, tb, atol=atol, rtol=rtol, _threads=restore)
+            quick_diff = (_numpy_pair(ta, tb, atol=atol, rtol=rtol, norms=True, histograms=bool(histograms),
+                                      bin_identical=True) if _numpy_comparable(ta, tb) else None)
+            results[i] = quick_diff or compare_pair(ta, tb, atol=atol, rtol=rtol, histograms=bool(histograms),
+                                                    _threads=restore)
+            kept.offer(i)
             progress.advance(1)
     finally:
         progress.done()
@@ -79,6 +93,32 @@ def compare_values(
 
             torch.set_num_threads(restore[0])
     return [r for r in results if r is not None], skipped
+
+
+class _TopHistograms:
+    """Keeps the histograms of the ``count`` results ``rank`` puts first; the others' are dropped as they come."""
+
+    def __init__(self, results: list[ValueDiff | None], count: int, rank: Callable[[ValueDiff], float] | None) -> None:
+        self.results, self.count = results, count
+        self.rank = rank or (lambda v: v.max_abs)
+        self.heap: list[tuple[float, int]] = []  # (rank, index in results): a min-heap of those holding bins
+
+    def offer(self, i: int) -> None:
+        import heapq
+
+        v = self.results[i]
+        if v is None or not v.hist_a:
+            return
+        if v.same:  # nothing changed: bins that say so are not worth a place among the top
+            self.results[i] = replace(v, hist_a=(), hist_b=(), hist_diff=())
+            return
+        score = self.rank(v)
+        heapq.heappush(self.heap, (math.inf if score != score else score, i))
+        if len(self.heap) > self.count:
+            _, worst_i = heapq.heappop(self.heap)
+            dropped = self.results[worst_i]
+            if dropped is not None:
+                self.results[worst_i] = replace(dropped, hist_a=(), hist_b=(), hist_diff=())
 
 
 _NUMPY_FLOATS = {"float16": "<f2", "float32": "<f4", "float64": "<f8"}
@@ -96,10 +136,12 @@ class _NumpyCompare:
     The same operations in the same dtype (_compare_dtype) as compare_pair,
     so the figures are identical. ``chunk`` returns None for a chunk that
     holds a NaN or Inf (or whose difference overflows): compare_pair then
-    handles the pair, with its equal_nan and Inf rules.
+    handles the pair, with its equal_nan and Inf rules. ``norms``: also sum
+    the squares of identical chunks (a rollup needs every tensor's norm).
     """
 
-    def __init__(self, ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> None:
+    def __init__(self, ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, norms: bool = False,
+                 histograms: bool = False, bin_identical: bool = False) -> None:
         import numpy as np
 
         self.key, self.numel = ta.key, ta.numel
@@ -109,7 +151,11 @@ class _NumpyCompare:
         self.same_dtype = ta.dtype == tb.dtype
         self.dtype = ta.dtype
         self.atol, self.rtol = self.ct.type(atol), self.ct.type(rtol)
-        self.acc = Acc()
+        self.norms, self.histograms = norms, histograms
+        # binning every identical chunk would cost more than the whole comparison; only a pair read again
+        # because it differs elsewhere (compare_values) bins them
+        self.bin_identical = bin_identical
+        self.acc = Acc(norms=True, histograms=histograms)
 
     def chunk(self, ra: Any, rb: Any) -> Acc | None:
         """One chunk of each side (the same elements) compared on its own; None: NaN/Inf, leave it to torch.
@@ -121,21 +167,34 @@ class _NumpyCompare:
 
         from .tensordata import all_finite, same_bytes
 
-        acc = Acc()
-        if self.same_dtype and same_bytes(ra, rb):
-            return acc if all_finite(ra, self.dtype) is not False else None
+        acc = Acc(histograms=self.histograms)
         fa, fb, ct = self.fa, self.fb, self.ct
+        if self.same_dtype and same_bytes(ra, rb):
+            if all_finite(ra, self.dtype) is False:
+                return None
+            if self.norms:
+                binned = self.histograms and self.bin_identical
+                acc.sq_a = acc.sq_b = acc.dot = _square_sum(np.frombuffer(ra, dtype=fa), acc if binned else None)
+                acc.unbinned = int(self.histograms and not binned)
+            else:
+                acc.norms = False
+            return acc
         n = len(ra) // fa.itemsize
+        # float64 buffers for the sums, reused by every piece (a fresh array per piece costs its page faults)
+        bufs = np.empty((3, min(CHUNK, n)), dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for first in range(0, n, CHUNK):  # pieces that stay in the CPU cache
                 count = min(CHUNK, n - first)
                 xa = np.frombuffer(ra, dtype=fa, count=count, offset=first * fa.itemsize).astype(ct)
                 yb = np.frombuffer(rb, dtype=fb, count=count, offset=first * fb.itemsize).astype(ct)
+                a64, b64, scratch = bufs[0, :count], bufs[1, :count], bufs[2, :count]
+                np.copyto(a64, xa)  # the sums' copies, before xa is reused
+                np.copyto(b64, yb)
                 ad = np.abs(np.subtract(xa, yb, out=xa), out=xa)
                 top = float(ad.max())
                 if not math.isfinite(top):
                     return None
-                acc.max_abs = max(acc.max_abs, top)
+                acc.max_abs = worst(acc.max_abs, top)
                 ref = np.abs(yb, out=yb)
                 bound = np.multiply(ref, self.rtol)
                 bound += self.atol
@@ -143,25 +202,56 @@ class _NumpyCompare:
                 # max |a-b|/|b|: 0/0 (NaN) counts as equal, x/0 as inf; fmax skips NaNs
                 rel = float(np.fmax.reduce(np.divide(ad, ref, out=bound)))
                 if rel == rel:
-                    acc.max_rel = max(acc.max_rel, rel)
+                    acc.max_rel = worst(acc.max_rel, rel)
+                acc.sq_a += _dot(a64, a64, scratch)
+                acc.sq_b += _dot(b64, b64, scratch)
+                acc.dot += _dot(a64, b64, scratch)
+                if self.histograms:
+                    acc.add_histograms(a64, b64)
+                d = np.subtract(b64, a64, out=b64)
+                acc.sq_diff += _dot(d, d, scratch)
+                acc.sum_abs += float(np.add.reduce(np.abs(d, out=d)))
         return acc
 
     def merge(self, part: Acc) -> None:
-        acc = self.acc
-        acc.max_abs = max(acc.max_abs, part.max_abs)
-        acc.max_rel = max(acc.max_rel, part.max_rel)
-        acc.bad += part.bad
+        self.acc.merge(part)
 
     def result(self) -> ValueDiff:
-        acc = self.acc
-        return ValueDiff(self.key, acc.max_abs, acc.max_rel, 0, 0, 0, 0, acc.bad == 0, acc.bad, self.numel, self.cd)
+        return self.acc.result(self.key, self.numel, self.cd)
 
 
-def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float) -> ValueDiff | None:
+def _dot(x: Any, y: Any, scratch: Any = None) -> float:
+    """sum(x * y) of float64 arrays without BLAS: np.dot hands each call to OpenBLAS's thread pool, whose
+    spinning workers made the comparison 20x slower on a busy 2-core machine (measured: 4.3 ms against
+    0.4 ms per 262,144 elements, called from the reader threads); add.reduce also sums pairwise."""
+    import numpy as np
+
+    return float(np.add.reduce(np.multiply(x, y, out=scratch)))
+
+
+def _square_sum(values: Any, acc: Acc | None) -> float:
+    """sum(x**2) in float64 of an identical chunk, converted piece by piece into one reused buffer (NumPy's
+    float16 cast is the cost here: 2.5x faster than one astype of the whole chunk); ``acc``: bin it too."""
+    import numpy as np
+
+    total = 0.0
+    buf = np.empty(min(CHUNK, values.size), dtype=np.float64)
+    for first in range(0, values.size, CHUNK):
+        piece = buf[: min(CHUNK, values.size - first)]
+        np.copyto(piece, values[first:first + piece.size])
+        if acc is not None:
+            acc.add_histograms(piece, piece)
+        total += float(np.add.reduce(np.multiply(piece, piece, out=piece)))
+    return total
+
+
+def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, norms: bool = False,
+                histograms: bool = False, bin_identical: bool = False) -> ValueDiff | None:
     """compare_pair's result for finite float16/32/64 values (_NumpyCompare), reading the pair here."""
     from .tensordata import iter_raw
 
-    compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol)
+    compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol, norms=norms, histograms=histograms,
+                            bin_identical=bin_identical)
     for ra, rb in zip(iter_raw(ta, CHUNK * compare.fa.itemsize), iter_raw(tb, CHUNK * compare.fb.itemsize),
                       strict=False):
         part = compare.chunk(ra, rb)
@@ -188,8 +278,8 @@ def _bytewise(ta: TensorMeta, tb: TensorMeta) -> bool:
             and ta.numel > 0 and ta.is_contiguous and tb.is_contiguous)
 
 
-def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
-                 rtol: float) -> Generator[ValueDiff | None, None, None]:
+def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float, rtol: float, norms: bool,
+                 histograms: bool) -> Generator[ValueDiff | None, None, None]:
     """Per pair (same dtype and shape, contiguous), in order: its ValueDiff, or None to leave it to the caller.
 
     Worker threads read both sides chunk by chunk and check each chunk where
@@ -205,8 +295,8 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
     # batches: a thread hand-off and a NumPy call per pair would cost more than the bytes.
     small = _small_verdicts([p for p in pairs if p[0].nbytes < _SMALL_PAIR])
     large = [(ta, tb) for ta, tb in pairs if ta.nbytes >= _SMALL_PAIR]
-    numeric = [_NumpyCompare(ta, tb, atol=atol, rtol=rtol) if _numpy_comparable(ta, tb) else None
-               for ta, tb in large]
+    numeric = [_NumpyCompare(ta, tb, atol=atol, rtol=rtol, norms=norms, histograms=histograms)
+               if _numpy_comparable(ta, tb) else None for ta, tb in large]
     reads, owner = group_reads(large)
     counts = Counter(owner)  # chunks per large pair
     given_up: set[int] = set()  # large pairs already left to the caller
@@ -215,6 +305,8 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
         compare = numeric[owner[i]]
         if compare is not None:
             return compare.chunk(a, b)
+        if norms:  # an identical pair's norm needs its values: compare_pair reads them
+            return None
         return Acc() if same_bytes(a, b) and all_finite(a, large[owner[i]][0].dtype) is not False else None
 
     results = check_reads(reads, check, skip=lambda i: owner[i] in given_up)
@@ -222,7 +314,7 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float,
     try:
         for ta, tb in pairs:
             if ta.nbytes < _SMALL_PAIR:
-                yield _zero_diff(ta, tb) if small[id(ta), id(tb)] else None
+                yield _zero_diff(ta, tb) if small[id(ta), id(tb)] and not norms else None
                 continue
             compare = numeric[p]
             ok = True

@@ -3,6 +3,7 @@
 # The surface siblings and users import (``from ckpt_tool.commands.diff import diff`` as before the
 # package split); the modules below it are the feature's own.
 from .command import compare_tensors, diff
-from .report import DiffReport
+from .report import DiffReport, ValueView
+from .rollup import Rollup
 
-__all__ = ["DiffReport", "compare_tensors", "diff"]
+__all__ = ["DiffReport", "Rollup", "ValueView", "compare_tensors", "diff"]

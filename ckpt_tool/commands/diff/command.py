@@ -22,7 +22,11 @@ from ...tensors.closeness import ValueDiff
 from ...tensors.ties import filled_by_ties, tie_advice, tied_groups
 from ...tensors.values import compare_values
 from .metadata import content_metadata, mask_unread, metadata_diff
-from .report import DiffReport, Mismatch
+from .report import PLAIN_VIEW, DiffReport, Mismatch, ValueView
+from .rollup import Metric, ordered, rollups, sort_key
+
+if TYPE_CHECKING:
+    from ...keys.rules import RuleSet
 
 if TYPE_CHECKING:  # a path, or from Python a state dict or an nn.Module; a target: a SPEC, class or instance
     from ...tensors.target import TargetSpec
@@ -57,6 +61,48 @@ def compare_tensors(
     return missing, unexpected, shape_mismatch, dtype_mismatch
 
 
+def rewritten(tensors: Sequence[TensorMeta], rules: RuleSet) -> list[TensorMeta]:
+    """``tensors`` under the keys ``rules`` give them (migrate's make_plan: the same conflicts are errors);
+    a key a drop rule removes is left out."""
+    from ...keys.rules import make_plan
+
+    plan = make_plan(tensors, rules)
+    out = []
+    for t, entry in zip(tensors, plan.entries, strict=True):
+        if entry.output is None:
+            continue
+        out.append(t if entry.output == t.key else TensorMeta(entry.output, t.dtype, t.shape, t.stride,
+                                                              t.storage_offset, t.storage, t.device, t.quantizer))
+    return out
+
+
+def composed(steps: Sequence[RuleSet], keys: Sequence[str]) -> RuleSet | None:
+    """``steps`` merged into one RuleSet (``then``) if that gives every key in ``keys`` the key the steps give it
+    one after the other; else None (an --add-prefix followed by a --strip-prefix, say, cannot be one set:
+    a RuleSet always strips before it adds)."""
+    if not steps:
+        return None
+    merged = steps[0]
+    for step in steps[1:]:
+        merged = merged.then(step)
+
+    def in_turn(key: str) -> str | None:
+        out: str | None = key
+        for step in steps:
+            if out is None:
+                return None
+            out = step.new_key(out)
+        return out
+
+    return merged if all(merged.new_key(k) == in_turn(k) for k in keys) else None
+
+
+def _first(key: Any) -> float:
+    """The number in a sort key (``(-rel_l2, key)``): smaller sorts first, so it is negated to rank."""
+    head = key[0] if isinstance(key, tuple) else 0.0
+    return float(head) if isinstance(head, (int, float)) else 0.0
+
+
 # ------------------------------------------------------------------ the command
 
 
@@ -77,6 +123,9 @@ def diff(
     fail_on_metadata: bool = False,
     limits: Limits = DEFAULT_LIMITS,
     torch_version: str | None = None,
+    rules: RuleSet | None = None,
+    auto: bool = False,
+    view: ValueView = PLAIN_VIEW,
 ) -> DiffReport:
     """Compare checkpoint ``a`` with checkpoint ``b`` or with a ``target`` module spec.
 
@@ -85,6 +134,10 @@ def diff(
     reading one tensor pair at a time, and reports the pairs done to
     ``progress`` ("comparing values").
     ``torch_version``: whose weights_only rules predict torch.load of each side.
+    ``rules`` (strip/add prefix, rename: migrate's RuleSet) rewrite A's keys
+    before anything is compared, exactly as ``ckpt migrate`` would; ``auto``
+    then infers and applies the rewrite that makes A's keys match B's.
+    ``view``: the order, cut, rollups and histograms of the ``--values`` figures.
     """
     from ..inputs import label_of, open_input
     from ..weights_only.verdict import assess
@@ -96,6 +149,10 @@ def diff(
                          "holds no values")
     if key_b is not None and target is not None:
         raise UsageError("--key-b selects inside a second checkpoint B; a --target module has no container")
+    if (view.sort is not None or view.top is not None or view.rollup_depth is not None or view.rollup_layers
+            or view.histograms) and not values:
+        raise UsageError("--sort, --top, --rollup-depth, --rollup-layers and --html order or summarise the "
+                         "--values figures: add --values")
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
         raise UsageError("--atol and --rtol must be non-negative numbers")
     ckpt_a = open_input(a, key=key, unsafe=unsafe, limits=limits, read_values=values)  # --values: DCP bytes items
@@ -122,15 +179,36 @@ def diff(
         warnings += [f"B: {w}" for w in ckpt_b.warnings]
         target_prefixes = []
     try:
-        missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt_a.tensors, b_tensors, lazy=lazy)
-        tied = filled_by_ties(missing, ckpt_a.keys, groups)
+        steps: list[RuleSet] = [rules] if rules is not None and not rules.is_empty else []
+        a_tensors = list(ckpt_a.tensors)
+        original = {id(t) for t in a_tensors}
+        if steps:
+            a_tensors = rewritten(a_tensors, steps[0])
+        if auto:
+            from ...keys.infer import suggest
+
+            inferred = suggest(a_tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
+            if inferred is not None and not inferred.rules.is_empty:
+                a_tensors = rewritten(a_tensors, inferred.rules)
+                steps.append(inferred.rules)
+        missing, unexpected, shape_mm, dtype_mm = compare_tensors(a_tensors, b_tensors, lazy=lazy)
+        tied = filled_by_ties(missing, [t.key for t in a_tensors], groups)
         if tied:
             warnings.append(tie_advice(tied))
         suggestion = None
         if missing or unexpected or shape_mm:
             from ...keys.infer import suggest  # rules and scoring: only when the keys do not line up
 
-            suggestion = suggest(ckpt_a.tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
+            suggestion = suggest(a_tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
+        fix_rules = None  # the one rewrite of A's own keys that the fix command states
+        if steps:
+            whole = steps + ([suggestion.rules] if suggestion is not None else [])
+            fix_rules = composed(whole, ckpt_a.keys)
+            if fix_rules is None:  # the steps do not merge into one migrate rule set: infer it from A's own keys
+                from ...keys.infer import suggest
+
+                direct = suggest(ckpt_a.tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
+                fix_rules = direct.rules if direct is not None else None
         meta: dict[str, Any] = {"changed": [], "only_a": [], "only_b": []}
         if ckpt_b is not None:
             meta_a, meta_b, unread = mask_unread(content_metadata(ckpt_a), content_metadata(ckpt_b))
@@ -142,8 +220,11 @@ def diff(
         if values and ckpt_b is not None:
             bad_shape = {m.key for m in shape_mm}
             b_map = ckpt_b.by_key
-            pairs = [(t, b_map[t.key]) for t in ckpt_a.tensors if t.key in b_map and t.key not in bad_shape]
-            value_diffs, skipped = compare_values(pairs, atol=atol, rtol=rtol, progress=progress)
+            pairs = [(t, b_map[t.key]) for t in a_tensors if t.key in b_map and t.key not in bad_shape]
+            rank = sort_key(view.sort or Metric.REL_L2)
+            value_diffs, skipped = compare_values(
+                pairs, atol=atol, rtol=rtol, progress=progress, norms=view.needs_norms,
+                histograms=view.histograms, rank=lambda v: -_first(rank(v)))
             if skipped:
                 warnings.append(f"{len(skipped)} tensor(s) hold no data and were not compared: "
                                 + ", ".join(skipped[:5]))
@@ -154,7 +235,13 @@ def diff(
     return DiffReport(
         a=a, b=b_label, missing=tuple(missing), unexpected=tuple(unexpected),
         shape_mismatch=tuple(shape_mm), dtype_mismatch=tuple(dtype_mm),
-        value_mismatch=tuple(v for v in value_diffs if not v.passed), values=tuple(value_diffs),
+        value_mismatch=tuple(v for v in value_diffs if not v.passed),
+        values=tuple(ordered(value_diffs, view.sort, view.top)), compared=len(value_diffs),
+        all_values=tuple(value_diffs),
+        rollups=tuple(ordered(rollups(value_diffs, depth=view.rollup_depth, fold=view.rollup_layers),
+                              view.sort, None)) if view.wants_rollups else (),
+        view=view, rules=composed(steps, ckpt_a.keys) if steps else None, rule_steps=tuple(steps),
+        fix_rules=fix_rules, renamed=sum(id(t) not in original for t in a_tensors),
         metadata_diff=meta, suggestion=suggestion, warnings=tuple(warnings),
         b_kind="target" if target is not None else "checkpoint", a_format=ckpt_a.format, b_format=b_format,
         a_count=len(ckpt_a.tensors), b_count=len(b_tensors), compared_values=bool(values),

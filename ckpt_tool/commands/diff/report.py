@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 from ...io.remote.counts import with_remote
 from ...tensors.closeness import ValueDiff
 from ...tensors.ties import TiedKey
+from .rollup import AGGREGATION, Metric, Rollup
 
 if TYPE_CHECKING:
     from ...keys.infer import Suggestion
+    from ...keys.rules import RuleSet
     from ..weights_only.verdict import WeightsOnlyReport
 
 
@@ -25,6 +27,29 @@ class Mismatch:
     key: str
     a: Any  # shape list or dtype string
     b: Any
+
+
+@dataclass(frozen=True)
+class ValueView:
+    """How the ``--values`` figures are presented: order, cut, rollups, histograms (none of it changes ``equal``)."""
+
+    sort: Metric | None = None  # None: A's key order
+    top: int | None = None  # keep the first N tensors of ``values`` (after sorting)
+    rollup_depth: int | None = None  # group by the first N dotted parts of the key
+    rollup_layers: bool = False  # group with every layer index folded (layers.*.attn.q.weight)
+    histograms: int = 0  # bin A, B and B-A of the first N tensors in --sort order (the HTML report)
+
+    @property
+    def wants_rollups(self) -> bool:
+        return self.rollup_depth is not None or self.rollup_layers
+
+    @property
+    def needs_norms(self) -> bool:
+        """Rollups and the report's heatmap need every tensor's norm, identical ones included."""
+        return self.wants_rollups or self.histograms > 0
+
+
+PLAIN_VIEW = ValueView()
 
 
 @dataclass(frozen=True)
@@ -60,6 +85,14 @@ class DiffReport:
     weights_only_a: WeightsOnlyReport | None = None
     weights_only_b: WeightsOnlyReport | None = None
     remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
+    compared: int = 0  # pairs whose values were compared (``values`` may be cut to --top)
+    all_values: tuple[ValueDiff, ...] = ()  # every compared pair, in A's order (the HTML heatmap); not in JSON
+    rollups: tuple[Rollup, ...] = ()
+    view: ValueView = PLAIN_VIEW
+    rules: RuleSet | None = None  # applied to A's keys before comparing, as one set (None if they are not one)
+    rule_steps: tuple[RuleSet, ...] = ()  # the rules given, then those --auto inferred, applied in turn
+    fix_rules: RuleSet | None = None  # with rules given: the one rewrite of A's own keys the fix command states
+    renamed: int = 0  # A's keys those rules changed
 
     @property
     def metadata_differs(self) -> bool:
@@ -76,17 +109,33 @@ class DiffReport:
         return not differs and not (self.fail_on_metadata and self.metadata_differs)
 
     def migrate_command(self, output: str | None = None) -> str | None:
-        """The ``ckpt migrate`` command that applies the suggestion to A, or None."""
-        if self.suggestion is None:
+        """The ``ckpt migrate`` command that applies the rules given to diff and the suggestion to A, or None."""
+        from dataclasses import replace
+
+        if not self.rule_steps:
+            if self.suggestion is None:
+                return None
+            whole = self.suggestion
+        elif self.fix_rules is None or (self.suggestion is None and not self.renamed):
             return None
+        elif self.suggestion is None:
+            from ...keys.infer import Suggestion
+
+            whole = Suggestion(self.fix_rules, 0, len(self.missing), len(self.unexpected), len(self.shape_mismatch))
+        else:
+            whole = replace(self.suggestion, rules=self.fix_rules)
         target = kwargs = None
         # --target makes migrate verify a strict load: only for a rewrite that leaves no key difference
-        if self.b_kind == "target" and self.suggestion.complete:
+        if self.b_kind == "target" and whole.complete:
             import json
 
             target = self.b
             kwargs = json.dumps(dict(self.target_kwargs)) if self.target_kwargs else None
-        return self.suggestion.command(self.a, output, key=self.key, target=target, target_kwargs=kwargs)
+        return whole.command(self.a, output, key=self.key, target=target, target_kwargs=kwargs)
+
+    def rules_text(self) -> str:
+        """The rules applied to A's keys, in the order they were applied."""
+        return " then ".join(step.describe() for step in self.rule_steps)
 
     def to_json(self) -> dict[str, Any]:
         suggestion = None
@@ -109,6 +158,15 @@ class DiffReport:
             "value_mismatch": [v.to_json() for v in self.value_mismatch],
             "values_compared": self.compared_values,
             "values": [v.to_json() for v in self.values] if self.compared_values else None,
+            "values_total": self.compared if self.compared_values else None,
+            "sort": self.view.sort.value if self.view.sort is not None else None,
+            "top": self.view.top,
+            "rollups": ({"depth": self.view.rollup_depth, "layers_folded": self.view.rollup_layers,
+                         "aggregation": dict(AGGREGATION), "groups": [g.to_json() for g in self.rollups]}
+                        if self.view.wants_rollups else None),
+            "rules_applied": ({"options": [a for step in self.rule_steps for a in step.cli_args()],
+                               "steps": [step.cli_args() for step in self.rule_steps], "renamed": self.renamed,
+                               "command": self.migrate_command()} if self.rule_steps else None),
             "atol": self.atol,
             "rtol": self.rtol,
             "metadata_diff": self.metadata_diff,

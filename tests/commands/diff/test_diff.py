@@ -161,7 +161,7 @@ def test_running_the_suggested_command_makes_diff_pass(tmp_path, fixtures_dir, r
     assert r.code == 0, r
     r = run_cli("diff", str(out), *other)
     assert r.code == 0, r
-    assert "no differences" in r.out or "loads into the target" in r.out
+    assert "no key, shape or dtype differences" in r.out or "loads into the target" in r.out
 
 
 def test_suggested_command_is_exact_and_quoted(fixtures_dir):
@@ -446,7 +446,8 @@ def test_text_output_quotes_torch_and_prints_the_fix(fixtures_dir, run_cli):
 
 def test_quiet_prints_only_the_result(fixtures_dir, run_cli):
     r = run_cli("diff", "-q", str(fixtures_dir / "tiny_mlp.pth"), str(fixtures_dir / "legacy.pth"))
-    assert r.code == 0 and r.out.strip() == "result: no differences"
+    assert r.code == 0 and r.out.strip() == (
+        "result: no key, shape or dtype differences (values not compared; --values compares them)")
 
 
 def test_plain_tensor_attribute_warning(tmp_path, run_cli, fixtures_dir):

@@ -243,7 +243,10 @@ def render(report: DiffReport) -> str:
             remain.append(f"{s.remaining_shape_mismatch} shape mismatch(es)")
         left = ("; still left: " + ", ".join(remain)) if remain else "; no key differences remain"
         given = f" (after {r.rules_text()}, given)" if r.rule_steps else ""
-        out.append(f"fix: {what}{given}  reconciles {s.reconciled} key(s){left}")
+        dropped = r.dropped_by_fix()
+        drops = (f" and leaves out {len(dropped)} the other side lacks ({', '.join(dropped[:4])}"
+                 + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "") + ")") if dropped else ""
+        out.append(f"fix: {what}{given}  reconciles {s.reconciled} key(s){drops}{left}")
         out.append(f"  {r.migrate_command()}")
     elif r.rule_steps and r.renamed:
         out += ["", "to write A with the keys it was compared under:", f"  {r.migrate_command()}"]

@@ -133,6 +133,13 @@ class DiffReport:
             kwargs = json.dumps(dict(self.target_kwargs)) if self.target_kwargs else None
         return whole.command(self.a, output, key=self.key, target=target, target_kwargs=kwargs)
 
+    def dropped_by_fix(self) -> list[str]:
+        """A's keys that the suggested rewrite leaves out (``--drop``: a head the other side lacks)."""
+        s = self.suggestion
+        if s is None or not s.rules.drop:
+            return []
+        return [k for k in self.unexpected if s.rules.new_key(k) is None]
+
     def rules_text(self) -> str:
         """The rules applied to A's keys, in the order they were applied."""
         return " then ".join(step.describe() for step in self.rule_steps)
@@ -142,6 +149,7 @@ class DiffReport:
         if self.suggestion is not None:
             suggestion = self.suggestion.to_json()
             suggestion["command"] = self.migrate_command()
+            suggestion["dropped_keys"] = self.dropped_by_fix()
         return with_remote({
             "equal": self.equal,
             "a": self.a,

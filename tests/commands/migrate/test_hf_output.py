@@ -208,3 +208,12 @@ def test_an_accelerate_folder_has_no_config_to_copy_and_says_so(hf_written, tmp_
     assert {e["file"] for e in report["left_out"]} >= {"optimizer.bin", "scheduler.bin"}
     got, want = load_file(tmp_path / "out" / "model.safetensors"), load_file(expected)
     assert got.keys() == want.keys() and all(got[k].equal(want[k]) for k in want)
+
+
+def test_the_fix_names_the_keys_it_drops(hf_written, run_cli):
+    run, _ = hf_folder(hf_written, "trainer_run")
+    bert, _ = hf_folder(hf_written, "bert")
+    r = run_cli("diff", str(run), str(bert))
+    assert "leaves out 2 the other side lacks (classifier.bias, classifier.weight)" in r.out, r.out
+    r = run_cli("diff", str(run), str(bert), "--json")
+    assert json.loads(r.out)["suggestion"]["dropped_keys"] == ["classifier.bias", "classifier.weight"]

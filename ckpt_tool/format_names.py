@@ -35,6 +35,9 @@ class Format(Name):
     # A folder a library wrote (save_pretrained, PEFT, diffusers, sentence-transformers, Trainer, accelerate):
     # what detect says of it; the report's format is that of the weights it holds (formats/hf/read.py).
     HF_FOLDER = "hf-folder"
+    # torch.distributed.checkpoint's HuggingFaceStorageWriter(save_distributed=True): one safetensors file per
+    # rank holding slices placed by DCP_SHARDING_INFO, read as the consolidated model (formats/safetensors/)
+    DIST_SAFETENSORS = "distributed-safetensors"
 
 
 class OutputFormat(Name):

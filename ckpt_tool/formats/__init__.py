@@ -149,13 +149,15 @@ def load(
     unsafe: bool = False,
     limits: Limits = DEFAULT_LIMITS,
     read_values: bool = False,
+    unstack_layers: bool = False,
 ) -> Checkpoint:
     """Read a checkpoint's metadata safely: no code runs and no tensor bytes are read.
 
     Non-tensor values a file keeps apart from its metadata (a DCP folder's
     bytes items: an optimizer's ``lr``, a step count) are left unread and
     described (model.Deferred) unless ``read_values`` asks for them, as
-    migrate and ``diff --values`` do.
+    migrate and ``diff --values`` do. ``unstack_layers`` gives a Megatron
+    torch_dist checkpoint's stacked layers their per-layer names (formats/dcp/megatron.py).
     """
     from .checkpoint.build import build
 
@@ -165,6 +167,10 @@ def load(
     with gc_paused():
         loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe))
         try:
+            if unstack_layers:
+                from .dcp.megatron import unstack
+
+                unstack(loaded, p)
             ck = build(loaded, p, key, limits)
             if read_values and loaded.deferred:  # walking 200,000 entries of any other file would find none
                 from .dcp.deferred import with_values

@@ -141,6 +141,7 @@ def inspect(
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress = NO_PROGRESS,
     torch_version: str | None = None,
+    unstack_layers: bool = False,
 ) -> InspectReport:
     """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true (tensors read go to ``progress``).
 
@@ -148,7 +149,7 @@ def inspect(
     applies (default: the installed torch, else the newest known).
     """
     _refuse_unread(os.fspath(path))
-    ckpt = load(path, key=key, unsafe=unsafe, limits=limits)
+    ckpt = load(path, key=key, unsafe=unsafe, limits=limits, unstack_layers=unstack_layers)
     per_tensor = None
     if stats:
         per_tensor = {}

@@ -126,6 +126,7 @@ def migrate(
     on_rules: Callable[[RuleSet], None] | None = None,
     on_cleaned: Callable[[staletemp.CleanReport], None] | None = None,
     _after_write: Callable[[str], None] | None = None,
+    unstack_layers: bool = False,
 ) -> MigrateReport:
     """Rewrite SRC's keys (and format, and dtype) into OUT; see the module docstring.
 
@@ -134,6 +135,7 @@ def migrate(
     ``on_cleaned`` is called as soon as stale temporaries of killed runs were
     removed from OUT's folder (or failed to be), whatever happens next.
     ``_after_write`` (tests only) sees the temporary output before it is verified.
+    ``unstack_layers`` reads a Megatron torch_dist source with per-layer names (docs/consolidate.md).
     ``sanitize`` rewrites the metadata of a torch output into types
     ``torch.load(weights_only=True)`` accepts (writers/torchsave/sanitize.py) and proves
     the output loads that way in a fresh process; without it, objects read
@@ -151,11 +153,13 @@ def migrate(
         drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, target=target,
         target_kwargs=target_kwargs, auto=auto, allow_missing=allow_missing, devices=devices,
         max_shard_size=max_shard_size, workers=workers, state_dict_only=state_dict_only, keep_container=keep_container,
-        sanitize=sanitize, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe, limits=limits)
+        sanitize=sanitize, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe, limits=limits,
+        unstack_layers=unstack_layers)
     hooks = Hooks(progress=progress or NO_PROGRESS, on_rules=on_rules, on_cleaned=on_cleaned,
                   after_write=_after_write)
     s = plan.source
-    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, read_values=True)  # a DCP folder's values
+    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, read_values=True,  # a DCP folder's values
+              unstack_layers=s.unstack_layers)
     try:
         return run_plan(ck, plan, hooks)
     finally:

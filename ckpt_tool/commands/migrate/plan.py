@@ -30,6 +30,7 @@ class SourcePlan:
     key: str | None = None
     unsafe: bool = False
     limits: Limits = DEFAULT_LIMITS
+    unstack_layers: bool = False  # a Megatron torch_dist source read with per-layer names (formats/dcp/megatron.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +131,7 @@ def plan_migration(
     verify: bool = True,
     unsafe: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    unstack_layers: bool = False,
 ) -> MigratePlan:
     """The plan of ``migrate(...)``'s keyword arguments; a usage error raises here, before anything is read."""
     from ...writers.safetensors.sharded import parse_size
@@ -153,7 +155,7 @@ def plan_migration(
         rules = build_rules(rules_file=rules_file, strip_prefix=strip_prefix, add_prefix=add_prefix,
                             rename=rename, drop=drop, dtype=dtype)
     return MigratePlan(
-        source=SourcePlan(path=os.fspath(src), key=key, unsafe=unsafe, limits=limits),
+        source=SourcePlan(path=os.fspath(src), key=key, unsafe=unsafe, limits=limits, unstack_layers=unstack_layers),
         rules=rules,
         output=OutputPlan(path=out_path, format=fmt, shard_bytes=shard_bytes, state_dict_only=state_dict_only,
                           sanitize=sanitize, force=force, dry_run=dry_run),

@@ -147,7 +147,7 @@ def replan(spec: Spec) -> tuple[list[Unit], Checkpoint]:
     from ....formats import load
 
     s = spec.source
-    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits)
+    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, unstack_layers=s.unstack_layers)
     stored, aliases = stored_tensors(ck.tensors, spec.rules)
     header, units = plan_units(spec.fmt, stored, aliases, spec.meta, spec.shard_bytes, spec.count)
     if fingerprint(header, units) != spec.fingerprint:

@@ -37,27 +37,29 @@ _MODEL = textwrap.dedent("""
         from megatron.core import parallel_state
         parallel_state.initialize_model_parallel(1, 1)
 
-    def model(seed):
+    def model(seed, moe):
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
         from megatron.core.models.gpt.gpt_model import GPTModel
         from megatron.core.transformer.transformer_config import TransformerConfig
         torch.manual_seed(seed)
+        experts = dict(num_moe_experts=4, moe_ffn_hidden_size=6, moe_router_topk=2) if moe else {}
         cfg = TransformerConfig(num_layers=2, hidden_size=8, num_attention_heads=2, ffn_hidden_size=12,
-                                use_cpu_initialization=True, gated_linear_unit=True)
-        return GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=16,
-                        max_sequence_length=8)
+                                use_cpu_initialization=True, gated_linear_unit=True, **experts)
+        spec = get_gpt_layer_local_spec(num_experts=4, moe_grouped_gemm=False) if moe else get_gpt_layer_local_spec()
+        return GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=16, max_sequence_length=8)
 
     def main(mode, folder, port):
         setup(port)
-        if mode == "save":
+        if mode == "save":  # a dense model in FOLDER, a 4-expert MoE (SequentialMLP) one in FOLDER-moe
             from megatron.core import dist_checkpointing
-            m = model(0)
-            os.makedirs(folder)
-            dist_checkpointing.save(m.sharded_state_dict(), folder)
-            torch.save({k: v for k, v in m.state_dict().items() if isinstance(v, torch.Tensor)},
-                       folder + ".reference.pt")
+            for where, moe in ((folder, False), (folder + "-moe", True)):
+                m = model(0, moe)
+                os.makedirs(where)
+                dist_checkpointing.save(m.sharded_state_dict(), where)
+                torch.save({k: v for k, v in m.state_dict().items() if isinstance(v, torch.Tensor)},
+                           where + ".reference.pt")
             return
-        m = model(1)  # other values: the load must bring the saved ones back
+        m = model(1, folder.endswith("-moe"))  # other values: the load must bring the saved ones back
         sd = torch.load(sys.argv[4], weights_only=True)
         sd["output_layer._extra_state"] = None  # GPTModel.sharded_state_dict drops it on save (always empty)
         m.load_state_dict(sd, strict=True)
@@ -95,11 +97,14 @@ def saved(tmp_path_factory) -> tuple[Path, Path]:
     return root / "ckpt", script
 
 
-def test_the_save_stacks_layers(saved):
-    """What the tests rely on: megatron wrote a torch_dist DCP folder with common.pt, layers stacked."""
+def test_the_save_stacks_layers_and_experts(saved, run_cli):
+    """What the tests rely on: megatron wrote a torch_dist DCP folder with common.pt, layers (experts) stacked."""
     folder, _ = saved
     assert json.loads((folder / "metadata.json").read_text())["sharded_backend"] == "torch_dist"
     assert (folder / "common.pt").is_file() and (folder / ".metadata").is_file()
+    moe = json.loads(run_cli("inspect", "--json", str(folder.with_name(folder.name + "-moe"))).out)
+    shapes = {t["key"]: t["shape"] for t in moe["tensors"]}
+    assert shapes["decoder.layers.mlp.experts.experts.linear_fc1.weight"] == [2, 4, 12, 8]
 
 
 def test_inspect_reports_the_stacking_common_pt_and_metadata_json(saved, run_cli):
@@ -134,13 +139,16 @@ _LOCAL_SPEC = [r"--rename", r"(.*)\.self_attention\.linear_qkv\.layer_norm_(weig
                r"--rename", r"(.*)\.mlp\.linear_fc1\.layer_norm_(weight|bias)=\1.pre_mlp_layernorm.\2"]
 
 
-def test_a_tp1_model_loads_the_unstacked_output_strictly(saved, tmp_path, run_cli):
+@pytest.mark.parametrize("moe,count", [(False, 29), (True, 57)])
+def test_a_tp1_model_loads_the_unstacked_output_strictly(saved, tmp_path, run_cli, moe, count):
+    """Layers, and with MoE each layer's experts (SequentialMLP's local_experts.N names), load strictly."""
     folder, script = saved
+    folder = folder.with_name(folder.name + "-moe") if moe else folder
     out = tmp_path / "model.pth"
     r = run_cli("migrate", str(folder), "--unstack-layers", *_LOCAL_SPEC, "-o", str(out))
     assert r.code == 0, r
     done = _run(script, "load", str(folder), str(out))
-    assert "LOADED 29" in done.stdout
+    assert f"LOADED {count}" in done.stdout
 
 
 def test_unstacked_safetensors_holds_each_layers_bytes(saved, tmp_path):

@@ -34,7 +34,7 @@ COMMON, METADATA_JSON = "common.pt", "metadata.json"
 _MAX_JSON = 1 << 20
 # KEY stacked: "...decoder.layers." (or encoder.) followed by a name, not a layer number
 _STACKED = re.compile(r"^(?P<head>(?:.*\.)?(?:decoder|encoder)\.layers\.)(?P<rest>(?!\d+\.)[^/]+)$")
-_EXPERT = re.compile(r"^mlp\.experts\.(?P<rest>linear_fc[12]\.[^/]+)$")
+_EXPERT = re.compile(r"^mlp\.experts\.(?:experts\.)?(?P<rest>linear_fc[12]\.[^/]+)$")
 _SHARD = re.compile(r"^(?P<key>[^/]+)/shard_(?P<offsets>[\d.]+)_(?P<shape>[\d.]+)$")
 _PER_LAYER = re.compile(r"^(?P<head>(?:.*\.)?(?:decoder|encoder)\.layers\.)(?P<layer>\d+)\.")
 _FLAT_OPTIMIZER = "optimizer.distributed."

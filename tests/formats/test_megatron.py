@@ -181,3 +181,39 @@ def test_common_pt_is_read_without_running_it(saved, tmp_path, run_cli):
     assert doc["metadata"]["megatron"]["common.pt"]["iteration"] == 7
     assert any("posix.system" in w or "os.system" in w for w in doc["warnings"])
     assert not ran.exists()
+
+
+def test_optimizer_states_are_unstacked_or_kept_flat_and_said(tmp_path, run_cli):
+    """Megatron's optimizer keys, as its distrib_optimizer.py names them, in a folder torch's DCP writes.
+
+    fully_sharded_model_space: ``optimizer.state.<exp_avg|...>.<parameter key>`` with the parameter's
+    (stacked) shape, unstacked like it; dp_reshardable: flat buckets under ``optimizer.distributed.``, kept.
+    (A real distributed optimizer needs CUDA tensors: megatron refuses CPU parameters.)
+    """
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    w = torch.arange(24.0).reshape(2, 4, 3)
+    sd = {"decoder.layers.mlp.linear_fc1.weight": w,
+          "optimizer.state.exp_avg.decoder.layers.mlp.linear_fc1.weight": w * 2,
+          "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0.param":
+              torch.ones(30)}
+    folder = tmp_path / "ckpt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is disabled ... assuming a single process"
+        dcp.save(sd, checkpoint_id=str(folder))
+    (folder / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1,
+                                                      "common_backend": "torch", "common_backend_version": 1}))
+    doc = json.loads(run_cli("inspect", "--json", "--unstack-layers", str(folder)).out)
+    shapes = {t["key"]: t["shape"] for t in doc["tensors"]}
+    assert shapes["optimizer.state.exp_avg.decoder.layers.1.mlp.linear_fc1.weight"] == [4, 3]
+    assert any("optimizer.distributed." in k and v == [30] for k, v in shapes.items())
+    assert any("flat per-rank buckets" in w for w in doc["warnings"])
+    out = tmp_path / "out.safetensors"
+    assert run_cli("migrate", str(folder), "--unstack-layers", "--drop", "optimizer.*", "-o", str(out)).code == 0
+    from safetensors.torch import load_file
+
+    got = load_file(str(out))
+    assert sorted(got) == ["decoder.layers.0.mlp.linear_fc1.weight", "decoder.layers.1.mlp.linear_fc1.weight"]
+    assert torch.equal(got["decoder.layers.1.mlp.linear_fc1.weight"], w[1])

@@ -84,8 +84,14 @@ def describe(loaded: Loaded, folder: str, options: ReadOptions) -> None:
             f"Megatron torch_dist: layers are stacked on a leading axis ({stacked} layers, e.g. "
             f"{next(k for k in loaded.root if _STACKED.match(k))!r}); a Megatron model's state_dict names them "
             "per layer: add --unstack-layers (inspect and migrate)")
-    if any(str(k).startswith(_FLAT_OPTIMIZER) for k in loaded.root):
+    flat = [str(k) for k in loaded.root if str(k).startswith(_FLAT_OPTIMIZER)]
+    if flat:  # dp_reshardable / dp_zero_gather_scatter: per-DP-rank buffers over many parameters
         info["distributed_optimizer"] = "flat buffers (optimizer.distributed.*), kept as saved"
+        loaded.warnings.append(
+            f"Megatron distributed-optimizer state in flat per-rank buckets ({len(flat)} entries under "
+            f"{_FLAT_OPTIMIZER}*, e.g. {flat[0]!r}): kept as saved, never split into parameters or unstacked; "
+            "--drop 'optimizer.*' leaves the optimizer out (its fully_sharded_model_space format, "
+            "optimizer.state.<exp_avg|exp_avg_sq|param>.<parameter>, is unstacked like the parameters)")
     loaded.framework = "megatron"
     loaded.metadata["megatron"] = info
 

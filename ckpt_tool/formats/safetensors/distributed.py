@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from math import prod
 
 from ... import dtypes
-from ...errors import InputError
+from ...errors import InputError, LimitExceeded
 from ...format_names import Format
 from ...io import paths
 from ...model import StorageRef, TensorMeta, contiguous_strides
@@ -58,6 +58,9 @@ def read_distributed(path: str, options: ReadOptions) -> Loaded:
         for key, piece, v in _file_slices(path, name, options):
             slices.setdefault(key, []).append(piece)
             version = version or v
+    if len(slices) > options.limits.max_tensors:
+        raise LimitExceeded(f"the rank files hold {len(slices)} tensors, over the limit of "
+                            f"{options.limits.max_tensors} (raise it with --max-tensors)", path)
     source = DcpStreamSource(path, options.limits)
     tensors = []
     for key in sorted(slices):

@@ -211,20 +211,20 @@ def ckpt_rows(src: str, work: str, name: str) -> list[Row]:
 
 def tables(z3: str, dcp: str, dist_st: str, work: str, with_ds: bool) -> list[tuple[str, str, list[Row]]]:
     zrows = ckpt_rows(z3, work, "z3")
-    zrows.append(limit_row(work, "z3", zrows[0].output or ""))
+    zrows.insert(1, limit_row(work, "z3", zrows[0].output or ""))  # right after the run whose output it copies
     if with_ds:
         out = os.path.join(work, "ds-out")
         zrows.append(Row("DeepSpeed convert_zero_checkpoint_to_fp32_state_dict (safetensors)",
                          [DS_PYTHON, "-c", _DS, z3, out], out, kind="reference"))
     drows = ckpt_rows(dcp, work, "dcp")
-    drows.append(limit_row(work, "dcp", drows[0].output or ""))
+    drows.insert(1, limit_row(work, "dcp", drows[0].output or ""))
     pth = os.path.join(work, "dcp.pth")
     drows.append(Row("ckpt migrate -o x.pth (the container dcp_to_torch_save writes)",
                      [PY, "-m", "ckpt_tool", "migrate", dcp, "-o", pth, "-q"], pth))
     pt = os.path.join(work, "dcp-torch.pt")
     drows.append(Row("torch dcp_to_torch_save (.pt)", [PY, "-c", _DCP, dcp, pt], pt, kind="reference"))
     hrows = ckpt_rows(dist_st, work, "dist-st")
-    hrows.append(limit_row(work, "dist-st", hrows[0].output or ""))
+    hrows.insert(1, limit_row(work, "dist-st", hrows[0].output or ""))
     hf = os.path.join(work, "dist-st-torch")
     hrows.append(Row("torch consolidate_safetensors_files", [PY, "-c", _HF, dist_st, hf], hf, kind="reference"))
     return [("DeepSpeed ZeRO-3", z3, zrows), ("DCP (FSDP2 Shard(0), model only)", dcp, drows),
@@ -272,15 +272,22 @@ def check_outputs(name: str, rows: list[Row], env: dict[str, str], log: callable
     return found
 
 
+def per_round_ratio(row: Row, limit: Row) -> float:
+    """The median over rounds of row / limit measured in the same round (the disk's load drifts between rounds)."""
+    pairs = [a / b for a, b in zip(row.times, limit.times, strict=False) if b > 0]
+    return statistics.median(pairs) if pairs else float("nan")
+
+
 def goals(name: str, src_bytes: int, largest: int, rows: list[Row]) -> list[str]:
     limit = next(r for r in rows if r.kind == "limit")
     w1, w2 = [r for r in rows if r.kind == "ckpt"][:2]
     best = min(w1, w2, key=lambda r: r.time)
     refs = [r for r in rows if r.kind == "reference"]
     lines = []
-    ratio = best.time / limit.time
+    ratio = min(per_round_ratio(w1, limit), per_round_ratio(w2, limit))
     lines.append(f"{'PASS' if ratio <= 1.3 else 'FAIL'}  {name}: ckpt at {ratio:.2f}x the durable write of its "
-                 f"output's bytes ({best.time:.2f} s vs {limit.time:.2f} s; goal <= 1.3x)")
+                 f"output's bytes (median of each round's ratio; medians {best.time:.2f} s vs {limit.time:.2f} s; "
+                 "goal <= 1.3x)")
     worst = max(r.peak for r in rows if r.kind == "ckpt")
     lines.append(f"{'PASS' if worst <= largest + BOUND else 'FAIL'}  {name}: ckpt peak {worst / 2**20:.0f} MiB "
                  f"<= largest tensor {largest / 2**20:.0f} MiB + 150 MiB")
@@ -302,10 +309,11 @@ def report(results: list[tuple[str, str, int, int, list[Row]]], args: argparse.N
     for name, src, src_bytes, largest, rows in results:
         out += [f"## {name}", "", f"`{os.path.basename(src)}`: {src_bytes / 2**30:.2f} GiB in the input files, "
                 f"largest output tensor {largest / 2**20:.0f} MiB", "",
-                "| command | time (s) | x limit | peak RSS (MiB) | input GB/s |", "| --- | ---: | ---: | ---: | ---: |"]
-        limit = next((r.time for r in rows if r.kind == "limit"), float("nan"))
+                "| command | time (s) | x limit (per round) | peak RSS (MiB) | input GB/s |", "| --- | ---: | ---: | ---: | ---: |"]
+        limit = next((r for r in rows if r.kind == "limit"), None)
         for r in rows:
-            out.append(f"| {r.label} | {r.time:.2f} | {r.time / limit:.2f} | {r.peak / 2**20:.0f} | "
+            ratio = per_round_ratio(r, limit) if limit is not None else float("nan")
+            out.append(f"| {r.label} | {r.time:.2f} | {ratio:.2f} | {r.peak / 2**20:.0f} | "
                        f"{src_bytes / r.time / 1e9:.2f} |")
         out.append("")
         passes += goals(name, src_bytes, largest, rows)

@@ -309,7 +309,8 @@ def report(results: list[tuple[str, str, int, int, list[Row]]], args: argparse.N
     for name, src, src_bytes, largest, rows in results:
         out += [f"## {name}", "", f"`{os.path.basename(src)}`: {src_bytes / 2**30:.2f} GiB in the input files, "
                 f"largest output tensor {largest / 2**20:.0f} MiB", "",
-                "| command | time (s) | x limit (per round) | peak RSS (MiB) | input GB/s |", "| --- | ---: | ---: | ---: | ---: |"]
+                "| command | time (s) | x limit (per round) | peak RSS (MiB) | input GB/s |",
+                "| --- | ---: | ---: | ---: | ---: |"]
         limit = next((r for r in rows if r.kind == "limit"), None)
         for r in rows:
             ratio = per_round_ratio(r, limit) if limit is not None else float("nan")

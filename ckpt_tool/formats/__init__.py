@@ -128,6 +128,10 @@ def _weights_only_input(path: str, fmt: Format, options: ReadOptions) -> wo_inpu
     if fmt == Format.DCP:
         return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
             "a torch.distributed.checkpoint folder: torch.distributed.checkpoint.load reads it, not torch.load"))
+    if fmt == Format.DIST_SAFETENSORS:
+        return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
+            "a folder of distributed safetensors rank files: torch.distributed.checkpoint's "
+            "HuggingFaceStorageReader reads it (each file holds no pickle), not torch.load"))
     if options.unsafe:  # the real unpickler ran: the restricted readers say what weights_only would meet
         try:
             return read_file(path, dataclasses.replace(options, unsafe=False)).weights_only

@@ -187,3 +187,36 @@ def test_a_missing_rank_and_a_foreign_file_are_errors(saved, tmp_path, run_cli):
     shutil.copytree(saved / "one", foreign)
     st.save_file({"x": torch.ones(2)}, str(foreign / "extra.safetensors"))
     assert_one_line_error(run_cli("inspect", str(foreign)), "extra.safetensors has no DCP_SHARDING_INFO")
+
+
+def _header(path: Path) -> tuple[dict, dict]:
+    import struct
+
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__")
+    return header, meta
+
+
+def test_the_benchmarks_generator_writes_what_torchs_writer_writes(saved, tmp_path):
+    """benchmarks/generate_dist_safetensors.py against the gloo save: names, metadata keys, slices, offsets."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import generate_dcp
+    import generate_dist_safetensors
+
+    shard0 = ["embed.weight", "norm.weight", "steps"]  # the save's Shard(0) tensors
+    full = torch.load(saved / "full.pt", weights_only=True)
+    spec = generate_dcp.DcpSpec([(k, tuple(full[k].shape), full[k].dtype) for k in shard0], 2)
+    generate_dist_safetensors.write_dist_safetensors(str(tmp_path / "gen"), spec)
+    real = sorted((saved / "one").glob("*.safetensors"))
+    made = sorted((tmp_path / "gen").glob("*.safetensors"))
+    assert [p.name for p in made] == [p.name for p in real]
+    for r, m in zip(real, made):
+        (rh, rm), (mh, mm) = _header(r), _header(m)
+        assert set(mm) == set(rm)
+        rinfo, minfo = json.loads(rm["DCP_SHARDING_INFO"]), json.loads(mm["DCP_SHARDING_INFO"])
+        for k in shard0:
+            assert (mh[k]["dtype"], mh[k]["shape"], minfo[k]) == (rh[k]["dtype"], rh[k]["shape"], rinfo[k]), k
+    ck = load(tmp_path / "gen")
+    assert {t.key: t.shape for t in ck.tensors} == {k: tuple(full[k].shape) for k in shard0}

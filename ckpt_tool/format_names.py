@@ -41,6 +41,9 @@ class Format(Name):
     # Megatron-LM's legacy checkpoint folder (``mp_rank_XX/model_optim_rng.pt`` per tensor-parallel rank),
     # merged by the user's rules (formats/deepspeed/megatron.py)
     MEGATRON_LEGACY = "megatron-legacy"
+    # torch.distributed.checkpoint's HuggingFaceStorageWriter(save_distributed=True): one safetensors file per
+    # rank holding slices placed by DCP_SHARDING_INFO, read as the consolidated model (formats/safetensors/)
+    DIST_SAFETENSORS = "distributed-safetensors"
 
 
 class OutputFormat(Name):

@@ -28,11 +28,16 @@ from .remote_io import download_option, remote_scope, verbose_option
 @click.option("--tree", is_flag=True, help="Group keys by module path with parameter counts.")
 @torch_version_option
 @tp_rules_option
+@click.option("--unstack-layers", is_flag=True,
+              help="A Megatron-core torch_dist checkpoint's layers (and MoE experts), saved stacked on a leading axis, "
+                   "under Megatron's per-layer names (decoder.layers.0.mlp.linear_fc1.weight), as a model's "
+                   "state_dict holds them. Default: off (the keys and shapes as saved).")
 @download_option
 @verbose_option
 @limit_options
 def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, quiet: bool,
-                    stats: bool, tree: bool, torch_version: str | None, tp_rules: str | None, download: bool,
+                    stats: bool, tree: bool, torch_version: str | None, tp_rules: str | None, unstack_layers: bool,
+                    download: bool,
                     verbose: bool, **kwargs: object) -> int:
     """Show what is in a checkpoint: keys, shapes, dtypes, layout, metadata.
 
@@ -45,7 +50,7 @@ def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, qui
     try:
         with remote_scope([path], download=download, verbose=verbose, quiet=quiet):
             report = inspect(path, key=key, unsafe=unsafe, stats=stats, limits=limits_from(kwargs), progress=bars,
-                             torch_version=torch_version, tp_rules=tp_rules)
+                             torch_version=torch_version, tp_rules=tp_rules, unstack_layers=unstack_layers)
     finally:
         bars.done()
     keep_until_exit(report)

@@ -70,6 +70,10 @@ if TYPE_CHECKING:
 @click.option("--dry-run", is_flag=True, help="Print the plan (old key -> new key, dropped, cast); write nothing.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Re-read OUT and compare every tensor bit for bit (and load into --target).")
+@click.option("--unstack-layers", is_flag=True,
+              help="A Megatron-core torch_dist checkpoint's layers (and MoE experts), saved stacked on a leading axis, "
+                   "under Megatron's per-layer names (decoder.layers.0.mlp.linear_fc1.weight), as a model's "
+                   "state_dict holds them. Default: off (the keys and shapes as saved).")
 @unsafe_option
 @json_option
 @quiet_option
@@ -85,8 +89,8 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                     workers: int | None, state_dict_only: bool, keep_container: bool, config_from: str | None,
                     sanitize: bool, force: bool,
                     dry_run: bool,
-                    verify: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool, verbose: bool,
-                    **kwargs: object) -> int:
+                    verify: bool, unstack_layers: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool,
+                    verbose: bool, **kwargs: object) -> int:
     """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
 
     Rules apply in this order: --key, --strip-prefix, --add-prefix, --rename,
@@ -130,7 +134,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
                 state_dict_only=state_dict_only, keep_container=keep_container, config_from=config_from,
                 sanitize=sanitize, force=force,
                 dry_run=dry_run, verify=verify,
-                unsafe=unsafe,
+                unsafe=unsafe, unstack_layers=unstack_layers,
                 limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
             )
         keep_until_exit(report)

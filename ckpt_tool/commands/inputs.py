@@ -31,13 +31,13 @@ def is_path(value: object) -> TypeGuard[str | os.PathLike[str]]:
 
 def open_input(value: CheckpointInput, *, key: str | None = None, unsafe: bool = False,
                limits: Limits = DEFAULT_LIMITS, read_values: bool = False,
-               tp_rules: TpRules | None = None) -> Checkpoint:
+               tp_rules: TpRules | None = None, unstack_layers: bool = False) -> Checkpoint:
     """``formats.load`` for a path; for a state dict or a module, the Checkpoint of its tensors in memory."""
     from ..formats import load
 
     if is_path(value):
         return load(os.fspath(value), key=key, unsafe=unsafe, limits=limits, read_values=read_values,
-                    tp_rules=tp_rules)
+                    tp_rules=tp_rules, unstack_layers=unstack_layers)
     from ..formats import Loaded
     from ..formats.checkpoint.build import build
     from ..tensors.live import in_memory_state

@@ -39,6 +39,7 @@ _READERS: dict[Format, str] = {
     Format.DEEPSPEED: "deepspeed.read:read_deepspeed",
     Format.MEGATRON_LEGACY: "deepspeed.megatron:read_megatron_legacy",
     Format.TORCH_EXPORT: "torchsave.export:read_export",
+    Format.DIST_SAFETENSORS: "safetensors.distributed:read_distributed",
 }
 _UNSAFE_READS = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TORCH_TAR})
 
@@ -129,6 +130,10 @@ def _weights_only_input(path: str, fmt: Format, options: ReadOptions) -> wo_inpu
     if fmt == Format.DCP:
         return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
             "a torch.distributed.checkpoint folder: torch.distributed.checkpoint.load reads it, not torch.load"))
+    if fmt == Format.DIST_SAFETENSORS:
+        return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
+            "a folder of distributed safetensors rank files: torch.distributed.checkpoint's "
+            "HuggingFaceStorageReader reads it (each file holds no pickle), not torch.load"))
     if options.unsafe:  # the real unpickler ran: the restricted readers say what weights_only would meet
         try:
             return read_file(path, dataclasses.replace(options, unsafe=False)).weights_only
@@ -151,6 +156,7 @@ def load(
     limits: Limits = DEFAULT_LIMITS,
     read_values: bool = False,
     tp_rules: TpRules | None = None,
+    unstack_layers: bool = False,
 ) -> Checkpoint:
     """Read a checkpoint's metadata safely: no code runs and no tensor bytes are read.
 
@@ -158,7 +164,8 @@ def load(
     bytes items: an optimizer's ``lr``, a step count) are left unread and
     described (model.Deferred) unless ``read_values`` asks for them, as
     migrate and ``diff --values`` do. ``tp_rules`` says how the tensor-parallel
-    shards of a DeepSpeed run merge (formats/deepspeed/tprules.py).
+    shards of a DeepSpeed run merge (formats/deepspeed/tprules.py). ``unstack_layers`` gives a Megatron
+    torch_dist checkpoint's stacked layers their per-layer names (formats/dcp/megatron.py).
     """
     from .checkpoint.build import build
 
@@ -168,6 +175,10 @@ def load(
     with gc_paused():
         loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe, tp_rules=tp_rules))
         try:
+            if unstack_layers:
+                from .dcp.megatron import unstack
+
+                unstack(loaded, p)
             ck = build(loaded, p, key, limits)
             if read_values and loaded.deferred:  # walking 200,000 entries of any other file would find none
                 from .dcp.deferred import with_values

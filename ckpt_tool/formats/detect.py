@@ -68,9 +68,8 @@ def detect(path: str) -> Format:
 
         if is_megatron_legacy(path):
             return Format.MEGATRON_LEGACY
-        shard = distributed_safetensors_shard(path)
-        if shard is not None:
-            raise InputError(distributed_message(shard), path)
+        if distributed_safetensors_shard(path) is not None:
+            return Format.DIST_SAFETENSORS
         if _has_distcp(path):
             raise InputError(
                 "torch.distributed.checkpoint folder without its .metadata file (the save did not "
@@ -128,12 +127,6 @@ def is_export_archive(path: str, head: bytes) -> bool:
         return archive_root(archive.names()) is not None
     finally:
         archive.close()
-
-
-def distributed_message(shard: str) -> str:
-    return (f"a folder of distributed safetensors shards ({shard}: written by torch.distributed.checkpoint's "
-            "HuggingFaceStorageWriter(save_distributed=True)): each shard holds slices of tensors placed by "
-            "DCP_SHARDING_INFO, not a whole model; ckpt does not consolidate them yet")
 
 
 _DISTRIBUTED_NAME = re.compile(r"shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")

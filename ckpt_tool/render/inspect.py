@@ -76,6 +76,18 @@ def summary_lines(report: InspectReport) -> list[str]:
                     if "pp" in ds else "")
         lines.append(f"training:   DeepSpeed {kind}, {ds.get('world_size')} rank(s){parallel}, "
                      f"{ds.get('dtype')}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
+    meg = c.metadata.get("megatron") if c.framework == "megatron" else None
+    if isinstance(meg, dict):  # Megatron-core torch_dist: what metadata.json and common.pt say
+        backend = meg.get("metadata.json") or {}
+        common = meg.get("common.pt")
+        lines.append(f"training:   Megatron-core {backend.get('sharded_backend', '?')} "
+                     f"v{backend.get('sharded_backend_version', '?')}; layers "
+                     f"{'unstacked' if meg.get('unstacked') else 'stacked'} ({meg.get('stacked_layers') or 0}); "
+                     f"common.pt: {', '.join(sorted(common)[:8]) or 'empty' if isinstance(common, dict) else 'none'}")
+    dist = c.metadata.get("distributed_safetensors") if c.format == Format.DIST_SAFETENSORS else None
+    if isinstance(dist, dict):
+        lines.append(f"training:   torch.distributed.checkpoint HuggingFaceStorageWriter(save_distributed=True), "
+                     f"{dist.get('ranks')} rank(s), {dist.get('files')} file(s), {dist.get('slices')} slices")
     from .hf_folder import folder_lines
 
     lines.extend(folder_lines(c.metadata))  # a library's folder: who wrote it, what config.json says

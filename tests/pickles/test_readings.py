@@ -344,7 +344,8 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def test_distributed_safetensors_shards_are_refused(tmp_path, run_cli):
+def test_distributed_safetensors_rank_files_are_refused_alone(tmp_path, run_cli):
+    """One rank's file is never read as whole tensors; the folder reads as the model (test_dist_safetensors.py)."""
     script = tmp_path / "hf_writer.py"
     script.write_text(_HF_WRITER)
     out = tmp_path / "hf"
@@ -355,10 +356,11 @@ def test_distributed_safetensors_shards_are_refused(tmp_path, run_cli):
     assert len(shards) == 2
     with safe_open(str(shards[0]), "pt") as f:  # each shard holds slices: w is [3, 4] of [6, 4]
         assert "DCP_SHARDING_INFO" in (f.metadata() or {}) and list(f.get_slice("w").get_shape()) == [3, 4]
-    for target in (shards[0], out):
-        assert_one_line_error(run_cli("inspect", str(target)), "distributed safetensors", "DCP_SHARDING_INFO")
+    assert_one_line_error(run_cli("inspect", str(shards[0])), "distributed safetensors", "DCP_SHARDING_INFO")
+    r = run_cli("inspect", "--json", str(out))
+    assert r.code == 0 and {t["key"]: t["shape"] for t in json.loads(r.out)["tensors"]} == {"w": [6, 4], "b": [4]}
     assert run_cli("diff", str(shards[0]), str(shards[1])).code == 2
-    assert run_cli("scan", str(out)).code == 2  # never read as a whole model, so never "safe"
+    assert run_cli("scan", str(out)).code == 2  # each file scanned alone is one rank's, never read: never "safe"
     renamed = tmp_path / "model.safetensors"  # rank 1's slices, at nonzero offsets, whatever the name
     renamed.write_bytes(shards[1].read_bytes())
     assert_one_line_error(run_cli("inspect", str(renamed)), "distributed safetensors")

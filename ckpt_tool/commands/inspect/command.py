@@ -142,6 +142,7 @@ def inspect(
     progress: Progress = NO_PROGRESS,
     torch_version: str | None = None,
     tp_rules: str | None = None,
+    unstack_layers: bool = False,
 ) -> InspectReport:
     """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true (tensors read go to ``progress``).
 
@@ -154,7 +155,7 @@ def inspect(
     from ...formats.deepspeed import load_rules
 
     ckpt = open_input(path, key=key, unsafe=unsafe, limits=limits,  # a path, or (Python) a state dict or module
-                      tp_rules=load_rules(tp_rules) if tp_rules else None)
+                      tp_rules=load_rules(tp_rules) if tp_rules else None, unstack_layers=unstack_layers)
     per_tensor = None
     if stats:
         per_tensor = {}

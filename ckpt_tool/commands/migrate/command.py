@@ -128,6 +128,7 @@ def migrate(
     on_rules: Callable[[RuleSet], None] | None = None,
     on_cleaned: Callable[[staletemp.CleanReport], None] | None = None,
     _after_write: Callable[[str], None] | None = None,
+    unstack_layers: bool = False,
 ) -> MigrateReport:
     """Rewrite SRC's keys (and format, and dtype) into OUT; see the module docstring.
 
@@ -136,6 +137,7 @@ def migrate(
     ``on_cleaned`` is called as soon as stale temporaries of killed runs were
     removed from OUT's folder (or failed to be), whatever happens next.
     ``_after_write`` (tests only) sees the temporary output before it is verified.
+    ``unstack_layers`` reads a Megatron torch_dist source with per-layer names (docs/consolidate.md).
     ``sanitize`` rewrites the metadata of a torch output into types
     ``torch.load(weights_only=True)`` accepts (writers/torchsave/sanitize.py) and proves
     the output loads that way in a fresh process; without it, objects read
@@ -159,12 +161,13 @@ def migrate(
         target=target, target_kwargs=target_kwargs, auto=auto, allow_missing=allow_missing, devices=devices,
         max_shard_size=max_shard_size, workers=workers, state_dict_only=state_dict_only, keep_container=keep_container,
         config_from=config_from, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
-        limits=limits)
+        limits=limits, unstack_layers=unstack_layers)
     hooks = Hooks(progress=progress or NO_PROGRESS, on_rules=on_rules, on_cleaned=on_cleaned,
                   after_write=_after_write)
     s = plan.source
     # read_values: a DCP folder's values
-    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, read_values=True, tp_rules=s.tp_rules)
+    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, read_values=True, tp_rules=s.tp_rules,
+              unstack_layers=s.unstack_layers)
     try:
         return run_plan(ck, plan, hooks)
     finally:

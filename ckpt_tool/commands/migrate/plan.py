@@ -33,6 +33,7 @@ class SourcePlan:
     unsafe: bool = False
     limits: Limits = DEFAULT_LIMITS
     tp_rules: TpRules | None = None  # --tp-rules FILE: how a DeepSpeed run's tensor-parallel shards merge
+    unstack_layers: bool = False  # a Megatron torch_dist source read with per-layer names (formats/dcp/megatron.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +144,7 @@ def plan_migration(
     verify: bool = True,
     unsafe: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    unstack_layers: bool = False,
 ) -> MigratePlan:
     """The plan of ``migrate(...)``'s keyword arguments; a usage error raises here, before anything is read."""
     from ...writers.safetensors.sharded import parse_size
@@ -179,7 +181,7 @@ def plan_migration(
                             rename=rename, drop=drop, dtype=dtype)
     return MigratePlan(
         source=SourcePlan(path=os.fspath(src), key=key, unsafe=unsafe, limits=limits,
-                          tp_rules=load_rules(tp_rules) if tp_rules else None),
+                          tp_rules=load_rules(tp_rules) if tp_rules else None, unstack_layers=unstack_layers),
         rules=rules,
         output=OutputPlan(path=out_path, format=fmt, shard_bytes=shard_bytes, state_dict_only=state_dict_only,
                           sanitize=sanitize, force=force, dry_run=dry_run, hf=hf),

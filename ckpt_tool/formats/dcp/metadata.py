@@ -65,6 +65,10 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     version = attrs.get("version")
     if version is not None:
         loaded.metadata["dcp_version"] = str(version)
+    if paths.isfile(paths.join(folder, "metadata.json")):  # Megatron-core's torch_dist: common.pt beside it
+        from .megatron import describe
+
+        describe(loaded, folder, options)
     return loaded
 
 

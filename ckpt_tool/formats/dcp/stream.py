@@ -4,8 +4,8 @@ Each chunk of a DCP tensor is a complete ``torch.save`` zip inside a
 ``.distcp`` file. Its small pickle is read (through a window onto the file,
 with the restricted unpickler) to find where the chunk's elements lie; the
 elements themselves are then byte ranges of the ``.distcp`` file. A tensor
-whose chunks split only its first dimension (FSDP2/torchtitan ``Shard(0)``,
-replicated and plain tensors) is its chunks back to back: a SegmentSource
+whose chunks are each one contiguous run (FSDP2/torchtitan ``Shard(0)``,
+replicated and plain tensors, Megatron's per-layer blocks) is its chunks back to back: a SegmentSource
 reads any range of it straight from the files. Other splits (a ``Shard(1)``
 tensor-parallel weight) are assembled once, in the tensor's own buffer,
 block by block: memory is the largest such tensor plus one block.
@@ -39,6 +39,7 @@ class Chunk:
     offset: int
     length: int
     transforms: tuple[str, ...] = ()
+    raw: bool = False  # the bytes are the elements themselves (a safetensors slice), not a torch.save zip
 
 
 class _Window:
@@ -100,6 +101,8 @@ class DcpStreamSource(DataSource):
                              "(compression?), which ckpt cannot read", self.path)
         source = self._file(chunk.relative_path)
         want = _prod(chunk.sizes) * dt.itemsize
+        if chunk.raw:  # placed and checked against its file's header by its reader
+            return Segment(source, f"{chunk.offset}:{want}", 0, want)
         fd: int | ByteSource = source.data if isinstance(source, RangeSource) else source.fd()
         size = os.fstat(fd).st_size if isinstance(fd, int) else fd.size
         if chunk.offset + chunk.length > size:
@@ -228,20 +231,31 @@ def _prod(dims: tuple[int, ...]) -> int:
 
 
 def _row_order(shape: tuple[int, ...], chunks: list[Chunk]) -> list[Chunk] | None:
-    """The chunks in order when each spans every dimension but the first and they tile it; else None."""
+    """The chunks in order when each is one contiguous run of the tensor and they follow each other; else None.
+
+    A chunk is one run when it is a single index in every dimension before
+    some dimension and spans every dimension after it: FSDP2's row blocks,
+    and also the per-layer blocks of a stacked Megatron tensor
+    (``[1, F, H]`` pieces of ``[L, 2F, H]``).
+    """
     if not shape:
         return chunks if len(chunks) == 1 else None
-    tail = shape[1:]
-    live = [c for c in chunks if _prod(c.sizes)]
-    if any(c.sizes[1:] != tail or any(c.offsets[1:]) for c in live):
-        return None
-    live.sort(key=lambda c: c.offsets[0])
-    row = 0
-    for c in live:
-        if c.offsets[0] != row:
+    strides = contiguous_strides(shape)
+    placed = []
+    for c in chunks:
+        if not _prod(c.sizes):
+            continue
+        k = next((d for d, n in enumerate(c.sizes) if n != 1), len(shape) - 1)
+        if c.sizes[k + 1:] != shape[k + 1:]:
             return None
-        row += c.sizes[0]
-    return live if row == shape[0] or _prod(tail) == 0 else None
+        placed.append((sum(o * st for o, st in zip(c.offsets, strides, strict=True)), c))
+    placed.sort(key=lambda p: p[0])
+    at = 0
+    for start, c in placed:
+        if start != at:
+            return None
+        at += _prod(c.sizes)
+    return [c for _, c in placed] if at == _prod(shape) else None
 
 
 def _place_chunk(out: bytearray, seg: Segment, shape: tuple[int, ...], chunk: Chunk, itemsize: int) -> None:

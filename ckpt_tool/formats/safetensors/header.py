@@ -13,7 +13,7 @@ from typing import Any
 from ... import dtypes
 from ...errors import InputError, LimitExceeded
 from ...format_names import Format
-from ...io.paths import open_bytes
+from ...io.paths import dirname, open_bytes
 from ...io.source import storage_source
 from ...model import StorageRef, TensorMeta
 from ..checkpoint.loaded import Loaded, ReadOptions
@@ -94,12 +94,8 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
         raise LimitExceeded(f"safetensors header lists {len(header)} tensors, over the limit of "
                             f"{options.limits.max_tensors} (raise it with --max-tensors)", path)
     if isinstance(meta, dict) and "DCP_SHARDING_INFO" in meta and is_distributed_shard(path, meta["DCP_SHARDING_INFO"]):
-        raise InputError("a shard of a distributed safetensors save (torch.distributed.checkpoint's "
-                         "HuggingFaceStorageWriter(save_distributed=True)): it holds slices of tensors placed by "
-                         "its DCP_SHARDING_INFO metadata, not a whole model; ckpt does not consolidate such "
-                         "shards yet", path)
-    fast = _entries_fast(header, data_len, options.limits.max_key_length)
-    entries = fast if fast is not None else _entries_checked(header, data_len, options, path)
+        raise InputError(shard_file_message(path), path)
+    entries = checked_entries(header, data_len, options, path)
     source = storage_source(path, _regions(entries, start))
     entries.sort(key=_KEY)  # safetensors lists keys sorted (then this sort is linear)
     # stride None: safetensors tensors are always contiguous
@@ -115,6 +111,15 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
         if restore_aliases(root, meta):
             loaded.tensors = list(root.values())
     return loaded
+
+
+def shard_file_message(path: str) -> str:
+    """What a single rank file is, and the command that reads the whole save."""
+    folder = dirname(path) or "."
+    return ("one rank's file of a distributed safetensors save (torch.distributed.checkpoint's "
+            "HuggingFaceStorageWriter(save_distributed=True)): it holds that rank's slices, placed by "
+            "DCP_SHARDING_INFO, not whole tensors; the folder reads as the consolidated model: "
+            f"`ckpt inspect {folder}`, `ckpt migrate {folder} -o model.safetensors`")
 
 
 def _regions(entries: list[Entry], start: int) -> Callable[[str], tuple[int, int]]:
@@ -136,6 +141,15 @@ def _regions(entries: list[Entry], start: int) -> Callable[[str], tuple[int, int
 _KEY = itemgetter(2)
 _INT = {int}
 Entry = tuple[int, int, str, dtypes.DType, tuple[int, ...]]
+
+
+def checked_entries(header: dict[str, Any], data_len: int, options: ReadOptions, path: str) -> list[Entry]:
+    """(begin, end, key, dtype, shape) per tensor of a parsed header (``__metadata__`` popped), every check done.
+
+    Offsets are relative to the data start; an error names the bad entry.
+    """
+    fast = _entries_fast(header, data_len, options.limits.max_key_length)
+    return fast if fast is not None else _entries_checked(header, data_len, options, path)
 
 
 def _entries_fast(header: dict[str, Any], data_len: int, max_key: int) -> list[Entry] | None:

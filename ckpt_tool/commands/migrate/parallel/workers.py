@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ..plan import SourcePlan
 
 PARALLEL_FORMATS = frozenset({OutputFormat.SAFETENSORS, OutputFormat.SHARDED})
-CONSOLIDATION_SOURCES = (Format.DEEPSPEED, Format.DCP, Format.MEGATRON_LEGACY)
+CONSOLIDATION_SOURCES = (Format.DEEPSPEED, Format.DCP, Format.MEGATRON_LEGACY, Format.DIST_SAFETENSORS)
 MIN_SHARE_BYTES = 256 << 20  # the default worker count gives each process at least this much to write
 
 
@@ -147,7 +147,8 @@ def replan(spec: Spec) -> tuple[list[Unit], Checkpoint]:
     from ....formats import load
 
     s = spec.source
-    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, tp_rules=s.tp_rules)
+    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, tp_rules=s.tp_rules,
+              unstack_layers=s.unstack_layers)
     stored, aliases = stored_tensors(ck.tensors, spec.rules)
     header, units = plan_units(spec.fmt, stored, aliases, spec.meta, spec.shard_bytes, spec.count)
     if fingerprint(header, units) != spec.fingerprint:

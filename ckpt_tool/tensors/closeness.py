@@ -272,9 +272,11 @@ def _add_sums(acc: Acc, xs: Any, ys: Any, *, same: bool) -> None:
     fin = fin_a & fin_b
     all_fin = bool(fin.all())
     af, bf = (a, b) if all_fin else (a[fin], b[fin])
-    acc.sq_a += float(torch.dot(af, af))
-    if same:
-        acc.sq_b, acc.dot = acc.sq_a, acc.sq_a
+    sq = float(torch.dot(af, af))
+    acc.sq_a += sq
+    if same:  # this chunk's own sums (an earlier chunk may have differed)
+        acc.sq_b += sq
+        acc.dot += sq
         return
     acc.sq_b += float(torch.dot(bf, bf))
     acc.dot += float(torch.dot(af, bf))

@@ -65,11 +65,22 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     version = attrs.get("version")
     if version is not None:
         loaded.metadata["dcp_version"] = str(version)
-    if paths.isfile(paths.join(folder, "metadata.json")):  # Megatron-core's torch_dist: common.pt beside it
+    if _may_be_megatron(folder, flat) and paths.isfile(paths.join(folder, "metadata.json")):  # common.pt beside it
         from .megatron import describe
 
         describe(loaded, folder, options)
     return loaded
+
+
+_MEGATRON_ROOTS = ("decoder.", "encoder.", "embedding.", "output_layer.", "model.decoder.", "model.embedding.")
+
+
+def _may_be_megatron(folder: str, flat: dict[str, Any]) -> bool:
+    """Whether to look for Megatron-core's metadata.json: always on a local disk (free); over a URL (a
+    request each time) only when the keys are Megatron's, so that a plain DCP folder stays one request."""
+    if not paths.is_url(folder):
+        return True
+    return any(k.startswith(_MEGATRON_ROOTS) for k in flat)
 
 
 def load_metadata(meta_path: str, limits: Limits) -> tuple[dict[str, Any], list[GlobalRef]]:

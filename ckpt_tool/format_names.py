@@ -35,6 +35,9 @@ class Format(Name):
     # A folder a library wrote (save_pretrained, PEFT, diffusers, sentence-transformers, Trainer, accelerate):
     # what detect says of it; the report's format is that of the weights it holds (formats/hf/read.py).
     HF_FOLDER = "hf-folder"
+    # A folder of per-rank torch.save files of DTensor/ShardedTensor state dicts (verl's model_world_size_N_rank_K.pt,
+    # an FSDP2 state_dict() or FSDP1 SHARDED_STATE_DICT saved by each rank), read as the consolidated model
+    RANKS = "ranks"
 
 
 class OutputFormat(Name):

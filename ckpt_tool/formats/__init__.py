@@ -37,6 +37,7 @@ _READERS: dict[Format, str] = {
     Format.TORCH_TAR: "torchsave.tar:read_legacy_tar",
     Format.DEEPSPEED: "deepspeed.read:read_deepspeed",
     Format.TORCH_EXPORT: "torchsave.export:read_export",
+    Format.RANKS: "ranks.read:read_ranks",
 }
 _UNSAFE_READS = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TORCH_TAR})
 

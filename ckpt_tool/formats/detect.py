@@ -64,6 +64,10 @@ def detect(path: str) -> Format:
 
         if is_deepspeed(path):
             return Format.DEEPSPEED
+        from .ranks.files import is_ranks_folder
+
+        if is_ranks_folder(path):
+            return Format.RANKS
         shard = distributed_safetensors_shard(path)
         if shard is not None:
             raise InputError(distributed_message(shard), path)
@@ -76,7 +80,8 @@ def detect(path: str) -> Format:
             return Format.HF_FOLDER
         raise InputError(
             "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata, no DeepSpeed latest "
-            "or *_model_states.pt, no config.json or adapter_config.json of a library's folder)", path
+            "or *_model_states.pt, no per-rank torch.save files of DTensors, no config.json or adapter_config.json "
+            "of a library's folder)", path
         )
     with paths.open_bytes(path) as data:
         size = data.size

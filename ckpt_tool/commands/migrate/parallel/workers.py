@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ..plan import SourcePlan
 
 PARALLEL_FORMATS = frozenset({OutputFormat.SAFETENSORS, OutputFormat.SHARDED})
-CONSOLIDATION_SOURCES = (Format.DEEPSPEED, Format.DCP)
+CONSOLIDATION_SOURCES = (Format.DEEPSPEED, Format.DCP, Format.RANKS)
 MIN_SHARE_BYTES = 256 << 20  # the default worker count gives each process at least this much to write
 
 

@@ -105,7 +105,7 @@ REVIEWED: dict[Pair, str] = {
     # dataclasses, NamedTuples and placements built by NEWOBJ + BUILD. DeviceMesh.__setstate__ updates its
     # __dict__ and looks process groups up by name in the local registry (a miss logs a warning): no
     # process, file or network. formats/ranks/ reads them statically (docs/consolidate.md).
-    **{("torch.distributed.tensor", "DTensor"): _DTENSOR, ("torch.distributed.tensor._api", "DTensor"): _DTENSOR},
+    ("torch.distributed.tensor", "DTensor"): _DTENSOR,
     **{("torch.distributed.tensor._dtensor_spec", n): _DTENSOR_SPEC
        for n in ("DTensorSpec", "TensorMeta", "ShardOrderEntry")},
     **{("torch.distributed.tensor.placement_types", n): "a DTensor placement: NEWOBJ + BUILD of its dim (a value)"

@@ -18,8 +18,7 @@ from ...io import paths
 VERL_MODEL = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt$")
 VERL_OTHER = re.compile(r"(optim|extra_state)_world_size_\d+_rank_\d+\.pt$")
 # How torch.save (pickle protocol 2) spells the classes: GLOBAL 'module\nname\n'
-MARKERS = (b"torch.distributed.tensor\nDTensor\n", b"torch.distributed.tensor._api\nDTensor\n",
-           b"sharded_tensor.api\nShardedTensor\n", b"sharded_tensor\nShardedTensor\n")
+MARKERS = (b"torch.distributed.tensor\nDTensor\n", b"torch.distributed._shard.sharded_tensor.api\nShardedTensor\n")
 _HEAD = 1 << 20
 _PROBE = 4  # files of a folder with other names whose heads are read to detect it
 

@@ -191,7 +191,7 @@ def _dtensor(key: str, value: Placeholder, dtype: str, shape: tuple[int, ...], p
         dim = _int(_attrs(p).get("dim"))
         if name != "Shard" or dim is None or not -len(shape) <= dim < len(shape):
             raise InputError(f"the DTensor {key!r} is placed [{shown}]: ckpt consolidates Shard(d) and "
-                             f"Replicate() placements, not {describe(p)}", path)
+                             f"Replicate() placements, not {describe(p)}{_WHY.get(name, '')}", path)
         dim %= len(shape)
         if dim in sharded_dims:  # two mesh dims on one tensor dim: the order is the spec's shard_order
             _check_order(key, spec.get("shard_order"), shown, path)
@@ -208,6 +208,10 @@ def _dtensor(key: str, value: Placeholder, dtype: str, shape: tuple[int, ...], p
         world *= n
     return Piece(DTENSOR, dtype, shape, (Block(rank, tuple(offsets), tuple(sizes), local),), f"[{shown}]",
                  rank, world, mesh_shape)
+
+
+_WHY = {"Partial": " (sums each rank still has to reduce: save full_tensor() or redistribute first)",
+        "_StridedShard": " (FSDP2 over a tensor-parallel split of the same dimension: not consolidated yet)"}
 
 
 def _chunk(size: int, n: int, index: int) -> tuple[int, int]:

@@ -82,9 +82,7 @@ def _rebuild_meta(dtype: Any, size: Any, stride: Any, requires_grad: Any = False
 # _rebuild_from_type_v2(_rebuild_wrapper_subclass, T, (T, dtype, size, stride, offset, layout, device,
 # requires_grad), state): the global dtype and shape, and in ``state`` the rank's local tensor(s) and placement.
 DISTRIBUTED_TENSORS = frozenset({
-    ("torch.distributed.tensor", "DTensor"), ("torch.distributed.tensor._api", "DTensor"),
-    ("torch.distributed._shard.sharded_tensor.api", "ShardedTensor"),
-    ("torch.distributed._shard.sharded_tensor", "ShardedTensor"),
+    ("torch.distributed.tensor", "DTensor"), ("torch.distributed._shard.sharded_tensor.api", "ShardedTensor"),
 })
 _WRAPPER_REBUILD = ("torch._utils", "_rebuild_wrapper_subclass")
 

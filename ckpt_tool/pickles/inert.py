@@ -110,8 +110,8 @@ REVIEWED: dict[Pair, str] = {
        for n in ("DTensorSpec", "TensorMeta", "ShardOrderEntry")},
     **{("torch.distributed.tensor.placement_types", n): "a DTensor placement: NEWOBJ + BUILD of its dim (a value)"
        for n in ("Shard", "Replicate", "Partial", "_StridedShard")},
-    ("torch.distributed.device_mesh", "DeviceMesh"): "a DTensor's mesh: NEWOBJ, __setstate__ updates __dict__ and "
-        "looks process groups up by name (no process, file or network)",
+    ("torch.distributed.device_mesh", "DeviceMesh"): "a DTensor's mesh: __setstate__ updates __dict__, looks process "
+        "groups up by name (no process, file, network)",
     **{("torch.distributed._mesh_layout", n): "a DeviceMesh's layout: a dataclass of shapes and strides"
        for n in ("_MeshLayout", "_FlatLayout")},
     # FSDP1 SHARDED_STATE_DICT (ShardedTensor): its records are inert; ShardedTensor itself is NOT listed: its

@@ -110,6 +110,12 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)
+    if fmt == Format.TORCH_ZIP and any(r.name in ("DTensor", "ShardedTensor") for r in loaded.references):
+        from .ranks.files import rank_file_hint
+
+        rank_hint = rank_file_hint(loaded.root, path)
+        if rank_hint:
+            loaded.warnings.insert(0, rank_hint)
     if fmt == Format.TORCH_ZIP and path.endswith("_states.pt"):  # the names of DeepSpeed's rank files
         from .deepspeed.files import rank_file_hint
 

@@ -168,3 +168,4 @@ def test_placements_ckpt_does_not_consolidate_are_refused(name, words, run_cli):
 def test_one_rank_file_alone_is_not_the_model():
     ck = load(RANKS / "verl" / "model_world_size_2_rank_0.pt")
     assert ck.format == Format.TORCH_ZIP and "tok.weight" not in ck.keys  # a DTensor is a record, not a tensor
+    assert any("one rank's DTensor shards" in w and f"ckpt inspect {RANKS / 'verl'}" in w for w in ck.warnings)

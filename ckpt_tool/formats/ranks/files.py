@@ -74,3 +74,17 @@ def rank_files(folder: str) -> RankFiles:
         return RankFiles(folder, tuple(verl), skipped, True, ranks)
     keep = [n for n in names if _head(paths.join(folder, n), 4) == b"PK\x03\x04"]  # the reader reads their pickles
     return RankFiles(folder, tuple(keep), tuple(n for n in names if n not in keep))
+
+
+def rank_file_hint(root: object, path: str) -> str | None:
+    """What to say when one rank's file is read on its own: its DTensors are records, the model is the folder."""
+    from .placement import is_distributed
+
+    if not isinstance(root, dict):
+        return None
+    kinds = {k for k in (is_distributed(v) for v in root.values()) if k}
+    if not kinds:
+        return None
+    folder = paths.dirname(path) or "."
+    return (f"one rank's {' and '.join(sorted(kinds))} shards of a distributed save (listed as metadata, not "
+            f"tensors): the model is the folder of every rank's file; run `ckpt inspect {folder}`")

@@ -111,9 +111,9 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     if warning:
         loaded.warnings.insert(0, warning)
     if fmt == Format.TORCH_ZIP and any(r.name in ("DTensor", "ShardedTensor") for r in loaded.references):
-        from .ranks.files import rank_file_hint
+        from .ranks.files import lone_rank_hint
 
-        rank_hint = rank_file_hint(loaded.root, path)
+        rank_hint = lone_rank_hint(loaded.root, path)
         if rank_hint:
             loaded.warnings.insert(0, rank_hint)
     if fmt == Format.TORCH_ZIP and path.endswith("_states.pt"):  # the names of DeepSpeed's rank files

@@ -76,7 +76,7 @@ def rank_files(folder: str) -> RankFiles:
     return RankFiles(folder, tuple(keep), tuple(n for n in names if n not in keep))
 
 
-def rank_file_hint(root: object, path: str) -> str | None:
+def lone_rank_hint(root: object, path: str) -> str | None:
     """What to say when one rank's file is read on its own: its DTensors are records, the model is the folder."""
     from .placement import is_distributed
 

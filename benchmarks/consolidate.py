@@ -1,12 +1,14 @@
 """Consolidation benchmark (issue 14): ckpt against DeepSpeed's zero_to_fp32 and torch's dcp_to_torch_save.
 
-Two inputs, written by the generators in this folder (no training, no GPU):
+Three inputs, written by the generators in this folder (no training, no GPU):
 
 - a DeepSpeed ZeRO-3 run folder (``generate_training.py``: fp32 masters and
   AdamW moments of a Llama-like model over 4 ranks);
 - a model-only DCP folder (``generate_dcp.py``: FSDP2 ``Shard(0)`` chunks of
   a Llama-like fp32 model over 4 ranks, the layout of Accelerate's
-  ``pytorch_model_fsdp_0``).
+  ``pytorch_model_fsdp_0``);
+- verl's per-rank DTensor files (``generate_ranks.py``: real DTensors saved
+  by gloo processes), with verl's load-everything merge as the reference.
 
 In the same rounds, for each input: ``cat`` of the input files (the read
 limit), ``ckpt migrate`` to one .safetensors with 1 and 2 workers (verified,
@@ -172,6 +174,30 @@ def tables(z3: str, dcp: str, work: str, with_ds: bool) -> list[tuple[str, str, 
     return [("DeepSpeed ZeRO-3", z3, zrows), ("DCP (FSDP2 Shard(0), model only)", dcp, drows)]
 
 
+def per_rank_dtensor_table(data: str, gib: float, world: int, work: str, log: callable) -> tuple[str, str, list[Row]]:
+    """verl's per-rank DTensor files (issue 24): cat, ckpt with 1 and 2 workers, and verl's load-everything merge.
+
+    The input is written by generate_ranks.py (real DTensors from ``world`` gloo processes); the reference is
+    its ``--merge`` (torch.load(weights_only=False) of every rank inside a gloo process group, torch.cat of the
+    local shards, safetensors save_file), timed and measured like the other references.
+    """
+    sys.path.insert(0, HERE)
+    import generate_ranks
+
+    src = os.path.join(data, f"ranks-{gib:g}g-{world}r")
+    if not os.path.exists(os.path.join(src, f"model_world_size_{world}_rank_{world - 1}.pt")):
+        log(f"writing {src}")
+        _remove(src)
+        generate_ranks.write_ranks(src, gib, world)
+    files = sorted(os.path.join(src, n) for n in os.listdir(src))
+    rows = [Row("cat (every input file)", ["sh", "-c", 'cat "$@" > /dev/null', "cat", *files], kind="cat"),
+            *ckpt_rows(src, work, "ranks")]
+    out = os.path.join(work, "verl-merge.safetensors")
+    rows.append(Row("verl's merge: torch.load(weights_only=False) every rank, cat, save_file",
+                    [PY, os.path.join(HERE, "generate_ranks.py"), "--merge", src, out], out, kind="reference"))
+    return "Per-rank DTensor files (verl, FSDP2 Shard(0))", src, rows
+
+
 _EQUAL = """import glob, os, sys, torch
 from safetensors.torch import load_file
 def tensors(p):
@@ -280,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--cache cold needs to write /proc/sys/vm/drop_caches (root on Linux)")
     try:
         for mode in modes:
-            for name, src, rows in tables(z3, dcp, work, with_ds):
+            for name, src, rows in [*tables(z3, dcp, work, with_ds),
+                                    per_rank_dtensor_table(args.data, args.gib, args.world_size, work, log)]:
                 name = f"{name}, {mode} cache"
                 log(f"{name}: {src}")
                 measure(rows, args.runs, env, log, cold=mode == "cold")

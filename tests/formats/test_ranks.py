@@ -169,3 +169,13 @@ def test_one_rank_file_alone_is_not_the_model():
     ck = load(RANKS / "verl" / "model_world_size_2_rank_0.pt")
     assert ck.format == Format.TORCH_ZIP and "tok.weight" not in ck.keys  # a DTensor is a record, not a tensor
     assert any("one rank's DTensor shards" in w and f"ckpt inspect {RANKS / 'verl'}" in w for w in ck.warnings)
+
+
+def test_a_folder_behind_a_url_is_consolidated_the_same(tmp_path):
+    from remote_servers import RangeServer
+
+    out = tmp_path / "o.safetensors"
+    with RangeServer(RANKS) as server:
+        report = migrate(f"{server.url}/fsdp2_tp", out)
+    assert report.ok and report.written
+    assert_same(_expected("fsdp2_tp"), st.load_file(out))

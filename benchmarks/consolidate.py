@@ -228,7 +228,8 @@ def compare(a: str, b: str, env: dict[str, str]) -> str:
 
 def check_outputs(name: str, rows: list[Row], env: dict[str, str], log: callable) -> list[str]:
     """The last round's outputs compared: ckpt with the reference (same format), 1 worker with 2."""
-    same_format = rows[3] if "x.pth" in rows[3].label else rows[1]  # the .pth beside dcp_to_torch_save's .pt
+    # the .pth beside dcp_to_torch_save's .pt (a table without DeepSpeed's converter has 3 rows)
+    same_format = rows[3] if len(rows) > 3 and "x.pth" in rows[3].label else rows[1]
     pairs = [(same_format, r) for r in rows if r.kind == "reference"] + [(rows[1], rows[2])]
     found = []
     for mine, other in pairs:

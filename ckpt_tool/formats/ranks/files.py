@@ -19,8 +19,9 @@ VERL_MODEL = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt$")
 VERL_OTHER = re.compile(r"(optim|extra_state)_world_size_\d+_rank_\d+\.pt$")
 # How torch.save (pickle protocol 2) spells the classes: GLOBAL 'module\nname\n'
 MARKERS = (b"torch.distributed.tensor\nDTensor\n", b"torch.distributed._shard.sharded_tensor.api\nShardedTensor\n")
-_HEAD = 1 << 20
+_HEAD = 64 << 10  # a DTensor's class is named at its first use: after ~400 plain tensors at the latest
 _PROBE = 4  # files of a folder with other names whose heads are read to detect it
+_TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".tar")
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,17 @@ def _listing(folder: str) -> list[str]:
 
 
 def is_ranks_folder(folder: str) -> bool:
-    """A folder of per-rank DTensor/ShardedTensor files (verl's names, or any names)."""
-    names = _listing(folder)
+    """A folder of per-rank DTensor/ShardedTensor files (verl's names, or any names).
+
+    Cheap for the folders that are not: no stat per name (a request each behind a URL), and only names a
+    torch.save file may have are probed, ``_HEAD`` bytes of at most ``_PROBE`` of them.
+    """
+    try:
+        names = [n for n in paths.listdir(folder) if not n.startswith(".")]
+    except InputError:
+        return False
     verl = [n for n in names if VERL_MODEL.match(n)]
-    probe = verl[:1] if verl else names[:_PROBE]
+    probe = verl[:1] if verl else [n for n in names if n.lower().endswith(_TORCH_SUFFIXES)][:_PROBE]
     return any(names_distributed(_head(paths.join(folder, n))) for n in probe)
 
 

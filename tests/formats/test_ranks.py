@@ -179,3 +179,21 @@ def test_a_folder_behind_a_url_is_consolidated_the_same(tmp_path):
         report = migrate(f"{server.url}/fsdp2_tp", out)
     assert report.ok and report.written
     assert_same(_expected("fsdp2_tp"), st.load_file(out))
+
+
+def test_row_pieces_are_copied_from_the_rank_files_and_other_splits_assembled():
+    ck = load(RANKS / "fsdp2_tp")
+    by = ck.by_key
+    source = by["odd.weight"].storage.source
+    pieces = source.file_pieces("odd.weight", 0, by["odd.weight"].nbytes)  # Shard(0): rank 0's rows, rank 1's
+    assert pieces is not None and len(pieces) == 2 and pieces[0].length == 4 * 4 * 4
+    assert source.file_pieces("tp.weight", 0, by["tp.weight"].nbytes) is None  # Shard(1): assembled
+    rep = source.file_pieces("rep", 0, by["rep"].nbytes)  # replicated: one copy (the others compared first)
+    assert rep is not None and len(rep) == 1 and rep[0].source.path.endswith("b.pt")  # rank 0's file
+    ck.close()
+
+
+def test_workers_default_to_the_cores_as_for_other_consolidations():
+    from ckpt_tool.commands.migrate.parallel.workers import CONSOLIDATION_SOURCES
+
+    assert Format.RANKS in CONSOLIDATION_SOURCES

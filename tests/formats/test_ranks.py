@@ -197,3 +197,8 @@ def test_workers_default_to_the_cores_as_for_other_consolidations():
     from ckpt_tool.commands.migrate.parallel.workers import CONSOLIDATION_SOURCES
 
     assert Format.RANKS in CONSOLIDATION_SOURCES
+
+
+def test_diff_with_the_full_state_dict_finds_no_difference(run_cli):
+    r = run_cli("diff", str(RANKS / "fsdp2_tp"), str(RANKS / "fsdp2_tp.expected.pt"), "--values")
+    assert r.code == 0 and "no differences in values" in r.out

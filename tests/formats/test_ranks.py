@@ -1,9 +1,10 @@
 """Per-rank torch.save files of DTensor and ShardedTensor state dicts, consolidated (issue 24).
 
-fixtures/ranks/ holds folders 2 gloo processes wrote (fixtures/ranks/generate.py):
+fixtures/ranks/ holds folders 2 (mesh2d: 4) gloo processes wrote (fixtures/ranks/generate.py):
 verl's ``model_world_size_2_rank_K.pt`` of a real FSDP2 model, the same model
 plus tensor-parallel ``Shard(1)``/``Shard(2)``, ``Replicate()`` and plain
 tensors under arbitrary names, FSDP1 ``SHARDED_STATE_DICT`` (ShardedTensor),
+HSDP and 2-d tensor-parallel splits on a (2, 2) mesh,
 and broken sets; beside each good folder ``D``, ``D.expected.pt`` is what the
 same run computed with ``DTensor.full_tensor()`` (FSDP1: its gathered
 ``FULL_STATE_DICT``), saved by rank 0.
@@ -25,7 +26,7 @@ from ckpt_tool.format_names import Format  # noqa: E402
 from ckpt_tool.formats.detect import detect  # noqa: E402
 
 RANKS = ROOT / "fixtures" / "ranks"
-GOOD = ["verl", "fsdp2_tp", "fsdp1"]
+GOOD = ["verl", "fsdp2_tp", "fsdp1", "mesh2d"]
 
 
 def _bits(t):
@@ -52,7 +53,7 @@ def test_detected_from_the_pickles_and_listed_from_metadata(name):
     assert ck.format == Format.RANKS
     assert [(t.key, t.dtype, t.shape) for t in ck.tensors] == [
         (k, str(v.dtype).removeprefix("torch."), tuple(v.shape)) for k, v in want.items()]
-    assert ck.metadata["ranks"]["world_size"] == 2
+    assert ck.metadata["ranks"]["world_size"] == (4 if name == "mesh2d" else 2)
 
 
 @pytest.mark.parametrize("name", GOOD)
@@ -70,6 +71,14 @@ def test_tensor_parallel_placements_are_what_the_run_saved():
     placed = ck.metadata["ranks"]["placements"]
     assert placed["[Shard(1)]"] == 1 and placed["[Shard(2)]"] == 1 and placed["[Replicate()]"] == 1
     assert placed["[Shard(0)]"] == 6 and placed["tensor"] == 2  # FSDP2's parameters; the buffer and the step
+
+
+def test_a_two_dimensional_mesh_hsdp_and_two_cuts_of_one_dimension():
+    ck = load(RANKS / "mesh2d")  # 4 ranks on a (2, 2) mesh
+    meta = ck.metadata["ranks"]
+    assert meta["mesh"] == [2, 2] and meta["world_size"] == 4
+    assert {"[Replicate(), Shard(0)]", "[Shard(0), Shard(1)]", "[Shard(1), Shard(1)]",
+            "[Replicate(), Replicate()]"} <= set(meta["placements"])
 
 
 def test_the_rank_comes_from_the_pickle_not_the_file_name():

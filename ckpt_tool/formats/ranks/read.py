@@ -244,6 +244,6 @@ def _warnings(ranks: list[_Rank], skipped: list[str], replicated: list[str]) -> 
         out.append(f"not read (not a rank's model state): {', '.join(skipped[:_SHOWN])}"
                    + (f" and {len(skipped) - _SHOWN} more" if len(skipped) > _SHOWN else ""))
     if replicated:
-        out.append(f"{len(replicated)} tensor(s) held whole by several ranks ({_keys_shown(set(replicated))}) "
-                   "are read once; the copies are compared when the data is read")
+        out.append(f"{len(replicated)} tensor(s) have pieces several ranks hold ({_keys_shown(set(replicated))}): "
+                   "each piece is read once; the copies are compared when the data is read")
     return out

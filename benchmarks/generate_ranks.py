@@ -44,21 +44,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _write_rank(rank: int, out: str, gib: float, world: int, port: int, bf16: bool) -> None:
+Tensors = list[tuple[str, tuple[int, ...], torch.dtype]]
+
+
+def _write_rank(rank: int, out: str, tensors: Tensors, world: int, port: int) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
-    sys.path.insert(0, HERE)
-    import generate_dcp
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
-    spec = generate_dcp.llama_like_spec(gib, world, torch.bfloat16 if bf16 else torch.float32)
     g = torch.Generator().manual_seed(1000 + rank)
     sd = {}
-    for name, shape, dtype in spec.tensors:
+    for name, shape, dtype in tensors:
         start, count = _rows(shape[0], world, rank)
         local = torch.empty((count, *shape[1:]), dtype=dtype).uniform_(-1, 1, generator=g)
         sd[name] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
@@ -68,12 +67,20 @@ def _write_rank(rank: int, out: str, gib: float, world: int, port: int, bf16: bo
     dist.destroy_process_group()
 
 
-def write_ranks(out: str, gib: float, world: int, bf16: bool = False) -> None:
-    """Spawn ``world`` gloo processes that each save their rank's file into ``out``."""
+def write_ranks(out: str, gib: float, world: int, bf16: bool = False, tensors: Tensors | None = None) -> None:
+    """Spawn ``world`` gloo processes that each save their rank's file into ``out``.
+
+    ``tensors`` (name, global shape, dtype) replaces the Llama-like model of ``gib`` GiB.
+    """
     import torch.multiprocessing as mp
 
+    if tensors is None:
+        sys.path.insert(0, HERE)
+        import generate_dcp
+
+        tensors = generate_dcp.llama_like_spec(gib, world, torch.bfloat16 if bf16 else torch.float32).tensors
     os.makedirs(out, exist_ok=True)
-    mp.spawn(_write_rank, args=(out, gib, world, _free_port(), bf16), nprocs=world)
+    mp.spawn(_write_rank, args=(out, tensors, world, _free_port()), nprocs=world)
 
 
 def verl_merge(folder: str, output: str, bf16: bool = False) -> None:

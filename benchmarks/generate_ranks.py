@@ -58,7 +58,7 @@ def _write_rank(rank: int, out: str, tensors: Tensors, world: int, port: int) ->
     g = torch.Generator().manual_seed(1000 + rank)
     sd = {}
     for name, shape, dtype in tensors:
-        start, count = _rows(shape[0], world, rank)
+        _, count = _rows(shape[0], world, rank)
         local = torch.empty((count, *shape[1:]), dtype=dtype).uniform_(-1, 1, generator=g)
         sd[name] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
                                       stride=torch.empty(shape, device="meta").stride())

@@ -105,7 +105,7 @@ def _scramble_storages(folder):
         with zipfile.ZipFile(f) as z:
             members = [(i.header_offset, i.filename, i.file_size) for i in z.infolist() if "/data/" in i.filename]
         with open(f, "r+b") as fh:
-            for header, name, size in members:
+            for header, _name, size in members:
                 fh.seek(header + 26)
                 n, extra = int.from_bytes(fh.read(2), "little"), int.from_bytes(fh.read(2), "little")
                 fh.seek(header + 30 + n + extra)

@@ -40,7 +40,7 @@ def test_peak_memory_is_bounded_by_the_largest_tensor(ranks, tmp_path, out):
     assert 24 * LARGEST > LARGEST + BOUND  # the bound is tighter than holding the model
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", _PEAK, "migrate", str(ranks), "-o", str(tmp_path / out), "-q"],
-                       capture_output=True, text=True, env=env, timeout=600)
+                       capture_output=True, text=True, env=env, timeout=600, check=False)
     doc = json.loads(r.stdout.strip().splitlines()[-1])
     assert doc["code"] == 0, r.stderr
     assert doc["peak"] <= LARGEST + BOUND, doc["peak"] / 2**20

@@ -43,7 +43,7 @@ def test_a_dtensor_is_read_as_its_class_with_the_wrapper_arguments_and_state():
 
 def test_a_sharded_tensor_reads_through_getattr_of_its_nested_class():
     root = read_torch_zip(str(FSDP1_FILE), ReadOptions()).root
-    shards, meta, pg, _spec, rrefs = root["odd.weight"].state
+    shards, _meta, pg, _spec, rrefs = root["odd.weight"].state
     assert pg.qualname == "torch.distributed._shard.sharded_tensor.api.ShardedTensor.ProcessGroupState"
     assert pg.attributes["global_rank"] == 1 and rrefs is False
     assert shards[0].attributes["metadata"].attributes["shard_offsets"] == [4, 0]

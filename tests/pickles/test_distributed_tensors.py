@@ -12,6 +12,7 @@ Files: fixtures/ranks/ (fixtures/ranks/generate.py, 2 gloo processes).
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 from conftest import ROOT
@@ -55,6 +56,12 @@ def test_dtensor_files_scan_safe_and_weights_only_still_refuses(run_cli):
     doc = json.loads(run_cli("inspect", "--json", str(DTENSOR_FILE)).out)
     assert doc["weights_only"]["loads"] is False
     assert "torch.distributed.tensor.DTensor" in doc["weights_only"]["needs"]
+
+
+@pytest.mark.parametrize("path", [DTENSOR_FILE, FSDP1_FILE])
+def test_real_torch_refuses_them_under_weights_only(path):
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        torch.load(path, weights_only=True)
 
 
 def test_sharded_tensor_files_stay_dangerous_and_say_why():

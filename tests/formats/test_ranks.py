@@ -211,3 +211,12 @@ def test_workers_default_to_the_cores_as_for_other_consolidations():
 def test_diff_with_the_full_state_dict_finds_no_difference(run_cli):
     r = run_cli("diff", str(RANKS / "fsdp2_tp"), str(RANKS / "fsdp2_tp.expected.pt"), "--values")
     assert r.code == 0 and "no differences in values" in r.out
+
+
+def test_a_truncated_rank_file_is_one_error_line(tmp_path, run_cli):
+    copy = tmp_path / "fsdp2_tp"
+    shutil.copytree(RANKS / "fsdp2_tp", copy)
+    data = (copy / "a.pt").read_bytes()
+    (copy / "a.pt").write_bytes(data[: len(data) // 2])
+    _one_error_line(run_cli("migrate", str(copy), "-o", str(tmp_path / "o.safetensors")), "a.pt")
+    assert not (tmp_path / "o.safetensors").exists()

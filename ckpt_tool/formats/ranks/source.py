@@ -120,9 +120,13 @@ class RanksSource(DataSource):
         for d in shape:
             total *= d
         chunks, blocks = self._chunks(key)
+        segs = [segment(key, dt, blocks[id(c)], self.path) for c in chunks]
+        for seg in segs:  # each piece's last byte is in its file before the tensor is allocated (sizes come
+            if seg.length:  # from the pickles, which a truncated or crafted file may overstate)
+                seg.source.read(seg.key, seg.offset + seg.length - 1, 1)
         out = bytearray(total)
-        for c in chunks:
-            place_chunk(out, segment(key, dt, blocks[id(c)], self.path), shape, c, dt.itemsize)
+        for c, seg in zip(chunks, segs, strict=True):
+            place_chunk(out, seg, shape, c, dt.itemsize)
         self._whole = (key, out)
         return out
 

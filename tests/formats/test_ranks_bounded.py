@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks"))  # appended: benchmarks/generate.py must not shadow fixtures/generate.py
 import generate_ranks as gr  # noqa: E402
 
 BOUND = 150 << 20

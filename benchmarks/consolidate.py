@@ -11,6 +11,8 @@ Inputs, written by the generators in this folder (no training, no GPU):
   the same model's ``Shard(0)`` rows in one safetensors file per rank,
   placed by ``DCP_SHARDING_INFO``, as ``HuggingFaceStorageWriter(save_distributed=True)``
   writes them).
+- verl's per-rank DTensor files (``generate_ranks.py``: real DTensors saved
+  by gloo processes), with verl's load-everything merge as the reference.
 
 In the same rounds, for each input: ``ckpt migrate`` to one .safetensors
 with 1 and 2 workers (verified, fsynced, as users run it), the reference
@@ -231,6 +233,29 @@ def tables(z3: str, dcp: str, dist_st: str, work: str, with_ds: bool) -> list[tu
             ("Distributed HF safetensors (save_distributed=True, Shard(0))", dist_st, hrows)]
 
 
+def per_rank_dtensor_table(data: str, gib: float, world: int, work: str, log: callable) -> tuple[str, str, list[Row]]:
+    """verl's per-rank DTensor files (issue 24): ckpt with 1 and 2 workers, the limit, verl's load-everything merge.
+
+    The input is written by generate_ranks.py (real DTensors from ``world`` gloo processes); the reference is
+    its ``--merge`` (torch.load(weights_only=False) of every rank inside a gloo process group, torch.cat of the
+    local shards, safetensors save_file), timed and measured like the other references.
+    """
+    sys.path.insert(0, HERE)
+    import generate_ranks
+
+    src = os.path.join(data, f"ranks-{gib:g}g-{world}r")
+    if not os.path.exists(os.path.join(src, f"model_world_size_{world}_rank_{world - 1}.pt")):
+        log(f"writing {src}")
+        _remove(src)
+        generate_ranks.write_ranks(src, gib, world)
+    rows = ckpt_rows(src, work, "ranks")
+    rows.insert(1, limit_row(work, "ranks", rows[0].output or ""))  # right after the run whose output it copies
+    out = os.path.join(work, "verl-merge.safetensors")
+    rows.append(Row("verl's merge: torch.load(weights_only=False) every rank, cat, save_file",
+                    [PY, os.path.join(HERE, "generate_ranks.py"), "--merge", src, out], out, kind="reference"))
+    return "Per-rank DTensor files (verl, FSDP2 Shard(0))", src, rows
+
+
 _EQUAL = """import glob, os, sys, torch
 from safetensors.torch import load_file
 def tensors(p):
@@ -351,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--cache cold needs to write /proc/sys/vm/drop_caches (root on Linux)")
     try:
         for mode in modes:
-            for name, src, rows in tables(z3, dcp, dist_st, work, with_ds):
+            for name, src, rows in [*tables(z3, dcp, dist_st, work, with_ds),
+                                    per_rank_dtensor_table(args.data, args.gib, args.world_size, work, log)]:
                 name = f"{name}, {mode} cache"
                 log(f"{name}: {src}")
                 measure(rows, args.runs, env, log, cold=mode == "cold")

@@ -44,6 +44,9 @@ class Format(Name):
     # torch.distributed.checkpoint's HuggingFaceStorageWriter(save_distributed=True): one safetensors file per
     # rank holding slices placed by DCP_SHARDING_INFO, read as the consolidated model (formats/safetensors/)
     DIST_SAFETENSORS = "distributed-safetensors"
+    # A folder of per-rank torch.save files of DTensor/ShardedTensor state dicts (verl's model_world_size_N_rank_K.pt,
+    # an FSDP2 state_dict() or FSDP1 SHARDED_STATE_DICT saved by each rank), read as the consolidated model
+    RANKS = "ranks"
 
 
 class OutputFormat(Name):

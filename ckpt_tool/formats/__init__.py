@@ -40,6 +40,7 @@ _READERS: dict[Format, str] = {
     Format.MEGATRON_LEGACY: "deepspeed.megatron:read_megatron_legacy",
     Format.TORCH_EXPORT: "torchsave.export:read_export",
     Format.DIST_SAFETENSORS: "safetensors.distributed:read_distributed",
+    Format.RANKS: "ranks.read:read_ranks",
 }
 _UNSAFE_READS = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TORCH_TAR})
 
@@ -112,6 +113,12 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     warning = _detect.extension_warning(path, loaded.format)
     if warning:
         loaded.warnings.insert(0, warning)
+    if fmt == Format.TORCH_ZIP and any(r.name in ("DTensor", "ShardedTensor") for r in loaded.references):
+        from .ranks.files import lone_rank_hint
+
+        rank_hint = lone_rank_hint(loaded.root, path)
+        if rank_hint:
+            loaded.warnings.insert(0, rank_hint)
     if fmt == Format.TORCH_ZIP and path.endswith("_states.pt"):  # the names of DeepSpeed's rank files
         from .deepspeed.files import rank_file_hint
 

@@ -65,9 +65,12 @@ def detect(path: str) -> Format:
         if is_deepspeed(path):
             return Format.DEEPSPEED
         from .deepspeed.megatron import is_megatron_legacy
+        from .ranks.files import is_ranks_folder
 
         if is_megatron_legacy(path):
             return Format.MEGATRON_LEGACY
+        if is_ranks_folder(path):
+            return Format.RANKS
         if distributed_safetensors_shard(path) is not None:
             return Format.DIST_SAFETENSORS
         if _has_distcp(path):
@@ -79,7 +82,8 @@ def detect(path: str) -> Format:
             return Format.HF_FOLDER
         raise InputError(
             "folder holds no checkpoint (no *.index.json of a sharded set, no DCP .metadata, no DeepSpeed latest "
-            "or *_model_states.pt, no config.json or adapter_config.json of a library's folder)", path
+            "or *_model_states.pt, no per-rank torch.save files of DTensors, no config.json or adapter_config.json "
+            "of a library's folder)", path
         )
     with paths.open_bytes(path) as data:
         size = data.size

@@ -39,6 +39,9 @@ _RETURN_TYPES = (
     "triangular_solve"
 )
 
+_DTENSOR = "a DTensor: Tensor._make_wrapper_subclass of its global size, then its _local_tensor and _spec slots"
+_DTENSOR_SPEC = "a DTensor's spec: a dataclass or NamedTuple of its mesh, placements, shape and stride"
+
 REVIEWED: dict[Pair, str] = {
     **{("builtins", n): _PY_VALUES for n in
        ("list", "dict", "tuple", "frozenset", "bytes", "int", "float", "str", "bool", "slice", "range", "object")},
@@ -97,6 +100,32 @@ REVIEWED: dict[Pair, str] = {
        for n in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
                  "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")},
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): "DCP .metadata: where an item lies (dataclass)",
+    # DTensors saved per rank (verl, an FSDP2 model's state_dict()): torch 2.13's own value classes. The
+    # tensor is Tensor._make_wrapper_subclass (via _rebuild_wrapper_subclass) plus two slots; the rest are
+    # dataclasses, NamedTuples and placements built by NEWOBJ + BUILD. DeviceMesh.__setstate__ updates its
+    # __dict__ and looks process groups up by name in the local registry (a miss logs a warning): no
+    # process, file or network. formats/ranks/ reads them statically (docs/consolidate.md).
+    ("torch.distributed.tensor", "DTensor"): _DTENSOR,
+    **{("torch.distributed.tensor._dtensor_spec", n): _DTENSOR_SPEC
+       for n in ("DTensorSpec", "TensorMeta", "ShardOrderEntry")},
+    **{("torch.distributed.tensor.placement_types", n): "a DTensor placement: NEWOBJ + BUILD of its dim (a value)"
+       for n in ("Shard", "Replicate", "Partial", "_StridedShard")},
+    ("torch.distributed.device_mesh", "DeviceMesh"): "a DTensor's mesh: __setstate__ updates __dict__, looks process "
+        "groups up by name (no process, file, network)",
+    **{("torch.distributed._mesh_layout", n): "a DeviceMesh's layout: a dataclass of shapes and strides"
+       for n in ("_MeshLayout", "_FlatLayout")},
+    # FSDP1 SHARDED_STATE_DICT (ShardedTensor): its records are inert; ShardedTensor itself is NOT listed: its
+    # __setstate__ demands a process group and, when an RPC agent runs, joins it (_post_init -> _init_rpc), and
+    # the pickle reaches ShardedTensor.ProcessGroupState through builtins.getattr (dangerous by name).
+    **{(m, n): "a ShardedTensor's shard and placement records: dataclasses, an Enum, a device string"
+       for m, n in (("torch.distributed._shard.sharded_tensor.shard", "Shard"),
+                    ("torch.distributed._shard.metadata", "ShardMetadata"),
+                    ("torch.distributed._shard.sharded_tensor.metadata", "ShardedTensorMetadata"),
+                    ("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties"),
+                    ("torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING"),
+                    ("torch.distributed.remote_device", "_remote_device"),
+                    ("torch.distributed._shard.sharding_spec.chunk_sharding_spec", "ChunkShardingSpec"),
+                    ("torch.distributed._shard.sharding_spec.api", "EnumerableShardingSpec"))},
     # DeepSpeed optimizer states (deepspeed/runtime/fp16/loss_scaler.py, zero/config.py, utils/tensor_fragment.py)
     ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"): "a plain class, no __new__ or __setstate__",
     ("deepspeed.runtime.zero.config", "ZeroStageEnum"): "an int Enum, looked up by value",

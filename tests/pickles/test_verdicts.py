@@ -384,6 +384,7 @@ def _inert_cases(tmp_path):
         "numpy random": {"g": np.random.default_rng(0), "rs": np.random.RandomState(1),
                          "bg": [np.random.PCG64DXSM(1), np.random.Philox(2), np.random.SFC64(3)],
                          "f": via(getattr(rnd, "__bit_generator_ctor"), "MT19937")},
+        "sharded tensor records": _sharded_tensor_records(),
         "torch extras": {"r": returns, "old": via(torch._tensor._rebuild_from_type, torch._utils._rebuild_tensor_v2,
                                                   torch.Tensor, (torch.ones(1).untyped_storage(), 0, (1,), (1,)),
                                                   {})},
@@ -397,6 +398,19 @@ def _inert_cases(tmp_path):
     files.append(write(tmp_path, "tensors.pkl", pickle.dumps({"w": torch.ones(2)})))  # _load_from_bytes
     files.append(script)
     return files
+
+
+def _sharded_tensor_records():
+    """What FSDP1's ShardedTensor pickles beside itself (its shards' and placement's records), built directly."""
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
+    from torch.distributed._shard.sharded_tensor.shard import Shard
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec, EnumerableShardingSpec
+
+    meta = ShardMetadata([0, 0], [2, 2], "rank:0/cpu")
+    return {"shard": Shard(torch.ones(2, 2), meta), "spec": ChunkShardingSpec(0, ["rank:0/cpu"]),
+            "enum": EnumerableShardingSpec([meta]),
+            "global": ShardedTensorMetadata([meta], torch.Size([2, 2]), TensorProperties(torch.float32))}
 
 
 class _Via:
@@ -419,7 +433,10 @@ NOT_WRITTEN_HERE = {
 def test_every_reviewed_inert_entry_is_safe_in_a_real_file(tmp_path, fixtures_dir):
     files = _inert_cases(tmp_path) + [
         fixtures_dir / "dcp" / ".metadata", fixtures_dir / "torchscript.pt",
-        fixtures_dir / "deepspeed" / "zero1_fp32" / "global_step1" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"]
+        fixtures_dir / "deepspeed" / "zero1_fp32" / "global_step1" / "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        # DTensors a rank saved (Shard, Replicate, Partial, _StridedShard; mesh and spec): fixtures/ranks/generate.py
+        *(fixtures_dir / "ranks" / d / n for d, n in (("fsdp2_tp", "a.pt"), ("partial", "rank0.pt"),
+                                                      ("strided", "rank1.pt")))]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         objs = _benign()

@@ -75,7 +75,9 @@ def folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile)
     if isinstance(inp, WeightsOnlyInput) and inp.container == SHARDED:
         files = tuple(_shard(name, part, torch_version, per_file, part is not None and part.container == ST_INPUT)
                       for name, part in sorted(inp.parts, key=lambda p: p[0]))  # read in parallel for a URL
-        return FolderVerdict(_not_a_file(ck.path, "the files its index names are read one by one"), files)
+        who = ("each rank loads its own file with torch.load, inside its process group" if ck.format == Format.RANKS
+               else "the files its index names are read one by one")
+        return FolderVerdict(_not_a_file(ck.path, who), files)
     if ck.format == Format.DCP:
         return FolderVerdict(_not_a_file(ck.path, "torch.distributed.checkpoint.load reads it"), _dcp_files(ck))
     if ck.format == Format.DEEPSPEED:

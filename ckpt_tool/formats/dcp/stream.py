@@ -163,7 +163,7 @@ class DcpStreamSource(DataSource):
         if found is not None:
             return found
         dt, shape, chunks = self._tensors[key]
-        rows = _row_order(shape, chunks)
+        rows = row_order(shape, chunks)
         if rows is None:
             self._placed[key] = False
             return False
@@ -213,7 +213,7 @@ class DcpStreamSource(DataSource):
         segs = [self.chunk_segment(key, dt, c) for c in chunks if _prod(c.sizes)]  # each checked against its file
         out = bytearray(total)
         for chunk, seg in zip([c for c in chunks if _prod(c.sizes)], segs, strict=True):
-            _place_chunk(out, seg, shape, chunk, itemsize)
+            place_chunk(out, seg, shape, chunk, itemsize)
         self._whole = (key, out)
         return out
 
@@ -230,7 +230,7 @@ def _prod(dims: tuple[int, ...]) -> int:
     return n
 
 
-def _row_order(shape: tuple[int, ...], chunks: list[Chunk]) -> list[Chunk] | None:
+def row_order(shape: tuple[int, ...], chunks: list[Chunk]) -> list[Chunk] | None:
     """The chunks in order when each is one contiguous run of the tensor and they follow each other; else None.
 
     A chunk is one run when it is a single index in every dimension before
@@ -258,7 +258,7 @@ def _row_order(shape: tuple[int, ...], chunks: list[Chunk]) -> list[Chunk] | Non
     return [c for _, c in placed] if at == _prod(shape) else None
 
 
-def _place_chunk(out: bytearray, seg: Segment, shape: tuple[int, ...], chunk: Chunk, itemsize: int) -> None:
+def place_chunk(out: bytearray, seg: Segment, shape: tuple[int, ...], chunk: Chunk, itemsize: int) -> None:
     """Copy a chunk's C-ordered elements into the full tensor, reading at most _BLOCK bytes at a time."""
     sizes, offsets = chunk.sizes, chunk.offsets
     k = len(shape) - 1

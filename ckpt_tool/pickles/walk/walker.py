@@ -137,6 +137,8 @@ class _Walker(Judging):
             self.judge(key, "calls" if how == "call" and levels.function_like(key[1]) else "constructs")
         if key in GETATTR and how == "call" and _dill_getattr(argv):
             return Glob("builtins", "setattr")
+        if key in GETATTR and how == "call" and _nested_class(argv):  # protocol 2's getattr(Outer, "Inner")
+            return self.add_global(argv[0].module, f"{argv[0].name}.{argv[1]}")
         if key in SETATTR and how == "call" and len(argv) == 3 and isinstance(argv[1], str):
             if isinstance(argv[0], Glob):
                 self.finding(levels.DANGEROUS, f"setattr modifies the imported object "
@@ -349,6 +351,13 @@ def _dill_getattr(argv: tuple[object, ...]) -> bool:
     if not (isinstance(mod, Glob) and (mod.module, mod.name) in DILL_MODULE):
         return False
     return len(argv) == 2 or (isinstance(argv[2], Glob) and (argv[2].module, argv[2].name) in SETATTR)
+
+
+def _nested_class(argv: tuple[object, ...]) -> bool:
+    """``getattr(Outer, "Inner")`` of a global (ShardedTensor.ProcessGroupState): a class named by its path,
+    judged like protocol 4's dotted name; getattr itself stays judged as called."""
+    return len(argv) == 2 and isinstance(argv[0], Glob) and isinstance(argv[1], str) and argv[1].isidentifier() \
+        and argv[1][:1].isupper()
 
 
 def _describe(value: object) -> str:

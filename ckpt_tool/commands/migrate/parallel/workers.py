@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from ..plan import SourcePlan
 
 PARALLEL_FORMATS = frozenset({OutputFormat.SAFETENSORS, OutputFormat.SHARDED})
-CONSOLIDATION_SOURCES = (Format.DEEPSPEED, Format.DCP, Format.MEGATRON_LEGACY, Format.DIST_SAFETENSORS)
+CONSOLIDATION_SOURCES = (Format.DEEPSPEED, Format.DCP, Format.MEGATRON_LEGACY, Format.DIST_SAFETENSORS,
+                         Format.RANKS)
 MIN_SHARE_BYTES = 256 << 20  # the default worker count gives each process at least this much to write
 
 

@@ -1,0 +1,1 @@
+"""Per-rank torch.save files of DTensor and ShardedTensor state dicts, read statically as one model."""

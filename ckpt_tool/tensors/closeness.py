@@ -16,8 +16,43 @@ from ..model import TensorMeta
 CHUNK = 1 << 18
 
 
+class SumFigures:
+    """The figures derived from a comparison's float64 sums, for one tensor (ValueDiff) or a group of them
+    (commands/diff/rollup.py): the sums of the group are its tensors' sums added up."""
+
+    numel: int
+    mismatched: int
+    sum_abs: float
+    sq_diff: float
+    sq_a: float
+    sq_b: float
+    dot: float
+
+    def all_equal(self) -> bool:
+        """Every element equal (a cosine of 1 however the sums round)."""
+        raise NotImplementedError
+
+    @property
+    def mean_abs(self) -> float:
+        return self.sum_abs / self.numel if self.numel else 0.0
+
+    @property
+    def rel_l2(self) -> float:
+        """||B-A|| / ||A||: 0 for equal values (even all zeros), inf where A's norm is 0 and B differs."""
+        return rel_l2(self.sq_diff, self.sq_a)
+
+    @property
+    def cosine(self) -> float:
+        """As torch.nn.functional.cosine_similarity (eps 1e-8) of the finite elements; 1 for equal values."""
+        return 1.0 if self.all_equal() else cosine(self.dot, self.sq_a, self.sq_b)
+
+    @property
+    def mismatched_share(self) -> float:
+        return self.mismatched / self.numel if self.numel else 0.0
+
+
 @dataclass(frozen=True)
-class ValueDiff:
+class ValueDiff(SumFigures):
     """How far A's values are from B's for one key, judged like torch.allclose(equal_nan=True).
 
     Element differences ``d``: 0 where both sides hold the same value (NaN
@@ -56,23 +91,8 @@ class ValueDiff:
         """Every element equal (NaN against NaN, the same Inf included)."""
         return self.max_abs == 0 and self.sq_diff == 0 and self.mismatched == 0
 
-    @property
-    def mean_abs(self) -> float:
-        return self.sum_abs / self.numel if self.numel else 0.0
-
-    @property
-    def rel_l2(self) -> float:
-        """||B-A|| / ||A||: 0 for equal values (even all zeros), inf where A's norm is 0 and B differs."""
-        return rel_l2(self.sq_diff, self.sq_a)
-
-    @property
-    def cosine(self) -> float:
-        """As torch.nn.functional.cosine_similarity (eps 1e-8) of the finite elements; 1 for equal values."""
-        return 1.0 if self.same else cosine(self.dot, self.sq_a, self.sq_b)
-
-    @property
-    def mismatched_share(self) -> float:
-        return self.mismatched / self.numel if self.numel else 0.0
+    def all_equal(self) -> bool:
+        return self.same
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...format_names import DiffMetric
-from ...tensors.closeness import ValueDiff, cosine, json_float, rel_l2, worst
+from ...tensors.closeness import SumFigures, ValueDiff, json_float, worst
 
 Metric = DiffMetric  # the name used in this package
 
 
 @dataclass(frozen=True)
-class Rollup:
+class Rollup(SumFigures):
     """The figures of one group of tensors (a module prefix, or a key with its layer index folded)."""
 
     name: str
@@ -42,21 +42,8 @@ class Rollup:
     inf_b: int
     same: bool  # every tensor of the group equal
 
-    @property
-    def mean_abs(self) -> float:
-        return self.sum_abs / self.numel if self.numel else 0.0
-
-    @property
-    def rel_l2(self) -> float:
-        return rel_l2(self.sq_diff, self.sq_a)
-
-    @property
-    def cosine(self) -> float:
-        return 1.0 if self.same else cosine(self.dot, self.sq_a, self.sq_b)
-
-    @property
-    def mismatched_share(self) -> float:
-        return self.mismatched / self.numel if self.numel else 0.0
+    def all_equal(self) -> bool:
+        return self.same
 
     @property
     def key(self) -> str:  # so that sort_key treats rollups and tensors alike

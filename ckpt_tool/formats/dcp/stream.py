@@ -69,7 +69,42 @@ def _regions(path: str) -> Callable[[str], tuple[int, int]]:
     return resolve
 
 
-class DcpStreamSource(DataSource):
+class StreamedOrAssembled:
+    """The reads of a source whose tensors are streamed from file byte ranges where ``_plan(key)`` says so
+    (``_segments``), else read from the whole tensor ``_assembled(key)`` builds (DCP here, formats/ranks)."""
+
+    path: str
+    _segments: SegmentSource
+
+    def _plan(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def _assembled(self, key: str) -> bytearray:
+        raise NotImplementedError
+
+    def file_pieces(self, key: str, offset: int, length: int) -> list[Segment] | None:
+        """Byte ranges of the files for a streamed tensor (writers copy them in the kernel)."""
+        return self._segments.file_pieces(key, offset, length) if self._plan(key) else None
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        if self._plan(key):
+            return self._segments.read(key, offset, length)
+        data = self._assembled(key)
+        if offset < 0 or length < 0 or offset + length > len(data):
+            raise InputError(f"tensor {key!r} holds {len(data)} bytes, not {offset + length}", self.path)
+        return bytes(data[offset:offset + length])
+
+    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+        if self._plan(key):
+            self._segments.read_into(key, offset, out)
+            return
+        data = self._assembled(key)
+        if offset < 0 or offset + len(out) > len(data):
+            raise InputError(f"tensor {key!r} holds {len(data)} bytes, not {offset + len(out)}", self.path)
+        out[:] = memoryview(data)[offset:offset + len(out)]
+
+
+class DcpStreamSource(StreamedOrAssembled, DataSource):
     """Tensor bytes of a DCP folder, read as byte ranges of the shard files that hold their chunks."""
 
     def __init__(self, folder: str, limits: Limits) -> None:
@@ -174,27 +209,6 @@ class DcpStreamSource(DataSource):
                              self.path)
         self._placed[key] = True
         return True
-
-    def file_pieces(self, key: str, offset: int, length: int) -> list[Segment] | None:
-        """Byte ranges of the shard files for a streamed tensor (writers copy them in the kernel)."""
-        return self._segments.file_pieces(key, offset, length) if self._plan(key) else None
-
-    def read(self, key: str, offset: int, length: int) -> bytes:
-        if self._plan(key):
-            return self._segments.read(key, offset, length)
-        data = self._assembled(key)
-        if offset < 0 or length < 0 or offset + length > len(data):
-            raise InputError(f"tensor {key!r} holds {len(data)} bytes, not {offset + length}", self.path)
-        return bytes(data[offset:offset + length])
-
-    def read_into(self, key: str, offset: int, out: memoryview) -> None:
-        if self._plan(key):
-            self._segments.read_into(key, offset, out)
-            return
-        data = self._assembled(key)
-        if offset < 0 or offset + len(out) > len(data):
-            raise InputError(f"tensor {key!r} holds {len(data)} bytes, not {offset + len(out)}", self.path)
-        out[:] = memoryview(data)[offset:offset + len(out)]
 
     def _assembled(self, key: str) -> bytearray:
         """The whole tensor, built once in its own buffer from blocks of each chunk (one tensor cached)."""

@@ -15,7 +15,7 @@ from ... import dtypes
 from ...errors import InputError
 from ...io.segments import Segment, SegmentSource
 from ...model import DataSource
-from ..dcp.stream import Chunk, place_chunk, row_order
+from ..dcp.stream import Chunk, StreamedOrAssembled, place_chunk, row_order
 from .placement import Block
 from .tiling import Tiled
 
@@ -34,7 +34,7 @@ def segment(key: str, dt: dtypes.DType, b: Block, path: str) -> Segment:
     return Segment(st.source, st.key, start, length)
 
 
-class RanksSource(DataSource):
+class RanksSource(StreamedOrAssembled, DataSource):
     """Tensor bytes of a folder of rank files: each key a tiling of blocks of the ranks' storages."""
 
     def __init__(self, folder: str, inner: list[DataSource]) -> None:
@@ -88,27 +88,6 @@ class RanksSource(DataSource):
                         f"{block.rank}'s (first at byte {at} of the block at offsets {list(block.offsets)}): "
                         "the ranks did not save the same values", self.path)
         self._checked.add(key)
-
-    def file_pieces(self, key: str, offset: int, length: int) -> list[Segment] | None:
-        """Byte ranges of the rank files for a streamed tensor (writers copy them in the kernel)."""
-        return self._segments.file_pieces(key, offset, length) if self._plan(key) else None
-
-    def read(self, key: str, offset: int, length: int) -> bytes:
-        if self._plan(key):
-            return self._segments.read(key, offset, length)
-        data = self._assembled(key)
-        if offset < 0 or length < 0 or offset + length > len(data):
-            raise InputError(f"tensor {key!r} holds {len(data)} bytes, not {offset + length}", self.path)
-        return bytes(data[offset:offset + length])
-
-    def read_into(self, key: str, offset: int, out: memoryview) -> None:
-        if self._plan(key):
-            self._segments.read_into(key, offset, out)
-            return
-        data = self._assembled(key)
-        if offset < 0 or offset + len(out) > len(data):
-            raise InputError(f"tensor {key!r} holds {len(data)} bytes, not {offset + len(out)}", self.path)
-        out[:] = memoryview(data)[offset:offset + len(out)]
 
     def _assembled(self, key: str) -> bytearray:
         """The whole tensor, built once in its own buffer from its blocks (one tensor cached)."""

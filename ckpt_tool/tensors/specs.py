@@ -14,7 +14,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import TargetError
@@ -120,3 +120,17 @@ def describe(obj: Any) -> str:
     if isinstance(obj, type):
         return f"the class {obj.__name__}"
     return f"a {type(obj).__name__}"
+
+
+def binding_error(func: Any, kwargs: Mapping[str, object]) -> TypeError | None:
+    """Why ``func(**kwargs)`` would not bind to ``func``'s signature, found before anything is called; None
+    when it binds, or when ``func`` has no signature to check (builtins, some C extensions: call and see)."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        return exc
+    return None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..errors import TargetError, UsageError
 from ..model import TensorMeta
-from .specs import describe, first_line, import_spec_module, resolve, split_spec, user_code
+from .specs import binding_error, describe, first_line, import_spec_module, resolve, split_spec, user_code
 from .target_kwargs import KwargsCallFailed, build_kwargs, plan_kwargs
 
 if TYPE_CHECKING:
@@ -159,16 +159,12 @@ def build_target(spec: TargetSpec, kwargs: Mapping[str, Any] | None = None, *, m
 
 def _check_kwargs(factory: Any, kwargs: dict[str, Any], spec: str) -> None:
     """Bad keyword arguments are reported before anything is built (and before any CPU fallback)."""
-    try:
-        signature = inspect.signature(factory)
-    except (TypeError, ValueError):  # builtins and some C extensions have no signature: call and see
+    exc = binding_error(factory, kwargs)
+    if exc is None:
         return
-    try:
-        signature.bind(**kwargs)
-    except TypeError as exc:
-        if not kwargs:
-            raise TargetError(f"target {spec!r} needs arguments ({exc}): pass them with --target-kwargs JSON") from None
-        raise TargetError(f"target {spec!r} does not accept these --target-kwargs: {exc}") from None
+    if not kwargs:
+        raise TargetError(f"target {spec!r} needs arguments ({exc}): pass them with --target-kwargs JSON")
+    raise TargetError(f"target {spec!r} does not accept these --target-kwargs: {exc}")
 
 
 def _construct(factory: Any, kwargs: dict[str, Any], spec: str, meta: bool, warnings: list[str]) -> tuple[Any, str]:

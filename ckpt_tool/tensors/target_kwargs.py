@@ -17,13 +17,12 @@ stays what reports and fix commands repeat.
 """
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CkptError, TargetError
-from .specs import describe, first_line, import_spec_module, split_spec, user_code
+from .specs import binding_error, describe, first_line, import_spec_module, split_spec, user_code
 
 CALL_KEY = "()"
 ORIGIN = "--target-kwargs"
@@ -80,14 +79,9 @@ def resolve_callable(name: str, where: str) -> Any:
 
 
 def _bind(func: Any, kwargs: Mapping[str, object], where: str, name: str) -> None:
-    try:
-        signature = inspect.signature(func)
-    except (TypeError, ValueError):  # builtins and some C extensions have no signature: call and see
-        return
-    try:
-        signature.bind(**kwargs)
-    except TypeError as exc:
-        raise TargetError(f"{ORIGIN} {where}: {name} does not accept these arguments: {exc}") from None
+    exc = binding_error(func, kwargs)
+    if exc is not None:
+        raise TargetError(f"{ORIGIN} {where}: {name} does not accept these arguments: {exc}")
 
 
 def plan_kwargs(kwargs: Mapping[str, object]) -> dict[str, object]:

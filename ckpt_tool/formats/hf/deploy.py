@@ -64,6 +64,8 @@ def _files(folder: str, sub: str = "") -> tuple[list[str], list[tuple[str, str]]
     for name in sorted(paths.listdir(where)):
         rel = f"{sub}/{name}" if sub else name
         if not paths.isfile(paths.join(where, name)):
+            if paths.isdir(paths.join(where, name)):  # never dropped unsaid (a module's folder is copied by caller)
+                left.append((rel + "/", "a folder its library's from_pretrained does not read"))
             continue
         why = _why_not(name)
         if why is None:
@@ -121,6 +123,7 @@ def _from_folder(path: str, *, identify_weights: bool) -> HfOutput:
         for module in read_modules(paths.join(folder, "modules.json")):
             mpath = str(module["path"]).strip("/")
             if mpath and paths.isdir(paths.join(folder, mpath)):
+                left = [(f, why) for f, why in left if f != f"{mpath}/"]  # copied below, file by file
                 more, skipped = _files(folder, mpath)
                 if mpath != weights_dir:  # another module's weights (a Dense layer) are its own: copied as they are
                     more += [f for f, why in skipped if why.startswith("weights")]

@@ -217,3 +217,18 @@ def test_the_fix_names_the_keys_it_drops(hf_written, run_cli):
     assert "leaves out 2 the other side lacks (classifier.bias, classifier.weight)" in r.out, r.out
     r = run_cli("diff", str(run), str(bert), "--json")
     assert json.loads(r.out)["suggestion"]["dropped_keys"] == ["classifier.bias", "classifier.weight"]
+
+
+def test_a_sub_folder_is_never_dropped_unsaid(hf_written, tmp_path, run_cli):
+    import shutil
+
+    src, _ = hf_folder(hf_written, "bert")
+    folder = tmp_path / "bert"
+    shutil.copytree(src, folder)
+    (folder / "runs").mkdir()
+    (folder / "runs" / "events.out").write_text("x")
+    r = run_cli("migrate", str(folder), "-o", str(tmp_path / "out"), "--to", "hf", "--json")
+    assert r.code == 0, r.out
+    left = {e["file"]: e["why"] for e in json.loads(r.out)["left_out"]}
+    assert "runs/" in left and "does not read" in left["runs/"]
+    assert not (tmp_path / "out" / "runs").exists()

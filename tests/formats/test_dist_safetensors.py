@@ -124,6 +124,13 @@ def _torch_consolidated(src: Path, out: Path, keys: list[str]) -> dict:
 
 
 @pytest.mark.parametrize("folder", ["one", "two"])
+def test_the_rank_count_nobody_recorded_is_said(saved, folder, run_cli):
+    # a missing last rank cannot be told from the headers: the report says how many it found, never silence
+    doc = json.loads(run_cli("inspect", "--json", str(saved / folder)).out)
+    assert any("records no rank count" in w and "2 rank" in w for w in doc["warnings"]), doc["warnings"]
+
+
+@pytest.mark.parametrize("folder", ["one", "two"])
 def test_migrate_equals_torchs_consolidate_bit_for_bit(saved, folder, tmp_path):
     full = torch.load(saved / "full.pt", weights_only=True)
     floats = [k for k, v in full.items() if v.is_floating_point()]

@@ -75,6 +75,10 @@ def read_distributed(path: str, options: ReadOptions) -> Loaded:
         "files": len(names), "ranks": len({_rank(n) for n in names}),
         "dcp_version": version, "slices": sum(len(v) for v in slices.values()),
     }
+    ranks = loaded.metadata["distributed_safetensors"]["ranks"]
+    loaded.warnings.append(f"{ranks} rank file(s) found; the writer records no rank count, so a missing last "
+                           "rank's file would shrink the global shapes unseen: check that the run had "
+                           f"{ranks} rank(s)")
     return loaded
 
 

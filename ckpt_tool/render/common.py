@@ -140,16 +140,17 @@ def simple_columns(columns: list[Any], headers: list[str]) -> str:
 
 
 def write_report(data: bytes, path: str, what: str) -> None:
-    """Write a report file under a temporary name beside ``path``, then rename it into place."""
-    from ..io.atomic.staletemp import owned_name  # only when a report is written (a 20 ms import)
+    """``data`` into a temporary beside ``path`` (io/atomic AtomicFile), fsynced, renamed into place, the
+    folder fsynced: a crash leaves the old report or the new one, never half of one."""
+    from ..io.atomic.write import AtomicFile  # only when a report is written
 
-    tmp = owned_name(path)  # beside it, naming its writer (io/atomic/staletemp.py)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise WriteError(f"cannot write the {what}: {exc.strerror}", path) from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        with AtomicFile(path) as out:
+            if out.fd is None:  # AtomicFile opens it on entering: a bug, never the user's doing
+                raise RuntimeError(f"the temporary file for {path} is not open")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out.fd, view):]
+            out.publish()
+    except OSError as exc:  # creating the temporary (its folder gone, read-only, full): one line, exit 2
+        raise WriteError(f"cannot write the {what}: {exc.strerror or exc}", path) from None

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..commands.diff.report import DiffReport
 from ..tensors.closeness import ValueDiff
-from .common import fold_labeled, shape_str, simple_table
+from .common import fold_labeled, shape_str, simple_table, write_report
 
 # Folded lines shown per section; --json always lists every key.
 MAX_LINES = 40
@@ -106,27 +106,7 @@ def csv_text(report: DiffReport) -> str:
 
 def write_csv(report: DiffReport, path: str) -> None:
     """Write csv_text atomically (a temporary beside ``path``, fsync, rename)."""
-    write_durably(csv_text(report).encode("utf-8"), path, "CSV table")
-
-
-def write_durably(data: bytes, path: str, what: str) -> None:
-    """``data`` into a temporary beside ``path`` (io/atomic AtomicFile), fsynced, renamed into place, the
-    folder fsynced: a crash leaves the old file or the new one, never half of one."""
-    import os
-
-    from ..errors import WriteError
-    from ..io.atomic.write import AtomicFile
-
-    try:
-        with AtomicFile(path) as out:
-            if out.fd is None:  # AtomicFile opens it on entering: a bug, never the user's doing
-                raise RuntimeError(f"the temporary file for {path} is not open")
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out.fd, view):]
-            out.publish()
-    except OSError as exc:  # creating the temporary (its folder gone, read-only, full): one line, exit 2
-        raise WriteError(f"cannot write the {what}: {exc.strerror or exc}", path) from None
+    write_report(csv_text(report).encode("utf-8"), path, "CSV table")
 
 
 def _torch_message(report: DiffReport) -> list[str]:

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from ...commands.diff.report import DiffReport
-from ..diff import write_durably
+from ..common import write_report
 from .page import html_text
 
 
 def write_html(report: DiffReport, path: str) -> None:
     """Write html_text atomically (a temporary beside ``path``, fsync, rename)."""
-    write_durably(html_text(report).encode("utf-8"), path, "HTML report")
+    write_report(html_text(report).encode("utf-8"), path, "HTML report")
 
 
 __all__ = ["html_text", "write_html"]

@@ -12,6 +12,7 @@ import threading
 import zlib
 from collections.abc import Callable
 
+from ..io.atomic.writeback import Writeback
 from ..io.source import FileSource
 from ..model import StorageRef
 from .base import CHUNK
@@ -42,7 +43,8 @@ class Output:
     """Sequential writes to a file descriptor, small ones gathered into one ``writev``.
 
     Buffers that their producer reuses (bytearray, memoryview) are written at
-    once, never held.
+    once, never held. What reaches the file is followed by a Writeback, so
+    the disk starts on it while the rest is written.
     """
 
     def __init__(self, fd: int, flush_at: int = CHUNK) -> None:
@@ -51,12 +53,21 @@ class Output:
         self._parts: list[bytes] = []
         self._buffered = 0
         self._flush_at = flush_at
+        try:
+            self.writeback: Writeback | None = Writeback(fd, os.lseek(fd, 0, os.SEEK_CUR))
+        except OSError:  # not a seekable file: nothing to write back early
+            self.writeback = None
+
+    def wrote(self, nbytes: int) -> None:
+        """``nbytes`` more reached the file (from here or copied in the kernel)."""
+        if self.writeback is not None:
+            self.writeback.wrote(nbytes)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         n = len(data)
         if n >= self._flush_at or type(data) is not bytes:
             self.flush()
-            write_all(self.fd, data)
+            self.wrote(write_all(self.fd, data))
         else:
             self._parts.append(data)
             self._buffered += n
@@ -78,6 +89,7 @@ class Output:
                 if n != total:  # a short writev: finish the rest plainly
                     write_all(self.fd, b"".join(batch)[n:])
         parts.clear()
+        self.wrote(self._buffered)
         self._buffered = 0
 
 
@@ -145,13 +157,16 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
 
         worker = threading.Thread(target=checksum, name="ckpt-crc", daemon=True)
         worker.start()
+    def copied(n: int) -> None:
+        out.wrote(n)
+        if on_bytes is not None:
+            on_bytes(n)
+
     try:
-        done = _kernel_copy(src_fd, out.fd, start + region.offset, region.length, on_bytes)
+        done = _kernel_copy(src_fd, out.fd, start + region.offset, region.length, copied)
         if done < region.length:
             for piece in stream_region(ref, region.offset + done, region.length - done):
-                write_all(out.fd, piece)
-                if on_bytes is not None:
-                    on_bytes(len(piece))
+                copied(write_all(out.fd, piece))
     except BaseException:
         stop.set()
         raise

@@ -91,7 +91,12 @@ def render(report: MigrateReport) -> str:
            + ("  [dry run: nothing written]" if report.dry_run else "")]
     if report.inferred is not None:
         out.append(f"inferred: {report.inferred.describe()}")
-    out.append(f"rules:    {report.rules.describe()}")
+    rules = report.rules.describe()
+    if report.source_options:  # how the source was read (tensor-parallel rules, unstacked layers)
+        read = " ".join(report.source_options)
+        keyless = not report.rules.cli_args() and not report.rules.casts
+        rules = f"{read} (no key rules)" if keyless else f"{rules} {read}"
+    out.append(f"rules:    {rules}")
     renamed = report.plan.renamed
     if renamed:
         out.append(f"renamed:  {len(renamed)} key(s), e.g. " + "; ".join(f"{a} -> {b}" for a, b in renamed[:3]))

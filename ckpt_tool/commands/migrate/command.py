@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -200,11 +201,19 @@ def run_plan(ck: Checkpoint, plan: MigratePlan, hooks: Hooks) -> MigrateReport:
         plan=key_plan, tensors=tensors, rules=plan.rules, inferred=inferred, target=check,
         metadata_kept=shaped.metadata_kept, aliases=shaped.aliases, sanitized=shaped.sanitized,
         device_status=status, warnings=tuple(warnings),
-        copied=plan.output.hf.files if plan.output.hf else (), left_out=plan.output.hf.left if plan.output.hf else ())
+        copied=plan.output.hf.files if plan.output.hf else (), left_out=plan.output.hf.left if plan.output.hf else (),
+        source_options=_source_options(plan))
     stopped = _before_writing(report, plan)
     if stopped is not None:
         return stopped
     return _write(ck, plan, hooks, report, shaped.payload, tuple(run_devices))
+
+
+def _source_options(plan: MigratePlan) -> tuple[str, ...]:
+    """The options that changed how the source was read (the rules line says them beside the key rules)."""
+    s = plan.source
+    return ((f"--tp-rules {shlex.quote(s.tp_rules.origin)}",) if s.tp_rules is not None else ()) + (
+        ("--unstack-layers",) if s.unstack_layers else ())
 
 
 def _rules_for_target(ck: Checkpoint, plan: MigratePlan, hooks: Hooks,

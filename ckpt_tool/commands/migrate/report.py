@@ -58,6 +58,7 @@ class MigrateReport:
     checks: tuple[str, ...] = ()  # what verification proved, in words (the verified: line)
     copied: tuple[str, ...] = ()  # a Hugging Face folder: the source folder's files copied beside the weights
     left_out: tuple[tuple[str, str], ...] = ()  # ... and those not copied, with why
+    source_options: tuple[str, ...] = ()  # how the source was read: --tp-rules FILE, --unstack-layers
 
     @property
     def ok(self) -> bool:
@@ -108,6 +109,7 @@ class MigrateReport:
             "verified_checks": list(self.checks),
             "copied": list(self.copied),
             "left_out": [{"file": f, "why": why} for f, why in self.left_out],
+            "source_options": list(self.source_options),
         }, self.remote)
 
 

@@ -309,3 +309,25 @@ def test_gate_and_migrate_say_they_read_files(fixtures_dir, tiny, tmp_path):
     assert ckpt_tool.gate(str(fixtures_dir / "tiny_mlp.pth")).passed  # one path, given bare
     with pytest.raises(ckpt_tool.UsageError, match="scan reads the pickles of files"):
         ckpt_tool.scan([sd])  # type: ignore[list-item]
+
+
+def test_the_fix_for_an_in_memory_a_names_a_file_to_save_it_to(fixtures_dir, tmp_path):
+    import torch
+
+    saved = torch.load(str(fixtures_dir / "tiny_mlp.pth"))
+    prefixed = {f"module.{k}": v for k, v in saved.items()}
+    result = ckpt_tool.diff(prefixed, str(fixtures_dir / "tiny_mlp.pth"))
+    command = result.migrate_command()
+    assert command is not None and command.startswith("ckpt migrate a.pth ") and "--strip-prefix module." in command
+    assert "torch.save(state_dict, 'a.pth')" in str(result)
+    torch.save(prefixed, tmp_path / "a.pth")  # as the line says: then the printed command runs and fixes it
+    args = command.split()[2:]
+    args[args.index("a.pth")] = str(tmp_path / "a.pth")
+    if "-o" in args:
+        args[args.index("-o") + 1] = str(tmp_path / "fixed.safetensors")
+    else:
+        args += ["-o", str(tmp_path / "fixed.safetensors")]
+    from ckpt_tool.cli import main
+
+    assert main(["migrate", *args]) == 0
+    assert ckpt_tool.diff(str(tmp_path / "fixed.safetensors"), str(fixtures_dir / "tiny_mlp.pth"), values=True).equal

@@ -227,6 +227,8 @@ def render(report: DiffReport) -> str:
         drops = (f" and leaves out {len(dropped)} the other side lacks ({', '.join(dropped[:4])}"
                  + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "") + ")") if dropped else ""
         out.append(f"fix: {what}{given}  reconciles {s.reconciled} key(s){drops}{left}")
+        if r.a_in_memory:
+            out.append("  (A is in memory: save it first, torch.save(state_dict, 'a.pth'), then)")
         out.append(f"  {r.migrate_command()}")
     elif r.rule_steps and r.renamed:
         out += ["", "to write A with the keys it was compared under:", f"  {r.migrate_command()}"]

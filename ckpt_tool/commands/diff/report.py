@@ -131,7 +131,16 @@ class DiffReport:
 
             target = self.b
             kwargs = json.dumps(dict(self.target_kwargs)) if self.target_kwargs else None
-        return whole.command(self.a, output, key=self.key, target=target, target_kwargs=kwargs)
+        # an in-memory A (the Python API) has no path to give migrate: the command names the file to save it to
+        a = "a.pth" if self.a_in_memory else self.a
+        return whole.command(a, output, key=self.key, target=target, target_kwargs=kwargs)
+
+    @property
+    def a_in_memory(self) -> bool:
+        """A was a state dict or module given from Python: the fix command needs it saved first."""
+        from ...format_names import Format
+
+        return self.a_format == Format.IN_MEMORY.value
 
     def dropped_by_fix(self) -> list[str]:
         """A's keys that the suggested rewrite leaves out (``--drop``: a head the other side lacks)."""

@@ -174,7 +174,7 @@ def tensor_data(tensors: Sequence[OutTensor], *, regions: bool = False
                 ) -> Iterator[tuple[OutTensor, Iterable[bytes | bytearray] | Region]]:
     """Each tensor with its bytes, in order; neighbouring small tensors share one read.
 
-    With ``regions``, large tensors that are plain byte ranges of a file come
+    With ``regions``, tensors from 1 MiB that are byte ranges of files come
     as a Region instead of bytes. The pieces of one tensor must be consumed
     before asking for the next.
     """
@@ -182,11 +182,13 @@ def tensor_data(tensors: Sequence[OutTensor], *, regions: bool = False
         t = tensors[i]
         if data is not None:
             yield t, (data,)
+        elif regions and t.nbytes >= _BIG and t.streamable and t.source.storage is not None \
+                and _in_files(t.source.storage, t.source.storage_offset * t.itemsize, t.nbytes):
+            # from 1 MiB the kernel copies it: a tensor of a consolidated run is several file ranges, which
+            # read and joined here would cross user space twice (ZeRO-3: a fifth of the output, 3x the cost)
+            yield t, Region(t.source.storage, t.source.storage_offset * t.itemsize, t.nbytes)
         elif t.nbytes <= CHUNK:
             yield t, (out_bytes(t),)
-        elif regions and t.streamable and t.source.storage is not None \
-                and _in_files(t.source.storage, t.source.storage_offset * t.itemsize, t.nbytes):
-            yield t, Region(t.source.storage, t.source.storage_offset * t.itemsize, t.nbytes)
         else:
             yield t, out_chunks(t)
 

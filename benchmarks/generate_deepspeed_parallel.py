@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate_training import DS_VERSION, ZeroStage, _fake_class, _save, loss_scaler, values  # noqa: E402
+from generate_training import DS_VERSION, ZeroStage, _fake_class, _save, loss_scaler, values
 
 _FragmentAddress = _fake_class("deepspeed.utils.tensor_fragment", "fragment_address")
 
@@ -211,8 +211,9 @@ def llama_pipeline_spec(gib: float, stages: int, bf16: bool = False) -> Pipeline
     and AdamW's two moments).
     """
     hidden, ffn, vocab, layers = _llama_layers(gib, 14 if bf16 else 16)
-    body = [[("weight", (vocab, hidden))]] + [_decoder_layer(hidden, ffn) for _ in range(layers)]
-    return PipelineSpec(body + [[("weight", (hidden,))], [("weight", (vocab, hidden))]], stages, bf16=bf16)
+    body = [_decoder_layer(hidden, ffn) for _ in range(layers)]
+    return PipelineSpec([[("weight", (vocab, hidden))], *body, [("weight", (hidden,))], [("weight", (vocab, hidden))]],
+                        stages, bf16=bf16)
 
 
 # Universal checkpoints: ds_to_universal's merge of a tp-rank ZeRO-1 run (Megatron-DeepSpeed's rules)
@@ -286,7 +287,7 @@ def write_universal(out: str, spec: UniversalSpec) -> str:
     _save({**head, **tail, "param_groups": _param_groups()}, os.path.join(zero, "optimizer_state.pt"))
     for rank in range(spec.tp):
         module: OrderedDict[str, torch.Tensor] = OrderedDict()
-        for i, (name, shape, dim) in enumerate(spec.params):
+        for i, (name, _, dim) in enumerate(spec.params):
             module[name] = _tp_shard(_padded(spec, i), dim, rank, spec.tp)
         shapes = OrderedDict((n, torch.Size(t.shape)) for n, t in module.items())
         states = _model_states([shapes], [], module, cfg, spec.tp, 1, spec.tp, spec.step, 2)

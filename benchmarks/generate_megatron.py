@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate_dcp import tensor_values  # noqa: E402
+from generate_dcp import tensor_values
 
 METADATA_JSON = {"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
                  "common_backend_version": 1}
@@ -132,8 +132,7 @@ def expected_state_dict(spec: MegatronSpec) -> dict[str, torch.Tensor]:
 def _planner(spec: MegatronSpec) -> Any:
     from torch.distributed.checkpoint.default_planner import create_default_global_save_plan
     from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
-    from torch.distributed.checkpoint.planner import (SavePlan, SavePlanner, TensorWriteData,
-                                                      WriteItem, WriteItemType)
+    from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, TensorWriteData, WriteItem, WriteItemType
 
     def tensor_item(e: Entry, layer: int, part: int) -> tuple[WriteItem, tuple[Entry, int, int]]:
         sizes = list(e.shape)

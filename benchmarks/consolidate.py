@@ -108,6 +108,19 @@ for name in sorted(os.listdir(zero)):
         sd[name] = torch.load(path, map_location="cpu", weights_only=True)["param"]
 save_file(sd, sys.argv[2])
 """
+# What users fall back on when DeepSpeed's converter fails on a pipeline run: each layer file's weights (the live
+# modules: equal to the fp32 masters in an fp32 run), named as PipelineModule.state_dict() names them.
+_LAYERS = """import glob, os, re, sys, torch
+from safetensors.torch import save_file
+with open(os.path.join(sys.argv[1], "latest")) as f:
+    tag = os.path.join(sys.argv[1], f.read().strip())
+sd = {}
+for path in sorted(glob.glob(os.path.join(tag, "layer_*-model_states.pt"))):
+    layer = int(re.match(r"layer_(\\d+)-", os.path.basename(path)).group(1))
+    for key, value in torch.load(path, map_location="cpu", weights_only=True).items():
+        sd[f"{layer}.{key}"] = value
+save_file(sd, sys.argv[2])
+"""
 _DCP = ("import sys, warnings\nwarnings.simplefilter('ignore')\n"
         "from torch.distributed.checkpoint.format_utils import dcp_to_torch_save\n"
         "dcp_to_torch_save(sys.argv[1], sys.argv[2])\n")
@@ -152,7 +165,7 @@ def run_once(row: Row, env: dict[str, str], cold: bool = False) -> tuple[float, 
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_file:
         argv = [TIME, "-o", rss_file.name, "-f", "%M", *row.argv] if os.path.exists(TIME) else row.argv
         start = time.perf_counter()
-        r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
         wall = time.perf_counter() - start
         if r.returncode != 0 and row.may_fail:
             lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
@@ -320,6 +333,9 @@ def pipeline_table(c: Context) -> Table:
         out = os.path.join(c.work, "ds-pipeline-out")
         rows.append(Row("DeepSpeed convert_zero_checkpoint_to_fp32_state_dict (safetensors)",
                         [DS_PYTHON, "-c", _DS, src, out], out, kind="reference", may_fail=True))
+    out = os.path.join(c.work, "pipeline-layers.safetensors")
+    rows.append(Row("torch.load(weights_only=True) of each layer_XX file, save_file (the live fp32 modules)",
+                    [PY, "-c", _LAYERS, src, out], out, kind="reference"))
     return Table(f"DeepSpeed pipeline-parallel run (pp={c.world}, ZeRO-1)", src, rows)
 
 
@@ -381,7 +397,7 @@ print("bit-identical" if same else "DIFFERENT")
 
 def compare(a: str, b: str, env: dict[str, str]) -> str:
     """Whether two outputs hold the same tensors bit for bit (read with torch/safetensors, not ckpt)."""
-    r = subprocess.run([PY, "-c", _EQUAL, a, b], env=env, capture_output=True, text=True)
+    r = subprocess.run([PY, "-c", _EQUAL, a, b], env=env, capture_output=True, text=True, check=False)
     return r.stdout.strip() or f"compare failed: {r.stderr[-500:]}"
 
 

@@ -27,8 +27,8 @@ Inputs, written by the generators in this folder (no training, no GPU):
 In the same rounds, for each input: ``ckpt migrate`` to one .safetensors
 with 1 and 2 workers (verified, fsynced, as users run it), the reference
 converter (DeepSpeed's ``convert_zero_checkpoint_to_fp32_state_dict``,
-safetensors output, from /work/dsvenv or $DEEPSPEED_PYTHON, skipped when
-absent; torch's ``dcp_to_torch_save``, a .pt, with ckpt's .pth of the same
+safetensors output, from $DEEPSPEED_PYTHON, /work/dsvenv or this python if it
+has DeepSpeed, skipped when absent; torch's ``dcp_to_torch_save``, a .pt, with ckpt's .pth of the same
 container beside it; torch's ``consolidate_safetensors_files``), and the
 limit: a durable write of ckpt's output's bytes (the output ckpt wrote
 earlier in the same round, copied by the kernel into one new file, fsynced
@@ -48,6 +48,7 @@ than the reference converter, 2 workers faster than 1.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -63,7 +64,10 @@ ROOT = os.path.dirname(HERE)
 PY = sys.executable
 TIME = "/usr/bin/time"
 BOUND = 150 << 20
-DS_PYTHON = os.environ.get("DEEPSPEED_PYTHON", "/work/dsvenv/bin/python")
+DS_VENV = "/work/dsvenv/bin/python"
+# DeepSpeed's converter runs from $DEEPSPEED_PYTHON, else /work/dsvenv, else this interpreter if it has DeepSpeed
+DS_PYTHON = os.environ.get("DEEPSPEED_PYTHON") or (
+    PY if not os.path.exists(DS_VENV) and importlib.util.find_spec("deepspeed") is not None else DS_VENV)
 
 _DS = ("import sys\nfrom deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict as c\n"
        "c(sys.argv[1], sys.argv[2], safe_serialization=True)\n")

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import UsageError
+from ...errors import InputError, UsageError
 from ...format_names import TpMerge
 
 UC_INFO = "universal_checkpoint_info"
@@ -48,6 +48,29 @@ class TpRule:
 
 
 @dataclass(frozen=True)
+class AffinePiece:
+    """A block of the whole tensor a rank holds (DeepSpeed's deepspeed/checkpoint/affine.py): the same ``shape``
+    viewed with ``torch.as_strided`` arguments in the whole tensor (``source``) and in the rank's flat shard
+    (``dest``); ``locations`` every rank that holds it."""
+
+    shape: tuple[int, ...]
+    source: tuple[int, tuple[int, ...]]
+    dest: tuple[int, tuple[int, ...]]
+    locations: tuple[int, ...]
+    scale: float = 1.0  # the rank holds the block times this (a pre-divided bias); ckpt merges only 1.0
+
+
+@dataclass(frozen=True)
+class AffineMap:
+    """Where every element of one parameter lives on the tensor-parallel ranks: ``ranks[r]`` is rank r's
+    (shard shape, pieces). It supersedes the pattern categories, as in ds_to_universal."""
+
+    pattern: str
+    logical_shape: tuple[int, ...]
+    ranks: tuple[tuple[tuple[int, ...], tuple[AffinePiece, ...]], ...]
+
+
+@dataclass(frozen=True)
 class TpRules:
     """An ordered rule list; ``regex`` selects DeepSpeed's ``re.match`` over fnmatch globs."""
 
@@ -58,6 +81,7 @@ class TpRules:
     vocab_patterns: tuple[str, ...] = ()
     vocab_size: int | None = None
     unsupported: tuple[tuple[str, str], ...] = ()  # (pattern, why ckpt cannot merge what it matches)
+    affine: tuple[AffineMap, ...] = ()  # AutoTP's affine_map: one per parameter pattern, matched first
 
     def _matches(self, pattern: str, key: str) -> bool:
         return re.match(pattern, key) is not None if self.regex else fnmatch.fnmatchcase(key, pattern)
@@ -67,6 +91,14 @@ class TpRules:
             if self._matches(rule.pattern, key):
                 return rule
         return self.default
+
+    def affine_for(self, key: str) -> AffineMap | None:
+        """The affine map whose pattern matches ``key`` (DeepSpeed refuses two; so does ckpt)."""
+        found = [m for m in self.affine if self._matches(m.pattern, key)]
+        if len(found) > 1:
+            raise InputError(f"two affine_map patterns match {key!r} ({found[0].pattern!r}, {found[1].pattern!r}) "
+                             f"in the run's {UC_INFO}: which one places its shards is ambiguous", self.origin)
+        return found[0] if found else None
 
     def unsupported_for(self, key: str) -> str | None:
         for pattern, why in self.unsupported:
@@ -142,7 +174,57 @@ def load_rules(path: str) -> TpRules:
     return parse_rules(text, path)
 
 
-def from_universal_info(info: Mapping[Any, Any]) -> TpRules:
+AFFINE_VERSION = 1  # the affine_map encoding ckpt reads (DeepSpeed 0.19.8's AFFINE_MAP_FORMAT_VERSION)
+
+
+def _ints(value: object) -> tuple[int, ...] | None:
+    if isinstance(value, list | tuple) and all(type(v) is int for v in value):
+        return tuple(value)
+    return None
+
+
+def _view(value: object) -> tuple[int, tuple[int, ...]] | None:
+    if isinstance(value, list | tuple) and len(value) == 2 and type(value[0]) is int:
+        strides = _ints(value[1])
+        if strides is not None:
+            return value[0], strides
+    return None
+
+
+def _affine_map(pattern: str, entry: object, path: str) -> AffineMap:
+    """One parameter's map, checked for form (coverage and scaling are checked by tpmerge, per tensor)."""
+    bad = f"the affine_map entry for {pattern!r} in the run's {UC_INFO} is malformed"
+    shape = _ints(entry.get("logical_shape")) if isinstance(entry, Mapping) else None
+    ranks = entry.get("ranks") if isinstance(entry, Mapping) else None
+    if shape is None or not isinstance(ranks, Mapping) or not ranks:
+        raise InputError(f"{bad} (it needs 'logical_shape' and 'ranks')", path)
+    if sorted(ranks) != list(range(len(ranks))):
+        raise InputError(f"{bad}: its ranks are {sorted(map(str, ranks))}, not 0..{len(ranks) - 1}", path)
+    out = []
+    for r in range(len(ranks)):
+        value = ranks[r]
+        shard = _ints(value.get("shard_shape")) if isinstance(value, Mapping) else None
+        raw = value.get("pieces") if isinstance(value, Mapping) else None
+        if shard is None or not isinstance(raw, list):
+            raise InputError(f"{bad} (rank {r} needs 'shard_shape' and 'pieces')", path)
+        pieces = []
+        for p in raw:
+            if not isinstance(p, Mapping):
+                raise InputError(f"{bad} (a piece of rank {r} is not a table)", path)
+            pshape, source, dest, where = _ints(p.get("shape")), _view(p.get("source")), _view(p.get("dest")), \
+                _ints(p.get("locations"))
+            if pshape is None or source is None or dest is None or where is None or r not in where \
+                    or len(source[1]) != len(pshape) or len(dest[1]) != len(pshape) or min(pshape, default=1) < 0:
+                raise InputError(f"{bad} (a piece of rank {r}: {dict(p)!r})", path)
+            scale = p.get("scale", 1.0)
+            if type(scale) not in (int, float) or not scale:
+                raise InputError(f"{bad} (a piece of rank {r} has the scale {scale!r})", path)
+            pieces.append(AffinePiece(pshape, source, dest, tuple(sorted(where)), float(scale)))
+        out.append((shard, tuple(pieces)))
+    return AffineMap(pattern, shape, tuple(out))
+
+
+def from_universal_info(info: Mapping[Any, Any], path: str = "") -> TpRules:
     """The rules DeepSpeed's ds_to_universal applies (deepspeed/checkpoint/ds_to_universal.py merge_tp_slices)."""
     def pats(name: str) -> tuple[str, ...]:
         value = info.get(name)
@@ -164,7 +246,17 @@ def from_universal_info(info: Mapping[Any, Any]) -> TpRules:
     autotp = info.get("autotp_unsupported_parameter_patterns")
     for p, reason in autotp.items() if isinstance(autotp, Mapping) else ():
         unsupported.append((str(p), f"AutoTP records it as not convertible ({reason})"))
+    # The affine map (universal checkpoint 0.4) places every piece, so it decides before any category, as in
+    # ds_to_universal's merge_tp_slices. A newer encoding than ckpt knows is left unread: the categories beside it
+    # are there for exactly such a converter, and decide alone (refusing what they cannot say, as above).
+    affine: list[AffineMap] = []
+    amap = info.get("affine_map")
+    if isinstance(amap, Mapping) and amap.get("version", AFFINE_VERSION) == AFFINE_VERSION:
+        params = amap.get("params")
+        for pattern, entry in params.items() if isinstance(params, Mapping) else ():
+            affine.append(_affine_map(str(pattern), entry, path))
     size = info.get("original_vocab_size")
     return TpRules(tuple(rules), UC_INFO, regex=True, default=TpRule("", TpMerge.CONCAT, 0),
                    vocab_patterns=pats("vocabulary_parameter_patterns"),
-                   vocab_size=size if type(size) is int and size > 0 else None, unsupported=tuple(unsupported))
+                   vocab_size=size if type(size) is int and size > 0 else None, unsupported=tuple(unsupported),
+                   affine=tuple(affine))

@@ -1,0 +1,172 @@
+"""A DeepSpeed AutoTP training run merged by the rules it records (issue 24).
+
+fixtures/deepspeed_parallel/autotp/ is DeepSpeed 0.19.8's own AutoTP (``"tensor_parallel": {"autotp_size": 2,
+"partition_config": ...}``, ZeRO-1, 2 gloo ranks on CPU; fixtures/deepspeed_parallel/generate.py --kind autotp):
+a fused q/k/v projection with unequal widths, column- and row-parallel linears, a vocabulary-parallel lm_head and
+replicated norms and embedding. Each rank writes ``mp_rank_0T_model_states.pt`` and its ZeRO-1 file; the model
+states hold ``universal_checkpoint_info`` version 0.4 with AutoTP's ``affine_map`` (where every block of every
+parameter lives on each rank). ``expected.safetensors`` is the live modules' shards gathered by the split the
+layer specs ask for; ``universal/`` is DeepSpeed's ds_to_universal of the same run (generate.py checked it equal).
+No test here starts DeepSpeed.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, assert_one_line_error
+
+torch = pytest.importorskip("torch")
+st = pytest.importorskip("safetensors.torch")
+
+from ckpt_tool import load  # noqa: E402
+from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+
+RUN = ROOT / "fixtures" / "deepspeed_parallel" / "autotp"
+UNI = RUN / "universal"
+SHAPES = {"embed.weight": [18, 8], "layers.0.norm.weight": [8], "layers.0.norm.bias": [8],
+          "layers.0.qkv.weight": [16, 8], "layers.0.qkv.bias": [16], "layers.0.o.weight": [8, 8],
+          "layers.0.o.bias": [8], "layers.0.up.weight": [12, 8], "layers.0.up.bias": [12],
+          "layers.0.down.weight": [8, 12], "layers.0.down.bias": [8], "norm.weight": [8], "norm.bias": [8],
+          "lm_head.weight": [18, 8]}
+
+
+def _bits(t):
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_bit_equal(path: Path) -> None:
+    got = st.load_file(str(path))
+    expected = st.load_file(str(RUN / "expected.safetensors"))
+    assert sorted(got) == sorted(expected)
+    for k, v in expected.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+        assert torch.equal(_bits(got[k]), _bits(v)), k
+
+
+def _states(run: Path, rank: int) -> Path:
+    return run / "global_step1" / f"mp_rank_{rank:02d}_model_states.pt"
+
+
+def _edited(tmp_path: Path, edit) -> Path:
+    """A copy of the run whose ranks' universal_checkpoint_info ``edit`` changed (rewritten by torch, weights_only)."""
+    run = tmp_path / "autotp"
+    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("universal", "*.safetensors", "*.json"))
+    for rank in (0, 1):
+        states = torch.load(_states(run, rank), weights_only=True)
+        edit(states["universal_checkpoint_info"])
+        torch.save(states, _states(run, rank))
+    return run
+
+
+def test_each_tp_rank_wrote_its_files_and_autotps_record_format():
+    """What DeepSpeed 0.19.8 AutoTP saves, and the record ckpt reads (pinned, so a new format is noticed)."""
+    names = sorted(p.name for p in (RUN / "global_step1").iterdir())
+    assert names == ["mp_rank_00_model_states.pt", "mp_rank_01_model_states.pt",
+                     "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_0_mp_rank_01_optim_states.pt"]
+    states = torch.load(_states(RUN, 1), weights_only=True)
+    assert states["mp_world_size"] == 2 and states["checkpoint_parallel_dimensions"] == {"pp_degree": 1,
+                                                                                         "tp_degree": 2}
+    assert list(states["module"]["layers.0.qkv.weight"].shape) == [8, 8]  # rank 1's q, k and v rows
+    info = states["universal_checkpoint_info"]
+    assert info["universal_checkpoint_version"] == 0.4 and info["affine_map"]["version"] == 1
+    assert set(info["affine_map"]["params"]) == {f"^{k.replace('.', chr(92) + '.')}$" for k in SHAPES}
+    assert info["parameter_with_sub_params"][0]["patterns"] == [r"^layers\.0\.qkv\.weight$"]
+    assert info["sub_param_shard_widths"][r"^layers\.0\.qkv\.weight$"] == [[4, 4], [2, 2], [2, 2]]
+    assert info["vocabulary_parameter_patterns"] == [r"^lm_head\.weight$"] and info["original_vocab_size"] == 18
+
+
+def test_inspect_shows_the_whole_model():
+    ck = load(RUN)
+    assert {t.key: list(t.shape) for t in ck.tensors} == SHAPES
+    info = ck.metadata["deepspeed"]
+    assert (info["layout"], info["pp"], info["tp"]) == ("tensor-parallel", 1, 2)
+    assert info["tp_rules"] == {"from": "universal_checkpoint_info", "merged": {"affine-map": 14}}
+
+
+def test_inspect_cli(run_cli):
+    r = run_cli("inspect", str(RUN))
+    assert r.code == 0, r
+    assert "tensor-parallel pp=1 tp=2" in r.out and "[16, 8]" in r.out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_migrate_is_bit_equal_to_the_gathered_live_model(tmp_path, workers):
+    out = tmp_path / "model.safetensors"
+    assert migrate(RUN, out, workers=workers).ok
+    assert_bit_equal(out)
+
+
+def test_ckpts_merge_and_ds_to_universals_are_the_same_bytes(tmp_path):
+    a, b = tmp_path / "autotp.safetensors", tmp_path / "universal.safetensors"
+    assert migrate(RUN, a).ok and migrate(UNI, b).ok
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_one_ranks_files_are_refused_naming_the_recorded_tp(tmp_path, run_cli):
+    run = tmp_path / "autotp"
+    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("universal", "*mp_rank_01*"))
+    assert_one_line_error(run_cli("inspect", str(run)), "pp=1 x tp=2", "only mp_rank_00")
+
+
+def test_without_the_affine_map_the_fused_qkv_is_refused_in_one_line(tmp_path, run_cli):
+    """The categories alone (a converter that predates the map): q/k/v sub-parameters are named, not guessed."""
+    run = _edited(tmp_path, lambda info: info.pop("affine_map"))
+    out = tmp_path / "o.safetensors"
+    assert_one_line_error(run_cli("migrate", str(run), "-o", str(out)), "'layers.0.qkv.weight'", "sub-parameters")
+    assert not out.exists()
+
+
+def test_a_newer_affine_map_version_is_left_to_the_categories(tmp_path, run_cli):
+    run = _edited(tmp_path, lambda info: info["affine_map"].update(version=2))
+    assert_one_line_error(run_cli("inspect", str(run)), "'layers.0.qkv.weight'", "sub-parameters")
+
+
+def _params(info):
+    return info["affine_map"]["params"]
+
+
+def test_a_scaled_block_is_refused(tmp_path, run_cli):
+    def scale(info):
+        _params(info)[r"^layers\.0\.o\.bias$"]["ranks"][1]["pieces"][0]["scale"] = 0.5
+
+    r = run_cli("inspect", str(_edited(tmp_path, scale)))
+    assert_one_line_error(r, "'layers.0.o.bias'", "scaled by 0.5", "does not compute")
+
+
+def test_a_map_with_a_hole_is_refused(tmp_path, run_cli):
+    def hole(info):
+        _params(info)[r"^layers\.0\.qkv\.weight$"]["ranks"][1]["pieces"].pop(1)  # rank 1's k rows
+
+    r = run_cli("migrate", str(_edited(tmp_path, hole)), "-o", str(tmp_path / "o.safetensors"))
+    assert_one_line_error(r, "'layers.0.qkv.weight'", "leaves elements 80..95", "exactly once")
+
+
+def test_a_block_two_ranks_hold_is_checked_equal(tmp_path, run_cli):
+    """A map calling up.bias one block both ranks hold: the ranks' halves differ, so migrate fails, no output."""
+    def shared(info):
+        piece = {"shape": [6], "source": [0, [1]], "dest": [0, [1]], "locations": [0, 1]}
+        _params(info)[r"^layers\.0\.up\.bias$"] = {
+            "logical_shape": [6], "ranks": {r: {"shard_shape": [6], "pieces": [piece]} for r in (0, 1)}}
+
+    run = _edited(tmp_path, shared)
+    assert load(run).metadata["deepspeed"]["tp_rules"]["merged"] == {"affine-map": 14}  # inspect reads no bytes
+    out = tmp_path / "o.safetensors"
+    r = run_cli("migrate", str(run), "-o", str(out))
+    assert_one_line_error(r, "'layers.0.up.bias' differs between tensor-parallel ranks 0 and 1")
+    assert not out.exists() and not list(tmp_path.glob("o.safetensors*"))
+
+
+def test_the_users_rules_file_wins_over_the_map(tmp_path, run_cli):
+    """--tp-rules replaces the run's record: plain dim-0 concatenation everywhere makes q/k/v rank-major."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text('replicated = ["*norm.*", "embed.*", "*.o.bias", "*.down.bias"]\n'
+                     '[[tp]]\npattern = "*.o.weight"\ndim = 1\n[[tp]]\npattern = "*.down.weight"\ndim = 1\n'
+                     '[[tp]]\npattern = "*"\ndim = 0\n')
+    out = tmp_path / "model.safetensors"
+    r = run_cli("migrate", str(RUN), "-o", str(out), "--tp-rules", str(rules))
+    assert r.code == 0, r
+    got, expected = st.load_file(str(out)), st.load_file(str(RUN / "expected.safetensors"))
+    assert torch.equal(got["layers.0.up.weight"], expected["layers.0.up.weight"])
+    assert not torch.equal(got["layers.0.qkv.weight"], expected["layers.0.qkv.weight"])  # rank-major, not q|k|v

@@ -110,17 +110,44 @@ def test_one_ranks_files_are_refused_naming_the_recorded_tp(tmp_path, run_cli):
     assert_one_line_error(run_cli("inspect", str(run)), "pp=1 x tp=2", "only mp_rank_00")
 
 
-def test_without_the_affine_map_the_fused_qkv_is_refused_in_one_line(tmp_path, run_cli):
-    """The categories alone (a converter that predates the map): q/k/v sub-parameters are named, not guessed."""
-    run = _edited(tmp_path, lambda info: info.pop("affine_map"))
-    out = tmp_path / "o.safetensors"
-    assert_one_line_error(run_cli("migrate", str(run), "-o", str(out)), "'layers.0.qkv.weight'", "sub-parameters")
-    assert not out.exists()
+@pytest.mark.parametrize("edit", [lambda info: info.pop("affine_map"),
+                                  lambda info: info["affine_map"].update(version=2)],
+                         ids=["no-affine-map", "newer-map-version"])
+def test_the_patterns_alone_merge_it_bit_for_bit(tmp_path, edit):
+    """A converter that predates the map reads the categories: sub-parameters by sub_param_shard_widths."""
+    run = _edited(tmp_path, edit)
+    assert load(run).metadata["deepspeed"]["tp_rules"]["merged"] == {
+        "replicated": 7, "sub-params": 2, "concatenated along dim 0": 3, "concatenated along dim 1": 2}
+    out = tmp_path / "model.safetensors"
+    assert migrate(run, out).ok
+    assert_bit_equal(out)
 
 
-def test_a_newer_affine_map_version_is_left_to_the_categories(tmp_path, run_cli):
-    run = _edited(tmp_path, lambda info: info["affine_map"].update(version=2))
-    assert_one_line_error(run_cli("inspect", str(run)), "'layers.0.qkv.weight'", "sub-parameters")
+def _without_widths(version, shape):
+    def edit(info):
+        info.pop("affine_map")
+        info.pop("sub_param_shard_widths")
+        info["universal_checkpoint_version"] = version
+        for entry in info["parameter_with_sub_params"]:
+            entry["shape"] = shape[:len(entry["shape"])] if len(shape) == 2 else shape  # the bias: 1-d
+    return edit
+
+
+def test_sub_parameters_recorded_before_widths_split_evenly(tmp_path):
+    """Universal checkpoint 0.3: the q/k/v sizes and no widths: the even split ds_to_universal assumes."""
+    out = tmp_path / "model.safetensors"
+    assert migrate(_edited(tmp_path, _without_widths(0.3, [[8, 4, 4], -1])), out).ok
+    assert_bit_equal(out)
+
+
+@pytest.mark.parametrize(("version", "shape", "needle"), [
+    (0.4, [[8, 4, 4], -1], "records no sub_param_shard_widths"),
+    (0.3, [3, -1], "do not split evenly over 2 ranks"),  # 16 rows are not 3 equal sub-parameters
+    (0.3, [[8, 4, 4], 2, -1], "views it with another shape"),
+])
+def test_sub_parameters_that_cannot_be_placed_are_refused(tmp_path, run_cli, version, shape, needle):
+    r = run_cli("inspect", str(_edited(tmp_path, _without_widths(version, shape))))
+    assert_one_line_error(r, needle)
 
 
 def _params(info):

@@ -6,9 +6,13 @@ another: so the merged tensor is a list of segments of the ranks' own byte
 ranges (``tp`` of them for dim 0, ``tp x prod(shape[:d])`` otherwise), and a
 SegmentSource reads it straight from the files. A padded vocabulary is the
 first rows of the merge; DeepSpeed's "two sub-parameters" case is each
-rank's two halves taken in turn. A replicated tensor is read from rank 0 and
-compared with every other rank's copy each time it is read (migrate and its
-verification), so inspect still reads no tensor byte.
+rank's two halves taken in turn. AutoTP's affine map says where each block
+of a rank's shard lies in the whole tensor (offsets and strides on both
+sides): its dense runs become the segments, checked to cover the tensor
+exactly once; fused sub-parameters (q, k, v with their recorded widths) are
+turned into such a map. A replicated tensor (or block) is read from its
+first holder and compared with every other holder's copy each time it is
+read (migrate and its verification), so inspect still reads no tensor byte.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from ...errors import InputError
 from ...format_names import TpMerge
 from ...io.segments import Segment, SegmentSource
 from ...model import DataSource, StorageRef, TensorMeta, contiguous_strides
-from .tprules import AffineMap, AffinePiece, TpRule, TpRules
+from .tprules import AffineMap, AffinePiece, SubParams, TpRule, TpRules
 
 
 class ReplicatedSource(DataSource):
@@ -196,6 +200,45 @@ def _affine(key: str, metas: Sequence[TensorMeta], amap: AffineMap, path: str
     return amap.logical_shape, _cut(segs, 0, numel * itemsize), copies
 
 
+def _sub_param_map(key: str, metas: Sequence[TensorMeta], sub: SubParams | None, path: str) -> AffineMap:
+    """The affine map a ``parameter_with_sub_params`` record implies for these shards (ds_to_universal's merge:
+    rank r holds ``widths[i][r]`` of each sub-parameter i in turn along the partition dimension)."""
+    shape0, tp = metas[0].shape, len(metas)
+    if sub is None or sub.ndim != len(shape0) or sub.dim >= len(shape0):
+        raise InputError(f"cannot merge the tensor-parallel shards of {key!r}: its sub-parameter record views it "
+                         f"with another shape than its {len(shape0)}-d shards, which ckpt does not merge", path)
+    d = sub.dim
+    if any(len(m.shape) != len(shape0) or any(a != b for i, (a, b) in enumerate(zip(m.shape, shape0, strict=True))
+                                              if i != d) for m in metas):
+        raise InputError(f"{key!r}'s shards ({', '.join(str(list(m.shape)) for m in metas)}) do not stack along "
+                         f"dim {d}, its sub-parameters' partition dimension", path)
+    widths = sub.widths
+    if widths is None:  # recorded before sub_param_shard_widths: the split was even (or it cannot be rebuilt)
+        total = sum(m.shape[d] for m in metas)
+        sizes = sub.sizes or ((total // sub.count,) * sub.count if sub.count and total % sub.count == 0 else ())
+        if not sizes or any(size % tp for size in sizes):
+            raise InputError(f"cannot merge the tensor-parallel shards of {key!r}: its sub-parameters "
+                             f"({list(sizes) or sub.count}) do not split evenly over {tp} ranks and the run records "
+                             "no sub_param_shard_widths", path)
+        widths = tuple((size // tp,) * tp for size in sizes)
+    for r, m in enumerate(metas):
+        if any(len(w) != tp for w in widths) or sum(w[r] for w in widths) != m.shape[d]:
+            raise InputError(f"{key!r} holds {m.shape[d]} along dim {d} on tensor-parallel rank {r}, but its "
+                             f"sub_param_shard_widths {[list(w) for w in widths]} say otherwise", path)
+    full = (*shape0[:d], sum(sum(w) for w in widths), *shape0[d + 1:])
+    fs = contiguous_strides(full)
+    ranks = []
+    for r, m in enumerate(metas):
+        ss = contiguous_strides(m.shape)
+        pieces, start, local = [], 0, 0
+        for w in widths:
+            block = (*m.shape[:d], w[r], *m.shape[d + 1:])
+            pieces.append(AffinePiece(block, ((start + sum(w[:r])) * fs[d], fs), (local * ss[d], ss), (r,)))
+            start, local = start + sum(w), local + w[r]
+        ranks.append((m.shape, tuple(pieces)))
+    return AffineMap(sub.pattern, full, tuple(ranks))
+
+
 def merge_ranks(ranks: Sequence[OrderedDict[str, TensorMeta]], rules: TpRules, folder: str,
                 pp_tp: tuple[int, int]) -> tuple[OrderedDict[str, TensorMeta], list[DataSource], dict[str, int]]:
     """The tensors of every tensor-parallel rank merged into one model, in rank 0's order.
@@ -220,28 +263,17 @@ def merge_ranks(ranks: Sequence[OrderedDict[str, TensorMeta]], rules: TpRules, f
                 raise InputError(f"{key!r} is {rank[key].dtype} on tensor-parallel rank {r} but {meta0.dtype} on "
                                  "rank 0", folder)
             metas.append(rank[key])
-        amap = rules.affine_for(key)
-        if amap is not None:  # the map places every piece; no category is consulted (ds_to_universal)
-            shape, segs, copies = _affine(key, metas, amap, folder)
-            nbytes = prod(shape) * dtypes.lookup(meta0.dtype).itemsize
-            if copies:
-                replicated.add_blocks(key, segs, copies)
-                ref = StorageRef(replicated, key, nbytes)
-            else:
-                ref = StorageRef(merged, key, merged.add(key, segs))
-            out[key] = TensorMeta(key, meta0.dtype, shape, contiguous_strides(shape), 0, ref)
-            counts[str(TpMerge.AFFINE)] = counts.get(str(TpMerge.AFFINE), 0) + 1
-            continue
-        rule: TpRule | None = rules.rule_for(key)
-        if rule is None:
+        amap = rules.affine_for(key)  # the map places every piece; no category is consulted (ds_to_universal)
+        rule: TpRule | None = None if amap is not None else rules.rule_for(key)
+        if amap is None and rule is None:
             unmatched.append(key)
             continue
-        if rule.merge is not TpMerge.REPLICATED:
+        if rule is not None and rule.merge is not TpMerge.REPLICATED:
             why = rules.unsupported_for(key)
             if why is not None:
                 raise InputError(f"cannot merge the tensor-parallel shards of {key!r}: {why}", folder)
         itemsize = dtypes.lookup(meta0.dtype).itemsize
-        if rule.merge is TpMerge.REPLICATED:
+        if rule is not None and rule.merge is TpMerge.REPLICATED:
             if any(m.shape != meta0.shape for m in metas):
                 raise InputError(f"{key!r} is replicated by the rules ({rule.pattern!r}) but its shape differs "
                                  f"between ranks ({', '.join(str(list(m.shape)) for m in metas)})", folder)
@@ -250,20 +282,31 @@ def merge_ranks(ranks: Sequence[OrderedDict[str, TensorMeta]], rules: TpRules, f
                                   StorageRef(replicated, key, meta0.numel * itemsize))
             counts["replicated"] = counts.get("replicated", 0) + 1
             continue
-        if rule.merge is TpMerge.TWO_SUB_PARAMS:
+        copies: list[tuple[int, int, int, list[Segment]]] = []
+        if rule is None or rule.merge is TpMerge.SUB_PARAMS:
+            if amap is None:
+                amap = _sub_param_map(key, metas, rules.sub_params_for(rule.pattern) if rule else None, folder)
+            shape, segs, copies = _affine(key, metas, amap, folder)
+            name = str(TpMerge.AFFINE if rule is None else TpMerge.SUB_PARAMS)
+        elif rule.merge is TpMerge.TWO_SUB_PARAMS:
             shape, segs = _two_halves(key, metas, folder)
+            name = str(rule.merge)
         else:
             shape, segs = _concat(key, metas, rule.dim, folder)
-        rows = rules.vocab_rows(key)
-        if rows is not None:
+            name = "concatenated along dim " + str(rule.dim)
+        rows = rules.vocab_rows(key)  # after every merge, the affine map's too (as ds_to_universal)
+        if rows is not None and rows != shape[0]:
             if rows > shape[0]:
                 raise InputError(f"the vocabulary size {rows} is larger than {key!r}'s {shape[0]} merged rows",
                                  folder)
             shape = (rows, *shape[1:])
             segs = _cut(segs, 0, prod(shape) * itemsize)
-        nbytes = merged.add(key, segs)
-        out[key] = TensorMeta(key, meta0.dtype, shape, contiguous_strides(shape), 0, StorageRef(merged, key, nbytes))
-        name = "concatenated along dim " + str(rule.dim) if rule.merge is TpMerge.CONCAT else str(rule.merge)
+        if copies:
+            replicated.add_blocks(key, segs, copies)
+            ref = StorageRef(replicated, key, prod(shape) * itemsize)
+        else:
+            ref = StorageRef(merged, key, merged.add(key, segs))
+        out[key] = TensorMeta(key, meta0.dtype, shape, contiguous_strides(shape), 0, ref)
         counts[name] = counts.get(name, 0) + 1
     if unmatched:
         pp, tp = pp_tp

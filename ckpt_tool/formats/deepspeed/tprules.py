@@ -6,7 +6,10 @@ of two places:
 - ``universal_checkpoint_info`` in the model states (Megatron-DeepSpeed and
   AutoTP record it for DeepSpeed's ds_to_universal): regexes matched with
   ``re.match`` as ds_to_universal does; a parameter no pattern names is
-  concatenated along dim 0, as there;
+  concatenated along dim 0, as there. AutoTP (version 0.4) adds an
+  ``affine_map``, which places every block of every parameter it names and
+  so decides before any category, and ``sub_param_shard_widths`` for fused
+  sub-parameters;
 - a TOML rules file (``ckpt migrate --tp-rules FILE``): glob patterns over
   the full key (``fnmatch``); the ``replicated`` patterns first, then the
   ``[[tp]]`` tables in file order; the first that matches decides, and a key
@@ -71,6 +74,20 @@ class AffineMap:
 
 
 @dataclass(frozen=True)
+class SubParams:
+    """A fused parameter (``parameter_with_sub_params``): sub-parameters one after another along ``dim``, each
+    split over the ranks; ``widths[i][r]`` is rank r's share of sub-parameter i (``sub_param_shard_widths``).
+    Without widths (universal checkpoint < 0.4) the split was even: ``count`` equal sub-parameters, or ``sizes``."""
+
+    pattern: str
+    dim: int
+    ndim: int  # of the recorded view; one that reshapes the tensor (MoE's (experts, -1, hidden)) is not merged
+    sizes: tuple[int, ...] | None
+    count: int | None
+    widths: tuple[tuple[int, ...], ...] | None
+
+
+@dataclass(frozen=True)
 class TpRules:
     """An ordered rule list; ``regex`` selects DeepSpeed's ``re.match`` over fnmatch globs."""
 
@@ -82,6 +99,7 @@ class TpRules:
     vocab_size: int | None = None
     unsupported: tuple[tuple[str, str], ...] = ()  # (pattern, why ckpt cannot merge what it matches)
     affine: tuple[AffineMap, ...] = ()  # AutoTP's affine_map: one per parameter pattern, matched first
+    sub_params: tuple[SubParams, ...] = ()  # what a TpMerge.SUB_PARAMS rule's pattern records
 
     def _matches(self, pattern: str, key: str) -> bool:
         return re.match(pattern, key) is not None if self.regex else fnmatch.fnmatchcase(key, pattern)
@@ -99,6 +117,9 @@ class TpRules:
             raise InputError(f"two affine_map patterns match {key!r} ({found[0].pattern!r}, {found[1].pattern!r}) "
                              f"in the run's {UC_INFO}: which one places its shards is ambiguous", self.origin)
         return found[0] if found else None
+
+    def sub_params_for(self, pattern: str) -> SubParams | None:
+        return next((p for p in self.sub_params if p.pattern == pattern), None)
 
     def unsupported_for(self, key: str) -> str | None:
         for pattern, why in self.unsupported:
@@ -224,6 +245,40 @@ def _affine_map(pattern: str, entry: object, path: str) -> AffineMap:
     return AffineMap(pattern, shape, tuple(out))
 
 
+def _sub_params(info: Mapping[Any, Any], path: str) -> list[SubParams]:
+    """``parameter_with_sub_params`` with ``sub_param_shard_widths``, read as ds_to_universal reads them."""
+    out: list[SubParams] = []
+    entries = info.get("parameter_with_sub_params")
+    recorded = info.get("sub_param_shard_widths")
+    recorded = recorded if isinstance(recorded, Mapping) else {}
+    version = info.get("universal_checkpoint_version")
+    for entry in entries if isinstance(entries, list) else []:
+        shape = entry.get("shape") if isinstance(entry, Mapping) else None
+        dim = entry.get("partition_dim") if isinstance(entry, Mapping) else None
+        patterns = entry.get("patterns") if isinstance(entry, Mapping) else None
+        if not isinstance(shape, list | tuple) or type(dim) is not int or not 0 <= dim < len(shape) \
+                or not isinstance(patterns, list):
+            raise InputError(f"a parameter_with_sub_params entry in the run's {UC_INFO} is malformed: {entry!r}", path)
+        spec = shape[dim]
+        sizes, count = _ints(spec), spec if type(spec) is int and spec > 0 else None
+        if sizes is None and count is None:
+            raise InputError(f"the parameter_with_sub_params entry for {patterns!r} gives no sub-parameter sizes "
+                             f"at partition_dim {dim} ({spec!r})", path)
+        for p in map(str, patterns):
+            raw = recorded.get(p)
+            listed = [_ints(v) for v in raw] if isinstance(raw, list) else None
+            widths = tuple(w for w in listed if w is not None) if listed is not None else None
+            if listed is not None and widths is not None and (len(widths) != len(listed)
+                                                              or (sizes is not None and len(widths) != len(sizes))):
+                raise InputError(f"sub_param_shard_widths for {p!r} in the run's {UC_INFO} do not match its "
+                                 f"sub-parameters {spec!r}", path)
+            if widths is None and isinstance(version, int | float) and version >= 0.4:
+                raise InputError(f"the run's {UC_INFO} (version {version}) records no sub_param_shard_widths for "
+                                 f"the sub-parameters of {p!r}: how each rank's share was cut is unknown", path)
+            out.append(SubParams(p, dim, len(shape), sizes, count, widths))
+    return out
+
+
 def from_universal_info(info: Mapping[Any, Any], path: str = "") -> TpRules:
     """The rules DeepSpeed's ds_to_universal applies (deepspeed/checkpoint/ds_to_universal.py merge_tp_slices)."""
     def pats(name: str) -> tuple[str, ...]:
@@ -232,14 +287,11 @@ def from_universal_info(info: Mapping[Any, Any], path: str = "") -> TpRules:
 
     rules = [TpRule(p, TpMerge.REPLICATED) for p in pats("tp_replicated_parameter_patterns")]
     rules += [TpRule(p, TpMerge.TWO_SUB_PARAMS) for p in pats("parameter_with_2_sub_params_cat_dim_0")]
+    subs = _sub_params(info, path)  # after replicated, averaged and two-halves; before row-parallel (as there)
+    rules += [TpRule(p.pattern, TpMerge.SUB_PARAMS, p.dim) for p in subs]
     rules += [TpRule(p, TpMerge.CONCAT, 1) for p in pats("parameter_with_row_parallelism_patterns")]
     unsupported = [(p, "it is averaged over the ranks (parameter_to_average_patterns); ckpt copies bytes and does "
                     "not compute") for p in pats("parameter_to_average_patterns")]
-    subs = info.get("parameter_with_sub_params")
-    for entry in subs if isinstance(subs, list) else []:
-        for p in (entry.get("patterns") or []) if isinstance(entry, Mapping) else []:
-            unsupported.append((str(p), "it is made of sub-parameters (parameter_with_sub_params), which ckpt "
-                                "does not merge yet"))
     # AutoTP publishes an affine map beside the category patterns, "so a converter that predates the map
     # simply does not see the key and takes the categories" (deepspeed/module_inject/layers.py): ckpt is such
     # a converter. What AutoTP itself cannot describe it lists as unsupported, with its reason.
@@ -259,4 +311,4 @@ def from_universal_info(info: Mapping[Any, Any], path: str = "") -> TpRules:
     return TpRules(tuple(rules), UC_INFO, regex=True, default=TpRule("", TpMerge.CONCAT, 0),
                    vocab_patterns=pats("vocabulary_parameter_patterns"),
                    vocab_size=size if type(size) is int and size > 0 else None, unsupported=tuple(unsupported),
-                   affine=tuple(affine))
+                   affine=tuple(affine), sub_params=tuple(subs))

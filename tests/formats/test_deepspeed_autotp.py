@@ -7,7 +7,7 @@ replicated norms and embedding. Each rank writes ``mp_rank_0T_model_states.pt`` 
 states hold ``universal_checkpoint_info`` version 0.4 with AutoTP's ``affine_map`` (where every block of every
 parameter lives on each rank). ``expected.safetensors`` is the live modules' shards gathered by the split the
 layer specs ask for; ``universal/`` is DeepSpeed's ds_to_universal of the same run (generate.py checked it equal).
-No test here starts DeepSpeed.
+``autotp_zero3/`` is the same run under ZeRO-3. No test here starts DeepSpeed.
 """
 from __future__ import annotations
 
@@ -96,6 +96,20 @@ def test_migrate_is_bit_equal_to_the_gathered_live_model(tmp_path, workers):
     out = tmp_path / "model.safetensors"
     assert migrate(RUN, out, workers=workers).ok
     assert_bit_equal(out)
+
+
+def test_a_zero3_autotp_run_is_merged_bit_for_bit(tmp_path):
+    """autotp_zero3/: the same model under ZeRO-3 (zero_pp_rank_0_mp_rank_0T_* files, parameters shaped [0])."""
+    run = RUN.parent / "autotp_zero3"
+    assert sorted(p.name for p in (run / "global_step1").iterdir()) == [
+        f"zero_pp_rank_0_mp_rank_0{t}_{kind}_states.pt" for t in (0, 1) for kind in ("model", "optim")]
+    ck = load(run)
+    assert {t.key: list(t.shape) for t in ck.tensors} == SHAPES
+    assert ck.metadata["deepspeed"]["tp_rules"]["merged"] == {"affine-map": 14}
+    out = tmp_path / "model.safetensors"
+    assert migrate(run, out).ok
+    got, expected = st.load_file(str(out)), st.load_file(str(run / "expected.safetensors"))
+    assert sorted(got) == sorted(expected) and all(torch.equal(_bits(got[k]), _bits(v)) for k, v in expected.items())
 
 
 def test_ckpts_merge_and_ds_to_universals_are_the_same_bytes(tmp_path):

@@ -211,3 +211,25 @@ def test_the_users_rules_file_wins_over_the_map(tmp_path, run_cli):
     got, expected = st.load_file(str(out)), st.load_file(str(RUN / "expected.safetensors"))
     assert torch.equal(got["layers.0.up.weight"], expected["layers.0.up.weight"])
     assert not torch.equal(got["layers.0.qkv.weight"], expected["layers.0.qkv.weight"])  # rank-major, not q|k|v
+
+
+def test_a_map_pattern_that_is_a_regex_is_matched_as_one(tmp_path):
+    """AutoTP writes ``^<name>$``; another regex is matched with re.match, as ds_to_universal does."""
+    def regex(info):
+        _params(info)[r"layers\.0\.up\.w.*"] = _params(info).pop(r"^layers\.0\.up\.weight$")
+
+    run = _edited(tmp_path, regex)
+    assert load(run).metadata["deepspeed"]["tp_rules"]["merged"] == {"affine-map": 14}
+    out = tmp_path / "model.safetensors"
+    assert migrate(run, out).ok
+    assert_bit_equal(out)
+
+
+@pytest.mark.parametrize(("edit", "needles"), [
+    (lambda info: _params(info).update({r".*\.up\.weight$": _params(info)[r"^layers\.0\.up\.weight$"]}),
+     ("two affine_map patterns match 'layers.0.up.weight'", "ambiguous")),
+    (lambda info: _params(info)[r"^norm\.bias$"].pop("ranks"), ("affine_map entry for", "malformed")),
+    (lambda info: _params(info)[r"^norm\.bias$"]["ranks"].pop(1), ("describes 1 tensor-parallel rank(s)",)),
+], ids=["two-patterns", "no-ranks", "one-rank"])
+def test_a_bad_affine_map_is_one_line(tmp_path, run_cli, edit, needles):
+    assert_one_line_error(run_cli("inspect", str(_edited(tmp_path, edit))), *needles)

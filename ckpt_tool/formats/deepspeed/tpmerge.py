@@ -153,7 +153,7 @@ def _affine(key: str, metas: Sequence[TensorMeta], amap: AffineMap, path: str
             ) -> tuple[tuple[int, ...], list[Segment], list[tuple[int, int, int, list[Segment]]]]:
     """The tensor as its affine map places the ranks' pieces: its segments, and the other holders' copies of
     every replicated block (offset, rank, first holder, segments) to check them against."""
-    where = f"the affine_map for {key!r} ({amap.pattern!r})"
+    where = f"the affine_map for {key!r} ('{amap.pattern}')"
     if len(amap.ranks) != len(metas):
         raise InputError(f"{where} describes {len(amap.ranks)} tensor-parallel rank(s), but the run has "
                          f"{len(metas)}", path)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import InputError, UsageError
@@ -100,6 +100,20 @@ class TpRules:
     unsupported: tuple[tuple[str, str], ...] = ()  # (pattern, why ckpt cannot merge what it matches)
     affine: tuple[AffineMap, ...] = ()  # AutoTP's affine_map: one per parameter pattern, matched first
     sub_params: tuple[SubParams, ...] = ()  # what a TpMerge.SUB_PARAMS rule's pattern records
+    _affine_by_name: Mapping[str, AffineMap] = field(init=False, repr=False, compare=False)
+    _affine_other: tuple[AffineMap, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, AffineMap] = {}
+        other: list[AffineMap] = []
+        for m in self.affine:
+            name = _literal(m.pattern) if self.regex else None
+            if name is None or name in by_name:
+                other.append(m)
+            else:
+                by_name[name] = m
+        object.__setattr__(self, "_affine_by_name", by_name)
+        object.__setattr__(self, "_affine_other", tuple(other))
 
     def _matches(self, pattern: str, key: str) -> bool:
         return re.match(pattern, key) is not None if self.regex else fnmatch.fnmatchcase(key, pattern)
@@ -111,10 +125,15 @@ class TpRules:
         return self.default
 
     def affine_for(self, key: str) -> AffineMap | None:
-        """The affine map whose pattern matches ``key`` (DeepSpeed refuses two; so does ckpt)."""
-        found = [m for m in self.affine if self._matches(m.pattern, key)]
+        """The affine map whose pattern matches ``key`` (DeepSpeed refuses two; so does ckpt).
+
+        AutoTP writes one ``^<escaped name>$`` pattern per parameter: those are looked up by name, so a model
+        of thousands of parameters is not thousands of regexes per key; any other pattern is matched."""
+        named = self._affine_by_name.get(key)
+        found = ([named] if named is not None else []) + [m for m in self._affine_other
+                                                          if self._matches(m.pattern, key)]
         if len(found) > 1:
-            raise InputError(f"two affine_map patterns match {key!r} ({found[0].pattern!r}, {found[1].pattern!r}) "
+            raise InputError(f"two affine_map patterns match {key!r} ('{found[0].pattern}', '{found[1].pattern}') "
                              f"in the run's {UC_INFO}: which one places its shards is ambiguous", self.origin)
         return found[0] if found else None
 
@@ -195,6 +214,15 @@ def load_rules(path: str) -> TpRules:
     return parse_rules(text, path)
 
 
+def _literal(pattern: str) -> str | None:
+    """The name a ``^<re.escape(name)>$`` pattern matches, and only it; None for any other pattern."""
+    if not (pattern.startswith("^") and pattern.endswith("$")) or pattern.endswith("\\$"):
+        return None
+    inner = pattern[1:-1]
+    name = re.sub(r"\\(.)", r"\1", inner)
+    return name if re.escape(name) == inner else None
+
+
 AFFINE_VERSION = 1  # the affine_map encoding ckpt reads (DeepSpeed 0.19.8's AFFINE_MAP_FORMAT_VERSION)
 
 
@@ -214,7 +242,7 @@ def _view(value: object) -> tuple[int, tuple[int, ...]] | None:
 
 def _affine_map(pattern: str, entry: object, path: str) -> AffineMap:
     """One parameter's map, checked for form (coverage and scaling are checked by tpmerge, per tensor)."""
-    bad = f"the affine_map entry for {pattern!r} in the run's {UC_INFO} is malformed"
+    bad = f"the affine_map entry for '{pattern}' in the run's {UC_INFO} is malformed"
     shape = _ints(entry.get("logical_shape")) if isinstance(entry, Mapping) else None
     ranks = entry.get("ranks") if isinstance(entry, Mapping) else None
     if shape is None or not isinstance(ranks, Mapping) or not ranks:
@@ -270,11 +298,11 @@ def _sub_params(info: Mapping[Any, Any], path: str) -> list[SubParams]:
             widths = tuple(w for w in listed if w is not None) if listed is not None else None
             if listed is not None and widths is not None and (len(widths) != len(listed)
                                                               or (sizes is not None and len(widths) != len(sizes))):
-                raise InputError(f"sub_param_shard_widths for {p!r} in the run's {UC_INFO} do not match its "
+                raise InputError(f"sub_param_shard_widths for '{p}' in the run's {UC_INFO} do not match its "
                                  f"sub-parameters {spec!r}", path)
             if widths is None and isinstance(version, int | float) and version >= 0.4:
                 raise InputError(f"the run's {UC_INFO} (version {version}) records no sub_param_shard_widths for "
-                                 f"the sub-parameters of {p!r}: how each rank's share was cut is unknown", path)
+                                 f"the sub-parameters of '{p}': how each rank's share was cut is unknown", path)
             out.append(SubParams(p, dim, len(shape), sizes, count, widths))
     return out
 

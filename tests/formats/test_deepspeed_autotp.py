@@ -233,3 +233,18 @@ def test_a_map_pattern_that_is_a_regex_is_matched_as_one(tmp_path):
 ], ids=["two-patterns", "no-ranks", "one-rank"])
 def test_a_bad_affine_map_is_one_line(tmp_path, run_cli, edit, needles):
     assert_one_line_error(run_cli("inspect", str(_edited(tmp_path, edit))), *needles)
+
+
+@pytest.mark.parametrize(("source", "workers"), [("autotp", "1"), ("autotp_zero3", "2")])
+def test_a_url_gives_the_local_output(run_cli, tmp_path, source, workers):
+    """The run served over HTTP (tests/remote_servers.py on 127.0.0.1): the same bytes as the local migrate."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from remote_servers import RangeServer
+
+    local, remote = tmp_path / "local.safetensors", tmp_path / "remote.safetensors"
+    assert run_cli("migrate", str(RUN.parent / source), "-o", str(local)).code == 0
+    with RangeServer(RUN.parent) as server:
+        r = run_cli("migrate", f"{server.url}/{source}/", "-o", str(remote), "--workers", workers)
+    assert r.code == 0, r
+    assert remote.read_bytes() == local.read_bytes()

@@ -263,7 +263,7 @@ def merge_ranks(ranks: Sequence[OrderedDict[str, TensorMeta]], rules: TpRules, f
                 raise InputError(f"{key!r} is {rank[key].dtype} on tensor-parallel rank {r} but {meta0.dtype} on "
                                  "rank 0", folder)
             metas.append(rank[key])
-        amap = rules.affine_for(key)  # the map places every piece; no category is consulted (ds_to_universal)
+        amap = rules.affine_for(key, folder)  # the map places every piece; no category is consulted (ds_to_universal)
         rule: TpRule | None = None if amap is not None else rules.rule_for(key)
         if amap is None and rule is None:
             unmatched.append(key)

@@ -124,7 +124,7 @@ class TpRules:
                 return rule
         return self.default
 
-    def affine_for(self, key: str) -> AffineMap | None:
+    def affine_for(self, key: str, path: str = "") -> AffineMap | None:
         """The affine map whose pattern matches ``key`` (DeepSpeed refuses two; so does ckpt).
 
         AutoTP writes one ``^<escaped name>$`` pattern per parameter: those are looked up by name, so a model
@@ -134,7 +134,7 @@ class TpRules:
                                                           if self._matches(m.pattern, key)]
         if len(found) > 1:
             raise InputError(f"two affine_map patterns match {key!r} ('{found[0].pattern}', '{found[1].pattern}') "
-                             f"in the run's {UC_INFO}: which one places its shards is ambiguous", self.origin)
+                             f"in the run's {UC_INFO}: which one places its shards is ambiguous", path or self.origin)
         return found[0] if found else None
 
     def sub_params_for(self, pattern: str) -> SubParams | None:
@@ -247,7 +247,8 @@ def _affine_map(pattern: str, entry: object, path: str) -> AffineMap:
     ranks = entry.get("ranks") if isinstance(entry, Mapping) else None
     if shape is None or not isinstance(ranks, Mapping) or not ranks:
         raise InputError(f"{bad} (it needs 'logical_shape' and 'ranks')", path)
-    if sorted(ranks) != list(range(len(ranks))):
+    ranks = {int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in ranks.items()}  # JSON-keyed too
+    if sorted(ranks, key=str) != sorted(range(len(ranks)), key=str):
         raise InputError(f"{bad}: its ranks are {sorted(map(str, ranks))}, not 0..{len(ranks) - 1}", path)
     out = []
     for r in range(len(ranks)):
@@ -296,8 +297,8 @@ def _sub_params(info: Mapping[Any, Any], path: str) -> list[SubParams]:
             raw = recorded.get(p)
             listed = [_ints(v) for v in raw] if isinstance(raw, list) else None
             widths = tuple(w for w in listed if w is not None) if listed is not None else None
-            if listed is not None and widths is not None and (len(widths) != len(listed)
-                                                              or (sizes is not None and len(widths) != len(sizes))):
+            if listed is not None and (len(widths or ()) != len(listed)
+                                       or (sizes is not None and len(listed) != len(sizes))):
                 raise InputError(f"sub_param_shard_widths for '{p}' in the run's {UC_INFO} do not match its "
                                  f"sub-parameters {spec!r}", path)
             if widths is None and isinstance(version, int | float) and version >= 0.4:
@@ -320,15 +321,14 @@ def from_universal_info(info: Mapping[Any, Any], path: str = "") -> TpRules:
     rules += [TpRule(p, TpMerge.CONCAT, 1) for p in pats("parameter_with_row_parallelism_patterns")]
     unsupported = [(p, "it is averaged over the ranks (parameter_to_average_patterns); ckpt copies bytes and does "
                     "not compute") for p in pats("parameter_to_average_patterns")]
-    # AutoTP publishes an affine map beside the category patterns, "so a converter that predates the map
-    # simply does not see the key and takes the categories" (deepspeed/module_inject/layers.py): ckpt is such
-    # a converter. What AutoTP itself cannot describe it lists as unsupported, with its reason.
+    # What AutoTP itself cannot describe it lists as unsupported, with its reason (and gives it no affine map).
     autotp = info.get("autotp_unsupported_parameter_patterns")
     for p, reason in autotp.items() if isinstance(autotp, Mapping) else ():
         unsupported.append((str(p), f"AutoTP records it as not convertible ({reason})"))
     # The affine map (universal checkpoint 0.4) places every piece, so it decides before any category, as in
-    # ds_to_universal's merge_tp_slices. A newer encoding than ckpt knows is left unread: the categories beside it
-    # are there for exactly such a converter, and decide alone (refusing what they cannot say, as above).
+    # ds_to_universal's merge_tp_slices. AutoTP publishes it beside the categories "so a converter that predates
+    # the map simply does not see the key and takes the categories" (deepspeed/module_inject/layers.py): a newer
+    # encoding than ckpt knows is left unread, and the categories decide alone (refusing what they cannot say).
     affine: list[AffineMap] = []
     amap = info.get("affine_map")
     if isinstance(amap, Mapping) and amap.get("version", AFFINE_VERSION) == AFFINE_VERSION:

@@ -248,3 +248,16 @@ def test_a_url_gives_the_local_output(run_cli, tmp_path, source, workers):
         r = run_cli("migrate", f"{server.url}/{source}/", "-o", str(remote), "--workers", workers)
     assert r.code == 0, r
     assert remote.read_bytes() == local.read_bytes()
+
+
+def test_a_strided_piece_is_placed_element_by_element(tmp_path):
+    """A map that interleaves the ranks' halves of up.bias (rank 0 the even elements, rank 1 the odd ones)."""
+    def interleave(info):
+        _params(info)[r"^layers\.0\.up\.bias$"]["ranks"] = {
+            r: {"shard_shape": [6], "pieces": [{"shape": [6], "source": [r, [2]], "dest": [0, [1]],
+                                                 "locations": [r]}]} for r in (0, 1)}
+
+    out = tmp_path / "model.safetensors"
+    assert migrate(_edited(tmp_path, interleave), out).ok
+    halves = st.load_file(str(RUN / "expected.safetensors"))["layers.0.up.bias"].split(6)
+    assert torch.equal(st.load_file(str(out))["layers.0.up.bias"], torch.stack(halves, 1).reshape(12))

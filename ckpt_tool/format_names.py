@@ -76,6 +76,8 @@ class TpMerge(Name):
     CONCAT = "concat"  # the ranks' pieces concatenated along ``dim``
     REPLICATED = "replicated"  # every rank holds the whole tensor (checked equal), written once
     TWO_SUB_PARAMS = "two-sub-params"  # two fused halves, each split along dim 0 (DeepSpeed's SwiGLU case)
+    SUB_PARAMS = "sub-params"  # fused sub-parameters (q, k, v), each split over the ranks by recorded widths
+    AFFINE = "affine-map"  # pieces placed where AutoTP's affine_map says (fused q/k/v, uneven widths, replicas)
 
 
 class DiffMetric(Name):

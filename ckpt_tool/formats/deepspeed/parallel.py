@@ -114,7 +114,7 @@ def _rules(options: ReadOptions, m0: Mapping[Any, Any], pp: int, tp: int, path: 
         return options.tp_rules
     info = m0.get(UC_INFO)
     if isinstance(info, Mapping):
-        return from_universal_info(info)
+        return from_universal_info(info, path)
     raise InputError(f"a tensor-parallel DeepSpeed checkpoint (pp={pp}, tp={tp}): its model states record no "
                      f"{UC_INFO}, so how each tensor was split is unknown; give the split dimension of each key in "
                      f"a rules file: ckpt migrate {path} --tp-rules rules.toml (docs/consolidate.md)", path)

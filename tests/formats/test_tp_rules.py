@@ -116,7 +116,7 @@ def _without_rules(tmp_path: Path) -> Path:
 
 
 def test_one_ranks_files_are_not_read_as_the_model(tmp_path, run_cli):
-    """tp=2 recorded, only mp_rank_00 here (as an AutoTP run on CPU once saved): refused, not half a model."""
+    """tp=2 recorded, only mp_rank_00 here (a rank that did not save, or files left behind): refused, not half a model."""
     run = tmp_path / "tp"
     shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json", "*mp_rank_01*"))
     assert_one_line_error(run_cli("inspect", str(run)), "pp=1 x tp=2", "only mp_rank_00")

@@ -21,6 +21,7 @@ from .options import (
     target_kwargs_for,
     target_options,
     torch_version_option,
+    tp_rules_option,
     unsafe_option,
 )
 from .progress import progress_bars
@@ -63,6 +64,7 @@ from .remote_io import download_option, remote_scope, verbose_option
               help="With --values: write a self-contained HTML report (verdict, fix, heatmap, sortable table, "
                    "histograms of the top tensors).")
 @torch_version_option
+@tp_rules_option
 @download_option
 @verbose_option
 @limit_options
@@ -71,7 +73,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
                  rtol: float, fail_on_metadata: bool, strip_prefix: tuple[str, ...], add_prefix: str | None,
                  rename: tuple[str, ...], auto: bool, sort: str | None, top: int | None, rollup_depth: int | None,
                  rollup_layers: bool, csv_file: str | None, html_file: str | None, torch_version: str | None,
-                 download: bool, verbose: bool, **kwargs: Any) -> int:
+                 tp_rules: str | None, download: bool, verbose: bool, **kwargs: Any) -> int:
     """What happens if A's weights are loaded where B (or the --target module) is expected.
 
     Reports missing, unexpected, shape- and dtype-mismatched keys the way
@@ -106,7 +108,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
             report = diff(a, b, target=target, target_kwargs=kw, key=key, key_b=key_b, unsafe=unsafe,
                           values=values, atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata,
                           limits=limits_from(kwargs), progress=bars, torch_version=torch_version,
-                          rules=rules, auto=auto, view=view)
+                          rules=rules, auto=auto, view=view, tp_rules=tp_rules)
     finally:
         bars.done()
     keep_until_exit(report)

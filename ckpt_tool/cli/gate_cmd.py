@@ -18,6 +18,7 @@ from .options import (
     target_kwargs_from,
     target_options,
     torch_version_option,
+    tp_rules_option,
 )
 from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
@@ -50,6 +51,7 @@ from .remote_io import download_option, remote_scope, verbose_option
 @click.option("--skip", "skip", multiple=True, metavar="CHECK",
               help="A check not to run (repeatable), e.g. --skip sha256; never loads-safely.")
 @torch_version_option
+@tp_rules_option
 @click.option("--junit", "junit_file", type=click.Path(), default=None, metavar="FILE",
               help="Also write a JUnit XML report (one test case per check) for CI systems.")
 @sarif_option
@@ -62,7 +64,8 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
                  key: str | None, strict: bool | None, nan_check: bool | None, allow_dtypes: tuple[str, ...],
                  max_size: str | None, required: tuple[str, ...], sha256: str | None,
                  weights_only_check: bool | None, allow_globals: tuple[str, ...], torch_version: str | None,
-                 require_dtype: bool | None, skip: tuple[str, ...], junit_file: str | None, sarif_file: str | None,
+                 require_dtype: bool | None, skip: tuple[str, ...], tp_rules: str | None, junit_file: str | None,
+                 sarif_file: str | None,
                  as_json: bool, quiet: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
     """The pre-deploy checks for CI, each reported pass/fail with its detail.
 
@@ -87,7 +90,7 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
                           required_metadata=required or None, sha256=sha256, weights_only_check=weights_only_check,
                           allow_globals=allow_globals or None, torch_version=torch_version,
                           require_dtype=require_dtype, skip=skip or None,
-                          limits=limits_from(kwargs), progress=bars)
+                          limits=limits_from(kwargs), progress=bars, tp_rules=tp_rules)
     finally:
         bars.done()
     keep_until_exit(report)

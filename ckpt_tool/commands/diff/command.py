@@ -126,6 +126,7 @@ def diff(
     rules: RuleSet | None = None,
     auto: bool = False,
     view: ValueView = PLAIN_VIEW,
+    tp_rules: str | None = None,
 ) -> DiffReport:
     """Compare checkpoint ``a`` with checkpoint ``b`` or with a ``target`` module spec.
 
@@ -138,6 +139,8 @@ def diff(
     before anything is compared, exactly as ``ckpt migrate`` would; ``auto``
     then infers and applies the rewrite that makes A's keys match B's.
     ``view``: the order, cut, rollups and histograms of the ``--values`` figures.
+    ``tp_rules`` names a TOML file saying how tensor-parallel shards merge (a Megatron-LM ``mp_rank_XX``
+    folder, a DeepSpeed run without universal_checkpoint_info), on either side, as ``ckpt migrate`` reads it.
     """
     from ..inputs import label_of, open_input
     from ..weights_only.verdict import assess
@@ -155,7 +158,11 @@ def diff(
                          "--values figures: add --values")
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
         raise UsageError("--atol and --rtol must be non-negative numbers")
-    ckpt_a = open_input(a, key=key, unsafe=unsafe, limits=limits, read_values=values)  # --values: DCP bytes items
+    from ...formats.deepspeed import load_rules
+
+    rules_tp = load_rules(tp_rules) if tp_rules else None  # before either side is read: a bad file is exit 2
+    ckpt_a = open_input(a, key=key, unsafe=unsafe, limits=limits, read_values=values,  # --values: DCP bytes items
+                        tp_rules=rules_tp)
     a = label_of(a, ckpt_a)
     warnings = [f"A: {w}" for w in ckpt_a.warnings]
     lazy: tuple[str, ...] = ()
@@ -173,7 +180,7 @@ def diff(
         groups = tied_groups(built.module)
     else:
         ckpt_b = open_input(cast("CheckpointInput", b), key=key_b if key_b is not None else key,  # not None
-                            unsafe=unsafe, limits=limits, read_values=values)
+                            unsafe=unsafe, limits=limits, read_values=values, tp_rules=rules_tp)
         b_label = label_of(cast("CheckpointInput", b), ckpt_b)
         b_tensors, b_format = list(ckpt_b.tensors), ckpt_b.format
         warnings += [f"B: {w}" for w in ckpt_b.warnings]

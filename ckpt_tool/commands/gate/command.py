@@ -31,6 +31,7 @@ from .names import CheckName
 from .policy import Policy
 
 if TYPE_CHECKING:
+    from ...formats.deepspeed import TpRules
     from ...tensors.target import TargetSpec
 
 
@@ -92,6 +93,7 @@ def gate(
     skip: Sequence[str] | None = None,
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress = NO_PROGRESS,
+    tp_rules: str | None = None,
 ) -> GateReport:
     """Check each path against the policy; arguments that are not None override it.
 
@@ -100,6 +102,9 @@ def gate(
     ``require_dtype`` fails a dtype that differs from the target's (by default a warning: the load casts).
     ``skip`` names checks not to run (``sha256``, ``no-nan-inf``; earlier names such as ``no_nan_inf`` too),
     added to the policy's; ``loads-safely`` is never skipped.
+    ``tp_rules`` names a TOML file saying how tensor-parallel shards merge (``ckpt migrate --tp-rules``): a
+    Megatron-LM ``mp_rank_XX`` folder or a DeepSpeed run without universal_checkpoint_info is then checked as
+    the merged model instead of failing ``readable``.
     """
     if not paths:
         raise UsageError("give at least one checkpoint to gate")
@@ -132,18 +137,22 @@ def gate(
         # a Python object (an nn.Module class or instance) is built as given; its label is only its name
         built = build_target(pol.target if target is None or isinstance(target, str) else target,
                              dict(pol.target_kwargs or {}))
-    files = [_gate_one(os.fspath(p), pol, built, limits, progress) for p in paths]
+    from ...formats.deepspeed import load_rules
+
+    rules = load_rules(tp_rules) if tp_rules else None  # a bad rules file: exit 2, nothing gated
+    files = [_gate_one(os.fspath(p), pol, built, limits, progress, rules) for p in paths]
     return GateReport(tuple(files), pol)
 
 
-def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Progress) -> FileGate:
+def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Progress,
+              tp_rules: TpRules | None) -> FileGate:
     safety = loads_safely(path, pol, limits)
     checks = [safety.check]
     danger = safety.dangerous
     try:
         from ...formats import load
 
-        ckpt = load(path, key=pol.key, limits=limits)
+        ckpt = load(path, key=pol.key, limits=limits, tp_rules=tp_rules)
     except CkptError as exc:
         checks.append(Check(CheckName.READABLE, False, exc.message))
         return FileGate(path, tuple(checks), exc.message, danger)

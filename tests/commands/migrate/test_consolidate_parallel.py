@@ -2,7 +2,10 @@
 
 Whatever the number of processes, the output is the same file, byte for
 byte, as one process writes; each process verifies what it wrote; a failure
-anywhere leaves no output.
+anywhere leaves no output. The sharded layouts of issue 24 (per-rank DTensor
+and ShardedTensor files, torch's distributed safetensors, DeepSpeed pipeline,
+universal and tensor-parallel runs, Megatron-LM's legacy folders merged by
+--tp-rules) are read from their committed fixtures.
 """
 from __future__ import annotations
 
@@ -25,6 +28,21 @@ from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
 
 DS = ROOT / "fixtures" / "deepspeed"
 DCP = ROOT / "fixtures" / "dcp_multi"
+RANKS = ROOT / "fixtures" / "ranks"
+PARALLEL = ROOT / "fixtures" / "deepspeed_parallel"
+MEGATRON_RULES = PARALLEL / "megatron_legacy" / "rules.toml"
+# issue 24's layouts, each a reading path of its own: source, migrate's keywords; their fixtures are a few KB,
+# so their sharded outputs are cut at 1KB to give every process several shards
+LAYOUTS = {
+    "verl": (RANKS / "verl", {}),                          # per-rank DTensor files, Shard(0)
+    "fsdp2_tp": (RANKS / "fsdp2_tp", {}),                  # Shard(1), Shard(2), Replicate: strided pieces
+    "fsdp1": (RANKS / "fsdp1", {}),                        # per-rank ShardedTensor files
+    "dist_safetensors": (ROOT / "fixtures" / "dist_safetensors" / "run", {}),  # DCP_SHARDING_INFO slices
+    "pipeline": (PARALLEL / "pipeline", {}),               # DeepSpeed layer_XX-model_states.pt
+    "universal": (PARALLEL / "universal", {}),             # ds_to_universal's zero/<param>/fp32.pt
+    "tp": (PARALLEL / "tp", {}),                           # tp=2 merged by universal_checkpoint_info
+    "megatron_legacy": (PARALLEL / "megatron_legacy", {"tp_rules": str(MEGATRON_RULES)}),  # --tp-rules
+}
 
 
 def _tree(path: Path) -> dict[str, bytes]:
@@ -41,11 +59,15 @@ def zero3(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("source", ["zero3", "zero2_bf16", "fsdp2"])
+@pytest.mark.parametrize("source", ["zero3", "zero2_bf16", "fsdp2", *LAYOUTS])
 @pytest.mark.parametrize("out,extra", [("m.safetensors", {}), ("shards", {"max_shard_size": "300KB"})])
 def test_workers_write_the_same_bytes_as_one_process(request, tmp_path, source, out, extra):
-    src = request.getfixturevalue("zero3") if source == "zero3" else (
-        DCP / source if source == "fsdp2" else DS / source)
+    if source in LAYOUTS:
+        src, keywords = LAYOUTS[source]
+        extra = {**keywords, **({"max_shard_size": "1KB"} if extra else {})}
+    else:
+        src = request.getfixturevalue("zero3") if source == "zero3" else (
+            DCP / source if source == "fsdp2" else DS / source)
     (tmp_path / "one").mkdir()
     one = migrate(src, tmp_path / "one" / out, workers=1, **extra)
     assert one.ok and one.written
@@ -139,3 +161,48 @@ def test_torchrun_pth_is_written_by_rank_0(tmp_path):
     assert r.stdout.count("wrote:") == 1
     got = torch.load(tmp_path / "m.pth", weights_only=True)
     assert "embed.weight" in got
+
+
+# the layouts of issue 24 under torchrun: one launch runs every command in turn (torchrun_jobs.py), since each
+# launch costs seconds; the sharded outputs check the index and the shares of several files
+TORCHRUN_OUT = {"pipeline": "shards", "megatron_legacy": "shards"}
+
+
+@pytest.fixture(scope="module")
+def torchrun_layouts(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("torchrun-layouts")
+    jobs = []
+    for name, (src, keywords) in LAYOUTS.items():
+        extra = ["--tp-rules", keywords["tp_rules"]] if "tp_rules" in keywords else []
+        if TORCHRUN_OUT.get(name) == "shards":
+            extra += ["--max-shard-size", "1KB"]
+        jobs.append([name, str(src), "-o", str(out / name / TORCHRUN_OUT.get(name, "m.safetensors")), "--json",
+                     *extra])
+        (out / name).mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", CKPT_DIST_TIMEOUT="120")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(port),
+           str(Path(__file__).with_name("torchrun_jobs.py")), str(out), json.dumps(jobs)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_two_torchrun_ranks_write_what_one_process_writes_for_every_layout(torchrun_layouts, tmp_path, name):
+    src, keywords = LAYOUTS[name]
+    out = TORCHRUN_OUT.get(name, "m.safetensors")
+    one = migrate(src, tmp_path / out, workers=1, max_shard_size="1KB" if out == "shards" else None, **keywords)
+    assert one.ok and one.written
+    ran = torchrun_layouts
+    assert [(ran / f"{name}.{rank}.rc").read_text() for rank in (0, 1)] == ["0", "0"], (ran / f"{name}.0.out")
+    assert (ran / f"{name}.1.out").read_text() == ""  # rank 1 writes its share and prints nothing
+    doc = json.loads((ran / f"{name}.0.out").read_text())
+    assert doc["written"] and doc["verified"] == {"cpu": True}
+    assert _tree(ran / name / out) == _tree(tmp_path / out)
+    if out == "shards":
+        assert len(_tree(tmp_path / out)) > 3  # an index and several shards, shared out between the ranks
+    assert [p.name for p in (ran / name).iterdir()] == [out]  # no temporaries left

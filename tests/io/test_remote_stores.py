@@ -21,6 +21,9 @@ from remote_servers import RangeServer, comparable_doc  # noqa: E402
 FILES = ("tiny_mlp.safetensors", "tiny_mlp.pth", "legacy.pth", "training.pth")
 FOLDERS = ("sharded", "sharded_bin", "dcp")
 TRAINING = ("deepspeed/zero3_fp32", "deepspeed/zero2_bf16", "dcp_multi/fsdp2")  # nested: a run folder and its tag
+# issue 24's layouts: per-rank DTensor files, torch's distributed safetensors, a universal checkpoint (through
+# latest_universal) and a tensor-parallel run merged by its universal_checkpoint_info
+LAYOUTS = ("ranks/verl", "dist_safetensors/run", "deepspeed_parallel/universal", "deepspeed_parallel/tp")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -51,7 +54,7 @@ def s3(env_saved):
     client.create_bucket(Bucket="ckpts")
     for name in FILES:
         client.upload_file(str(FIXTURES / name), "ckpts", name)
-    for folder in FOLDERS + TRAINING:
+    for folder in FOLDERS + TRAINING + LAYOUTS:
         for path in sorted(p for p in (FIXTURES / folder).rglob("*") if p.is_file()):
             client.upload_file(str(path), "ckpts", f"{path.relative_to(FIXTURES).as_posix()}")
     try:
@@ -126,7 +129,7 @@ def hub(tmp_path_factory, env_saved):
     repo.mkdir(parents=True)
     for name in FILES:
         shutil.copy(FIXTURES / name, repo / name)
-    for folder in FOLDERS + TRAINING:
+    for folder in FOLDERS + TRAINING + LAYOUTS:
         shutil.copytree(FIXTURES / folder, repo / folder)
     with RangeServer(root, hub=True) as server:
         os.environ["HF_ENDPOINT"] = server.url
@@ -220,3 +223,34 @@ def test_hf_training_folders_give_the_local_json(run_cli, hub: RangeServer, name
     assert _training_doc(remote.out) == _training_doc(local.out)
     log = _hub_log(hub)
     assert len(log) == requests, [(r.path, r.status) for r in log]
+
+
+# -- issue 24's layouts: inspect gives the local JSON, migrate the local output's bytes -------------------
+
+
+@pytest.mark.parametrize("store", ["s3", "hf"])
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_sharded_layouts_behind_a_url_give_the_local_answers(request, run_cli, tmp_path, store: str,
+                                                             name: str) -> None:
+    from test_remote_training import _digest
+
+    server = request.getfixturevalue("s3" if store == "s3" else "hub")
+    url = f"s3://ckpts/{name}/" if store == "s3" else f"hf://org/repo/{name}/"
+    local = run_cli("inspect", "--json", str(FIXTURES / name))
+    remote = run_cli("inspect", "--json", url)
+    assert remote.code == 0, remote
+    assert _training_doc(remote.out) == _training_doc(local.out)
+    (tmp_path / "local").mkdir()
+    (tmp_path / "remote").mkdir()
+    local_out, remote_out = tmp_path / "local" / "model.safetensors", tmp_path / "remote" / "model.safetensors"
+    assert run_cli("migrate", str(FIXTURES / name), "-o", str(local_out)).code == 0
+    server.clear()
+    workers = ["--workers", "2"] if name == "ranks/verl" else []  # each worker process reads the URL itself
+    r = run_cli("migrate", "--json", url, "-o", str(remote_out), *workers)
+    assert r.code == 0, r
+    assert all(json.loads(r.out)["verified"].values())
+    assert _digest(remote_out) == _digest(local_out)
+    # huggingface_hub's own look at the repository is not ckpt's request (docs/remote.md)
+    log = _s3_log(server, "/ckpts") if store == "s3" else [q for q in _hub_log(server)
+                                                            if q.path != "/api/models/org/repo"]
+    assert json.loads(r.out)["remote"]["requests"] == len(log) > 0, log

@@ -121,6 +121,8 @@ def _digest(path: Path) -> dict[str, str]:
     ("deepspeed/zero3_bf16", "model.safetensors", ["--workers", "2"]),
     ("dcp_multi/fsdp2", "model.pth", []),  # the optimizer's non-tensor values read from their shards
     ("dcp_multi/model_only", "shards", ["--max-shard-size", "200B", "--workers", "2"]),
+    ("dist_safetensors/run", "model.safetensors", []),  # torch's distributed safetensors: slices by header
+    ("ranks/fsdp2_tp", "shards", ["--max-shard-size", "200B", "--workers", "2"]),  # per-rank DTensor files
 ])
 def test_consolidating_a_url_gives_the_local_output(run_cli, server: RangeServer, tmp_path: Path, source: str,
                                                     output: str, extra: list[str]) -> None:
@@ -139,3 +141,16 @@ def test_consolidating_a_url_gives_the_local_output(run_cli, server: RangeServer
     assert doc["remote"] == {"requests": len(log), "bytes": sum(x.nbytes for x in log if x.status == 206)}
     files = [p for p in (FIXTURES / source).rglob("*") if p.is_file()]
     assert sum(x.nbytes for x in log if x.status == 206) <= 2 * sum(p.stat().st_size for p in files)
+
+
+def test_a_tensor_parallel_url_is_diffed_and_gated_with_tp_rules(run_cli, server: RangeServer) -> None:
+    """Megatron-LM's legacy folder behind a URL, merged by a local --tp-rules file, equals its merged model."""
+    folder = FIXTURES / "deepspeed_parallel" / "megatron_legacy"
+    url = f"{server.url}/deepspeed_parallel/megatron_legacy/"
+    rules = str(folder / "rules.toml")
+    r = run_cli("diff", "--json", "--values", url, str(folder / "expected.safetensors"), "--tp-rules", rules)
+    assert r.code == 0, r
+    assert json.loads(r.out)["equal"] and json.loads(r.out)["values_total"] == 16
+    r = run_cli("gate", "--json", url, "--tp-rules", rules)
+    assert r.code == 0, r
+    assert json.loads(r.out)["passed"]

@@ -216,7 +216,8 @@ def test_two_torchrun_ranks_write_what_one_process_writes_for_every_layout(reque
     one = migrate(src, tmp_path / out, workers=1, max_shard_size="1KB" if out == "shards" else None, **keywords)
     assert one.ok and one.written
     ran = request.getfixturevalue("torchrun_layouts")
-    assert [(ran / f"{name}.{rank}.rc").read_text() for rank in (0, 1)] == ["0", "0"], (ran / f"{name}.0.out").read_text()
+    codes = [(ran / f"{name}.{rank}.rc").read_text() for rank in (0, 1)]
+    assert codes == ["0", "0"], (ran / f"{name}.0.out").read_text()
     assert (ran / f"{name}.1.out").read_text() == ""  # rank 1 writes its share and prints nothing
     doc = json.loads((ran / f"{name}.0.out").read_text())
     assert doc["written"] and doc["verified"] == {"cpu": True}

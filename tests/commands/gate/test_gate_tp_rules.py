@@ -9,13 +9,31 @@ model, embedding rows 17 of 18 padded).
 from __future__ import annotations
 
 import json
+import shutil
 
+import pytest
 from conftest import ROOT, assert_one_line_error
 
 import ckpt_tool
 
 LEGACY = ROOT / "fixtures" / "deepspeed_parallel" / "megatron_legacy"
 RULES = LEGACY / "rules.toml"
+TP_RUN = ROOT / "fixtures" / "deepspeed_parallel" / "tp"
+TP_RULES = """\
+replicated = ["norm.*", "fc2.bias"]
+
+[[tp]]
+pattern = "fc2.weight"
+dim = 1
+
+[[tp]]
+pattern = "*"
+dim = 0
+
+[vocab]
+pattern = "embed.weight"
+size = 17
+"""
 
 # the module the tp fixture's merged model loads into (fixtures/deepspeed_parallel/generate.py, vocabulary unpadded)
 TARGET = """\
@@ -58,21 +76,32 @@ def test_a_bad_rules_file_is_exit_2_before_anything_is_gated(tmp_path, run_cli):
     assert_one_line_error(run_cli("gate", str(LEGACY), "--tp-rules", str(bad)), "list of patterns")
 
 
-def test_the_merged_run_matches_its_target_and_the_api_takes_the_keyword(tmp_path, run_cli):
-    """The DeepSpeed tp run (its own universal_checkpoint_info) gated against the module it merges into: the user's
-    rules win, so keeping the padded row (size = 18) fails matches-target on the embedding's shape."""
+def test_a_deepspeed_run_without_rules_is_gated_against_its_target_with_a_rules_file(tmp_path, run_cli):
+    """The tp run with universal_checkpoint_info removed (rewritten by torch, weights_only): refused bare; with the
+    rules it matches the module it merges into; rules that keep the padded vocabulary row fail matches-target."""
+    torch = pytest.importorskip("torch")
+    run = tmp_path / "tp"
+    shutil.copytree(TP_RUN, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json"))
+    for f in (run / "global_step1").glob("mp_rank_*_model_states.pt"):
+        states = torch.load(f, weights_only=True)
+        del states["universal_checkpoint_info"]
+        torch.save(states, f)
     model = tmp_path / "merged.py"
     model.write_text(TARGET)
-    run = ROOT / "fixtures" / "deepspeed_parallel" / "tp"
     target = f"{model}:Merged"
-    r = run_cli("gate", str(run), "--target", target)
+    assert_one_line_error(run_cli("gate", str(run), "--target", target), "universal_checkpoint_info", "--tp-rules")
+    rules = tmp_path / "rules.toml"
+    rules.write_text(TP_RULES)
+    r = run_cli("gate", str(run), "--target", target, "--tp-rules", str(rules), "--json")
     assert r.code == 0, r
-    padded = tmp_path / "rules.toml"
-    padded.write_text('replicated = ["norm.*", "fc2.bias"]\n[[tp]]\npattern = "fc2.weight"\ndim = 1\n'
-                      '[[tp]]\npattern = "*"\ndim = 0\n[vocab]\npattern = "embed.weight"\nsize = 18\n')
-    r = run_cli("gate", str(run), "--target", target, "--tp-rules", str(padded), "--json")
+    assert _checks(r)["matches-target"]["passed"] and not _checks(r)["matches-target"]["skipped"]
+    rules.write_text(TP_RULES.replace("size = 17", "size = 18"))
+    r = run_cli("gate", str(run), "--target", target, "--tp-rules", str(rules), "--json")
     assert r.code == 1, r
     failed = _checks(r)["matches-target"]
     assert not failed["passed"] and "embed.weight" in str(failed["detail"])
+
+
+def test_the_python_api_takes_the_keyword():
     report = ckpt_tool.gate([LEGACY], tp_rules=str(RULES), nan_check=False)
     assert report.passed and report.exit_code == 0

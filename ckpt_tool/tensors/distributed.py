@@ -6,6 +6,7 @@ problems), as ``broadcast_object_list`` and ``all_gather_object`` need.
 """
 from __future__ import annotations
 
+import atexit
 from datetime import timedelta
 from typing import TypeVar, cast
 
@@ -22,10 +23,22 @@ def start(rank: int, world: int, timeout_s: float) -> bool:
     started = False
     if not td.is_initialized():
         td.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        atexit.register(_stop)
         started = True
     if td.get_world_size() != world or td.get_rank() != rank:
         raise ValueError(f"torch.distributed runs as rank {td.get_rank()} of {td.get_world_size()}")
     return started
+
+
+def _stop() -> None:
+    """Leave the process group start() made, at exit: gloo's threads are joined here, not torn down with the
+    interpreter (which can end a rank whose work is done with "terminate called without an active exception",
+    SIGABRT, and torchrun with a failure). Not at the end of each migrate: a process that runs several (the
+    Python API) joins the group again, which torchrun's rendezvous does not answer."""
+    import torch.distributed as td
+
+    if td.is_initialized():
+        td.destroy_process_group()
 
 
 def broadcast(obj: T, leader: bool) -> T:

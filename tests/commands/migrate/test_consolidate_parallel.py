@@ -42,6 +42,7 @@ LAYOUTS = {
     "pipeline": (PARALLEL / "pipeline", {}),               # DeepSpeed layer_XX-model_states.pt
     "universal": (PARALLEL / "universal", {}),             # ds_to_universal's zero/<param>/fp32.pt
     "tp": (PARALLEL / "tp", {}),                           # tp=2 merged by universal_checkpoint_info
+    "autotp_zero3": (PARALLEL / "autotp_zero3", {}),       # AutoTP's affine_map: strided blocks, ZeRO-3 ranks
     "megatron_legacy": (PARALLEL / "megatron_legacy", {"tp_rules": str(MEGATRON_RULES)}),  # --tp-rules
     # Megatron-core torch_dist, layers and MoE experts unstacked (fixtures/megatron/generate.py)
     "megatron_moe": (ROOT / "fixtures" / "megatron" / "moe", {"unstack_layers": True}),

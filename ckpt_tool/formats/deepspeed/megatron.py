@@ -130,8 +130,8 @@ def read_megatron_legacy(path: str, options: ReadOptions) -> Loaded:
     else:
         if options.tp_rules is None:
             raise InputError(f"a Megatron-LM tensor-parallel checkpoint (pp={pp}, tp={tp}) records no merging rules; "
-                             "give the split dimension of each key in a rules file: ckpt migrate "
-                             f"{path} --tp-rules rules.toml (docs/consolidate.md)", path)
+                             "give the split dimension of each key in a rules file, --tp-rules rules.toml "
+                             "(inspect, diff, gate and migrate take it; docs/consolidate.md)", path)
         tensors, more, counts = merge_ranks(ranks, options.tp_rules, folder, (pp, tp))
         sources += more
         info["tp_rules"] = {"from": options.tp_rules.origin, "merged": counts}

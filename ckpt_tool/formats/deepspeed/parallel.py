@@ -117,7 +117,8 @@ def _rules(options: ReadOptions, m0: Mapping[Any, Any], pp: int, tp: int, path: 
         return from_universal_info(info, path)
     raise InputError(f"a tensor-parallel DeepSpeed checkpoint (pp={pp}, tp={tp}): its model states record no "
                      f"{UC_INFO}, so how each tensor was split is unknown; give the split dimension of each key in "
-                     f"a rules file: ckpt migrate {path} --tp-rules rules.toml (docs/consolidate.md)", path)
+                     "a rules file, --tp-rules rules.toml (inspect, diff, gate and migrate take it; "
+                     "docs/consolidate.md)", path)
 
 
 def read_parallel(path: str, par: ParallelRun, options: ReadOptions) -> Loaded:

@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, assert_one_line_error
@@ -31,8 +30,12 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 
 MEGATRON = FIXTURES / "megatron"
 # layout -> (global layers, MoE, ranks that saved it)
-LAYOUTS = {"dense": (2, False, 1), "moe": (2, True, 1), "tp2": (2, False, 2), "pp2": (4, False, 2),
-           "moe_ep2": (2, True, 2)}
+MODELS = {"dense": (2, False, 1), "moe": (2, True, 1), "tp2": (2, False, 2), "pp2": (4, False, 2),
+          "moe_ep2": (2, True, 2)}
+# with Megatron's DistributedOptimizer (DP=2, one Adam step): per-parameter states, and flat per-rank buckets
+# (fully_reshardable gathers on DP rank 0, the only one that writes)
+LAYOUTS = {**MODELS, "distopt_fully_reshardable": (2, False, 1), "distopt_dp_reshardable": (2, False, 2)}
+CONSOLIDATED = sorted(set(LAYOUTS) - {"distopt_dp_reshardable"})
 # The local (non-Transformer-Engine) layer spec names its norms input_layernorm / pre_mlp_layernorm; the
 # checkpoint stores them under the Transformer Engine names every spec saves (its sharded_state_dict_keys_map).
 _LOCAL_SPEC = [r"--rename", r"(.*)\.self_attention\.linear_qkv\.layer_norm_(weight|bias)=\1.input_layernorm.\2",
@@ -64,7 +67,7 @@ def test_the_fixture_is_megatrons_torch_dist_save(layout):
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_inspect_shows_the_stacked_global_shapes_common_pt_and_metadata_json(layout, run_cli):
-    layers, moe, ranks = LAYOUTS[layout]
+    layers, moe, _ = LAYOUTS[layout]
     doc = json.loads(run_cli("inspect", "--json", str(MEGATRON / layout)).out)
     shapes = {t["key"]: t["shape"] for t in doc["tensors"]}
     # global shapes, whatever the parallelism: TP=2's halves merged, PP=2's stages on one stack
@@ -79,7 +82,7 @@ def test_inspect_shows_the_stacked_global_shapes_common_pt_and_metadata_json(lay
     assert meg["common.pt"]["iteration"] == 7 and meg["common.pt"]["checkpoint_version"] == 3.0
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("layout", CONSOLIDATED)
 def test_inspect_unstacked_shows_megatrons_per_layer_names(layout, run_cli):
     """Every tensor of the TP=1 model's state_dict, by name, dtype and shape; layers of every stage."""
     layers = LAYOUTS[layout][0]
@@ -91,13 +94,13 @@ def test_inspect_unstacked_shows_megatrons_per_layer_names(layout, run_cli):
     assert got == want
     assert {k.split(".")[2] for k in got if k.startswith("decoder.layers.")} == {str(n) for n in range(layers)}
     assert not any("--unstack-layers" in w for w in doc["warnings"])
-    keys = list(got)  # the model's order: every entry of layer N before layer N+1's
+    keys = [k for k in got if k.startswith("decoder.")]  # the model's order: layer N's entries, then N+1's
     for n in range(layers - 1):
         assert max(i for i, k in enumerate(keys) if f".layers.{n}." in k) < min(
             i for i, k in enumerate(keys) if f".layers.{n + 1}." in k)
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("layout", CONSOLIDATED)
 def test_migrate_unstacked_equals_megatrons_own_load_bit_for_bit(layout, tmp_path, run_cli):
     out = tmp_path / "model.safetensors"
     r = run_cli("migrate", str(MEGATRON / layout), "--unstack-layers", *_LOCAL_SPEC, "-o", str(out))
@@ -145,7 +148,7 @@ def strict_loads(tmp_path_factory) -> str:
 
     root = tmp_path_factory.mktemp("megatron-load")
     args = []
-    for layout, (layers, moe, _) in sorted(LAYOUTS.items()):
+    for layout, (layers, moe, _) in sorted(MODELS.items()):
         out = root / f"{layout}.pth"
         renames = (("(.*)\\.self_attention\\.linear_qkv\\.layer_norm_(weight|bias)", "\\1.input_layernorm.\\2"),
                    ("(.*)\\.mlp\\.linear_fc1\\.layer_norm_(weight|bias)", "\\1.pre_mlp_layernorm.\\2"))
@@ -197,35 +200,34 @@ def test_common_pt_is_read_without_running_it(tmp_path, run_cli):
     assert not ran.exists()
 
 
-def test_optimizer_states_are_unstacked_or_kept_flat_and_said(tmp_path, run_cli):
-    """Megatron's optimizer keys, as its distrib_optimizer.py names them, in a folder torch's DCP writes.
+def test_fully_reshardable_optimizer_states_are_per_parameter(run_cli):
+    """Megatron's fp32 main parameters and Adam moments, gathered per parameter: unstacked with the model
+    (the bit-for-bit comparison with Megatron's own DP=1 load is in the migrate test above)."""
+    doc = json.loads(run_cli("inspect", "--json", "--unstack-layers", str(MEGATRON / "distopt_fully_reshardable")).out)
+    shapes = {t["key"]: t["shape"] for t in doc["tensors"]}
+    for state in ("param", "exp_avg", "exp_avg_sq"):
+        assert shapes[f"optimizer.state.{state}.decoder.layers.1.mlp.linear_fc1.weight"] == [24, 8]
+    assert doc["metadata"]["megatron"]["distributed_optimizer"]["sharding_type"] == "fully_reshardable"
+    assert not any("distributed-optimizer" in w for w in doc["warnings"])
 
-    fully_sharded_model_space: ``optimizer.state.<exp_avg|...>.<parameter key>`` with the parameter's
-    (stacked) shape, unstacked like it; dp_reshardable: flat buckets under ``optimizer.distributed.``, kept.
-    (A real distributed optimizer needs CUDA tensors: megatron refuses CPU parameters.)
-    """
-    import warnings
 
-    import torch.distributed.checkpoint as dcp
-
-    w = torch.arange(24.0).reshape(2, 4, 3)
-    sd = {"decoder.layers.mlp.linear_fc1.weight": w,
-          "optimizer.state.exp_avg.decoder.layers.mlp.linear_fc1.weight": w * 2,
-          "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0.param":
-              torch.ones(30)}
-    folder = tmp_path / "ckpt"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "torch.distributed is disabled ... assuming a single process"
-        dcp.save(sd, checkpoint_id=str(folder))
-    (folder / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1,
-                                                      "common_backend": "torch", "common_backend_version": 1}))
+def test_dp_reshardable_buckets_are_kept_flat_and_said(tmp_path, run_cli):
+    """Megatron's default format: flat per-DP-rank buckets whose parameter map is not saved."""
+    folder = MEGATRON / "distopt_dp_reshardable"
     doc = json.loads(run_cli("inspect", "--json", "--unstack-layers", str(folder)).out)
     shapes = {t["key"]: t["shape"] for t in doc["tensors"]}
-    assert shapes["optimizer.state.exp_avg.decoder.layers.1.mlp.linear_fc1.weight"] == [4, 3]
-    assert any("optimizer.distributed." in k and v == [30] for k, v in shapes.items())
-    assert any("flat per-rank buckets" in w for w in doc["warnings"])
-    out = tmp_path / "out.safetensors"
-    assert run_cli("migrate", str(folder), "--unstack-layers", "--drop", "optimizer.*", "-o", str(out)).code == 0
+    flat = {k: v for k, v in shapes.items() if k.startswith("optimizer.distributed.")}
+    assert sorted(k.rsplit(".", 1)[1] for k in flat) == ["exp_avg", "exp_avg_sq", "param"]
+    assert all(len(v) == 1 for v in flat.values())  # 1-d, over every parameter (padded)
+    assert not any(k.startswith("optimizer.state.") for k in shapes)
+    meg = doc["metadata"]["megatron"]["distributed_optimizer"]
+    assert meg["sharding_type"] == "dp_reshardable" and meg["buckets"] == 1
+    said = [w for w in doc["warnings"] if "distributed-optimizer" in w]
+    assert len(said) == 1 and "dp_reshardable" in said[0] and "which range is which parameter is not saved" in said[0]
+    out = tmp_path / "model.safetensors"
+    r = run_cli("migrate", str(folder), "--unstack-layers", *_LOCAL_SPEC, "--drop", "optimizer.*", "-o", str(out))
+    assert r.code == 0, r
     got = safetensors_torch.load_file(str(out))
-    assert sorted(got) == ["decoder.layers.0.mlp.linear_fc1.weight", "decoder.layers.1.mlp.linear_fc1.weight"]
-    assert torch.equal(got["decoder.layers.1.mlp.linear_fc1.weight"], w[1])
+    want = {k: v for k, v in _expected("distopt_dp_reshardable").items() if not k.startswith("optimizer.")}
+    assert sorted(got) == sorted(want)
+    assert all(torch.equal(got[k].view(torch.uint8), v.view(torch.uint8)) for k, v in want.items())

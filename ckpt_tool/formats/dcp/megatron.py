@@ -37,7 +37,8 @@ _STACKED = re.compile(r"^(?P<head>(?:.*\.)?(?:decoder|encoder)\.layers\.)(?P<res
 _EXPERT = re.compile(r"^mlp\.experts\.(?:experts\.)?(?P<rest>linear_fc[12]\.[^/]+)$")
 _SHARD = re.compile(r"^(?P<key>[^/]+)/shard_(?P<offsets>[\d.]+)_(?P<shape>[\d.]+)$")
 _PER_LAYER = re.compile(r"^(?P<head>(?:.*\.)?(?:decoder|encoder)\.layers\.)(?P<layer>\d+)\.")
-_FLAT_OPTIMIZER = "optimizer.distributed."
+_FLAT_OPTIMIZER = "optimizer.distributed."  # dp_reshardable, dp_zero_gather_scatter: per-DP-rank buffers
+_PER_PARAM_OPTIMIZER = "optimizer.state."  # fully_reshardable: optimizer.state.<state>.<parameter key>
 
 
 def _metadata_json(folder: str) -> Any:
@@ -84,16 +85,41 @@ def describe(loaded: Loaded, folder: str, options: ReadOptions) -> None:
             f"Megatron torch_dist: layers are stacked on a leading axis ({stacked} layers, e.g. "
             f"{next(k for k in loaded.root if _STACKED.match(k))!r}); a Megatron model's state_dict names them "
             "per layer: add --unstack-layers (inspect and migrate)")
-    flat = [str(k) for k in loaded.root if str(k).startswith(_FLAT_OPTIMIZER)]
-    if flat:  # dp_reshardable / dp_zero_gather_scatter: per-DP-rank buffers over many parameters
-        info["distributed_optimizer"] = "flat buffers (optimizer.distributed.*), kept as saved"
-        loaded.warnings.append(
-            f"Megatron distributed-optimizer state in flat per-rank buckets ({len(flat)} entries under "
-            f"{_FLAT_OPTIMIZER}*, e.g. {flat[0]!r}): kept as saved, never split into parameters or unstacked; "
-            "--drop 'optimizer.*' leaves the optimizer out (its fully_sharded_model_space format, "
-            "optimizer.state.<exp_avg|exp_avg_sq|param>.<parameter>, is unstacked like the parameters)")
+    _describe_optimizer(loaded, info)
     loaded.framework = "megatron"
     loaded.metadata["megatron"] = info
+
+
+def _describe_optimizer(loaded: Loaded, info: dict[str, Any]) -> None:
+    """Name the DistributedOptimizer's format; say plainly when its state stays flat, and why."""
+    kind = _find(info.get(COMMON), "param_state_sharding_type", 3)
+    flat = [str(k) for k in loaded.root if str(k).startswith(_FLAT_OPTIMIZER)]
+    per_param = any(str(k).startswith(_PER_PARAM_OPTIMIZER) for k in loaded.root)
+    if kind is None and not flat and not per_param:
+        return
+    if not flat:  # fully_reshardable (fully_sharded_model_space): one tensor per parameter and state
+        info["distributed_optimizer"] = {"sharding_type": kind, "state": "per parameter (optimizer.state.*)"}
+        return
+    buckets = sorted({k.rsplit(".", 1)[0] for k in flat if isinstance(loaded.root[k], TensorMeta)})
+    info["distributed_optimizer"] = {"sharding_type": kind, "state": "flat buckets (optimizer.distributed.*), "
+                                     "kept as saved", "buckets": len(buckets)}
+    loaded.warnings.append(
+        f"Megatron distributed-optimizer state saved as {kind or 'flat per-DP-rank buffers'}: {len(buckets)} "
+        f"flat per-rank buckets under {_FLAT_OPTIMIZER}* (e.g. {flat[0]!r}) hold the fp32 main parameters and "
+        "Adam moments of many parameters end to end, padded; which range is which parameter is not saved (a "
+        "DistributedOptimizer recomputes it from the model it wraps), so they are kept as saved, not split into "
+        "parameters or unstacked; --drop 'optimizer.*' leaves them out. A run saved with sharding_type "
+        f"'fully_reshardable' holds one tensor per parameter ({_PER_PARAM_OPTIMIZER}<param|exp_avg|exp_avg_sq>."
+        "<parameter>), unstacked like the parameters")
+
+
+def _find(tree: Any, name: str, depth: int) -> str | None:
+    """``tree[...][name]`` at most ``depth`` levels down (a ChainedOptimizer nests one state per optimizer)."""
+    if not isinstance(tree, Mapping) or depth < 0:
+        return None
+    if isinstance(tree.get(name), str):
+        return str(tree[name])
+    return next((f for v in tree.values() if (f := _find(v, name, depth - 1)) is not None), None)
 
 
 def _stacked_layers(root: Any) -> int | None:

@@ -80,6 +80,10 @@ def test_inspect_shows_the_stacked_global_shapes_common_pt_and_metadata_json(lay
     meg = doc["metadata"]["megatron"]
     assert meg["metadata.json"]["sharded_backend"] == "torch_dist" and meg["stacked_layers"] == layers
     assert meg["common.pt"]["iteration"] == 7 and meg["common.pt"]["checkpoint_version"] == 3.0
+    tp, pp, ep = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "moe_ep2": (1, 1, 2)}.get(layout, (1, 1, 1))
+    assert meg["parallel"] == {"tp": tp, "pp": pp, "ep": ep}  # what common.pt's args record
+    text = run_cli("inspect", str(MEGATRON / layout)).out
+    assert f"saved with tp={tp} pp={pp} ep={ep}" in next(x for x in text.splitlines() if x.startswith("training:"))
 
 
 @pytest.mark.parametrize("layout", CONSOLIDATED)

@@ -76,6 +76,9 @@ def describe(loaded: Loaded, folder: str, options: ReadOptions) -> None:
         loaded.references.extend(part.references)
         loaded.warnings.extend(f"{COMMON}: {w}" for w in part.warnings)
         info[COMMON] = summarize(part.root)
+        parallel = _parallel(info[COMMON])
+        if parallel:
+            info["parallel"] = parallel
         for source in part.sources:
             source.close()
     stacked = _stacked_layers(loaded.root)
@@ -111,6 +114,19 @@ def _describe_optimizer(loaded: Loaded, info: dict[str, Any]) -> None:
         "parameters or unstacked; --drop 'optimizer.*' leaves them out. A run saved with sharding_type "
         f"'fully_reshardable' holds one tensor per parameter ({_PER_PARAM_OPTIMIZER}<param|exp_avg|exp_avg_sq>."
         "<parameter>), unstacked like the parameters")
+
+
+_PARALLEL = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+             "ep": "expert_model_parallel_size"}
+
+
+def _parallel(common: Any) -> dict[str, int] | None:
+    """The parallelism Megatron-LM's ``args`` (saved in common.pt) records: what the run was, not what it needs."""
+    args = common.get("args") if isinstance(common, Mapping) else None
+    if not isinstance(args, Mapping):
+        return None
+    found = {k: args[v] for k, v in _PARALLEL.items() if isinstance(args.get(v), int)}
+    return found or None
 
 
 def _find(tree: Any, name: str, depth: int) -> str | None:

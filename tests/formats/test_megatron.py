@@ -216,7 +216,7 @@ def test_fully_reshardable_optimizer_states_are_per_parameter(run_cli):
 
 
 def test_dp_reshardable_buckets_are_kept_flat_and_said(tmp_path, run_cli):
-    """Megatron's default format: flat per-DP-rank buckets whose parameter map is not saved."""
+    """dp_reshardable: flat per-DP-rank buckets whose parameter map is not saved."""
     folder = MEGATRON / "distopt_dp_reshardable"
     doc = json.loads(run_cli("inspect", "--json", "--unstack-layers", str(folder)).out)
     shapes = {t["key"]: t["shape"] for t in doc["tensors"]}

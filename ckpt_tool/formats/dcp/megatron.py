@@ -103,12 +103,15 @@ def _describe_optimizer(loaded: Loaded, info: dict[str, Any]) -> None:
     if not flat:  # fully_reshardable (fully_sharded_model_space): one tensor per parameter and state
         info["distributed_optimizer"] = {"sharding_type": kind, "state": "per parameter (optimizer.state.*)"}
         return
-    buckets = sorted({k.rsplit(".", 1)[0] for k in flat if isinstance(loaded.root[k], TensorMeta)})
+    tensors = [k for k in flat if isinstance(loaded.root[k], TensorMeta)]
+    buckets = sorted({k.rsplit(".", 1)[0] for k in tensors})
+    example = (tensors or flat)[0]
     info["distributed_optimizer"] = {"sharding_type": kind, "state": "flat buckets (optimizer.distributed.*), "
                                      "kept as saved", "buckets": len(buckets)}
     loaded.warnings.append(
-        f"Megatron distributed-optimizer state saved as {kind or 'flat per-DP-rank buffers'}: {len(buckets)} "
-        f"flat per-rank buckets under {_FLAT_OPTIMIZER}* (e.g. {flat[0]!r}) hold the fp32 main parameters and "
+        f"Megatron distributed-optimizer state saved as {kind or 'flat per-DP-rank buffers'}: {len(flat)} "
+        f"entries under {_FLAT_OPTIMIZER}* ({len(buckets)} flat per-rank bucket(s), e.g. {example!r}) hold the "
+        "fp32 main parameters and "
         "Adam moments of many parameters end to end, padded; which range is which parameter is not saved (a "
         "DistributedOptimizer recomputes it from the model it wraps), so they are kept as saved, not split into "
         "parameters or unstacked; --drop 'optimizer.*' leaves them out. A run saved with sharding_type "

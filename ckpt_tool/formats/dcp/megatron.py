@@ -12,8 +12,16 @@ them: ``...mlp.experts.local_experts.3.linear_fc1.weight``), what
 contiguous byte range of its stacked tensor, so nothing is copied or held:
 the per-layer keys read (and stream) through the stacked one.
 
+Tensor-, pipeline- and expert-parallel saves need nothing more: every rank's
+pieces sit at their global offsets in ``.metadata`` (a TP=2 weight reads as
+the TP=1 one; a PP stage's layers as rows of the one stack, numbered with
+Megatron's layer offset).
+
 ``common.pt`` (torch.save: iteration, args, ...) is read by the restricted
-unpickler like any torch file; ``metadata.json`` is plain JSON.
+unpickler like any torch file; ``metadata.json`` is plain JSON. A
+DistributedOptimizer's ``fully_reshardable`` state is one tensor per
+parameter (unstacked like it); its ``dp_reshardable`` buckets are flat over
+many parameters with no saved map, so they are kept as saved and said.
 """
 from __future__ import annotations
 

@@ -34,8 +34,9 @@ MODELS = {"dense": (2, False, 1), "moe": (2, True, 1), "tp2": (2, False, 2), "pp
           "moe_ep2": (2, True, 2)}
 # with Megatron's DistributedOptimizer (DP=2, one Adam step): per-parameter states, and flat per-rank buckets
 # (fully_reshardable gathers on DP rank 0, the only one that writes)
-LAYOUTS = {**MODELS, "distopt_fully_reshardable": (2, False, 1), "distopt_dp_reshardable": (2, False, 2)}
-CONSOLIDATED = sorted(set(LAYOUTS) - {"distopt_dp_reshardable"})
+LAYOUTS = {**MODELS, "distopt_fully_reshardable": (2, False, 1), "distopt_dp_reshardable": (2, False, 2),
+           "distopt_dp_zero": (2, False, 1)}
+CONSOLIDATED = sorted(set(LAYOUTS) - {"distopt_dp_reshardable", "distopt_dp_zero"})
 # The local (non-Transformer-Engine) layer spec names its norms input_layernorm / pre_mlp_layernorm; the
 # checkpoint stores them under the Transformer Engine names every spec saves (its sharded_state_dict_keys_map).
 _LOCAL_SPEC = [r"--rename", r"(.*)\.self_attention\.linear_qkv\.layer_norm_(weight|bias)=\1.input_layernorm.\2",
@@ -215,23 +216,28 @@ def test_fully_reshardable_optimizer_states_are_per_parameter(run_cli):
     assert not any("distributed-optimizer" in w for w in doc["warnings"])
 
 
-def test_dp_reshardable_buckets_are_kept_flat_and_said(tmp_path, run_cli):
-    """dp_reshardable: flat per-DP-rank buckets whose parameter map is not saved."""
-    folder = MEGATRON / "distopt_dp_reshardable"
+@pytest.mark.parametrize("layout,kind,buckets", [("distopt_dp_reshardable", "dp_reshardable", 1),
+                                                  ("distopt_dp_zero", "dp_zero_gather_scatter", 0)])
+def test_flat_optimizer_buffers_are_kept_and_said(layout, kind, buckets, tmp_path, run_cli):
+    """dp_reshardable: flat per-DP-rank buckets; dp_zero_gather_scatter: the same gathered, pickled. Neither
+    saves which range is which parameter."""
+    folder = MEGATRON / layout
     doc = json.loads(run_cli("inspect", "--json", "--unstack-layers", str(folder)).out)
     shapes = {t["key"]: t["shape"] for t in doc["tensors"]}
     flat = {k: v for k, v in shapes.items() if k.startswith("optimizer.distributed.")}
-    assert sorted(k.rsplit(".", 1)[1] for k in flat) == ["exp_avg", "exp_avg_sq", "param"]
+    assert sorted(k.rsplit(".", 1)[1] for k in flat) == (["exp_avg", "exp_avg_sq", "param"] if buckets else [])
     assert all(len(v) == 1 for v in flat.values())  # 1-d, over every parameter (padded)
     assert not any(k.startswith("optimizer.state.") for k in shapes)
+    if not buckets:  # the gathered state is one pickled object, never unpickled to be shown
+        assert "optimizer.distributed.dp_group_idx_0.param_state" in doc["metadata"]
     meg = doc["metadata"]["megatron"]["distributed_optimizer"]
-    assert meg["sharding_type"] == "dp_reshardable" and meg["buckets"] == 1
+    assert meg["sharding_type"] == kind and meg["buckets"] == buckets
     said = [w for w in doc["warnings"] if "distributed-optimizer" in w]
-    assert len(said) == 1 and "dp_reshardable" in said[0] and "which range is which parameter is not saved" in said[0]
+    assert len(said) == 1 and kind in said[0] and "which range is which parameter is not saved" in said[0]
     out = tmp_path / "model.safetensors"
     r = run_cli("migrate", str(folder), "--unstack-layers", *_LOCAL_SPEC, "--drop", "optimizer.*", "-o", str(out))
     assert r.code == 0, r
     got = safetensors_torch.load_file(str(out))
-    want = {k: v for k, v in _expected("distopt_dp_reshardable").items() if not k.startswith("optimizer.")}
+    want = {k: v for k, v in _expected(layout).items() if not k.startswith("optimizer.")}
     assert sorted(got) == sorted(want)
     assert all(torch.equal(got[k].view(torch.uint8), v.view(torch.uint8)) for k, v in want.items())

@@ -118,8 +118,10 @@ def _describe_optimizer(loaded: Loaded, info: dict[str, Any]) -> None:
                                      "kept as saved", "buckets": len(buckets)}
     loaded.warnings.append(
         f"Megatron distributed-optimizer state saved as {kind or 'flat per-DP-rank buffers'}: {len(flat)} "
-        f"entries under {_FLAT_OPTIMIZER}* ({len(buckets)} flat per-rank bucket(s), e.g. {example!r}) hold the "
-        "fp32 main parameters and "
+        f"entries under {_FLAT_OPTIMIZER}* ("
+        + (f"{len(buckets)} flat per-rank bucket(s)" if buckets
+           else "pickled objects: flat buffers gathered on DP rank 0")
+        + f", e.g. {example!r}) hold the fp32 main parameters and "
         "Adam moments of many parameters end to end, padded; which range is which parameter is not saved (a "
         "DistributedOptimizer recomputes it from the model it wraps), so they are kept as saved, not split into "
         "parameters or unstacked; --drop 'optimizer.*' leaves them out. A run saved with sharding_type "

@@ -83,7 +83,9 @@ def summary_lines(report: InspectReport) -> list[str]:
         lines.append(f"training:   Megatron-core {backend.get('sharded_backend', '?')} "
                      f"v{backend.get('sharded_backend_version', '?')}; layers "
                      f"{'unstacked' if meg.get('unstacked') else 'stacked'} ({meg.get('stacked_layers') or 0}); "
-                     f"common.pt: {', '.join(sorted(common)[:8]) or 'empty' if isinstance(common, dict) else 'none'}")
+                     f"common.pt: {', '.join(sorted(common)[:8]) or 'empty' if isinstance(common, dict) else 'none'}"
+                     + ("; saved with " + " ".join(f"{k}={v}" for k, v in meg["parallel"].items())
+                        if isinstance(meg.get("parallel"), dict) else ""))
     dist = c.metadata.get("distributed_safetensors") if c.format == Format.DIST_SAFETENSORS else None
     if isinstance(dist, dict):
         lines.append(f"training:   torch.distributed.checkpoint HuggingFaceStorageWriter(save_distributed=True), "

@@ -12,8 +12,16 @@ them: ``...mlp.experts.local_experts.3.linear_fc1.weight``), what
 contiguous byte range of its stacked tensor, so nothing is copied or held:
 the per-layer keys read (and stream) through the stacked one.
 
+Tensor-, pipeline- and expert-parallel saves need nothing more: every rank's
+pieces sit at their global offsets in ``.metadata`` (a TP=2 weight reads as
+the TP=1 one; a PP stage's layers as rows of the one stack, numbered with
+Megatron's layer offset).
+
 ``common.pt`` (torch.save: iteration, args, ...) is read by the restricted
-unpickler like any torch file; ``metadata.json`` is plain JSON.
+unpickler like any torch file; ``metadata.json`` is plain JSON. A
+DistributedOptimizer's ``fully_reshardable`` state is one tensor per
+parameter (unstacked like it); its ``dp_reshardable`` buckets are flat over
+many parameters with no saved map, so they are kept as saved and said.
 """
 from __future__ import annotations
 
@@ -37,7 +45,8 @@ _STACKED = re.compile(r"^(?P<head>(?:.*\.)?(?:decoder|encoder)\.layers\.)(?P<res
 _EXPERT = re.compile(r"^mlp\.experts\.(?:experts\.)?(?P<rest>linear_fc[12]\.[^/]+)$")
 _SHARD = re.compile(r"^(?P<key>[^/]+)/shard_(?P<offsets>[\d.]+)_(?P<shape>[\d.]+)$")
 _PER_LAYER = re.compile(r"^(?P<head>(?:.*\.)?(?:decoder|encoder)\.layers\.)(?P<layer>\d+)\.")
-_FLAT_OPTIMIZER = "optimizer.distributed."
+_FLAT_OPTIMIZER = "optimizer.distributed."  # dp_reshardable, dp_zero_gather_scatter: per-DP-rank buffers
+_PER_PARAM_OPTIMIZER = "optimizer.state."  # fully_reshardable: optimizer.state.<state>.<parameter key>
 
 
 def _metadata_json(folder: str) -> Any:
@@ -75,6 +84,9 @@ def describe(loaded: Loaded, folder: str, options: ReadOptions) -> None:
         loaded.references.extend(part.references)
         loaded.warnings.extend(f"{COMMON}: {w}" for w in part.warnings)
         info[COMMON] = summarize(part.root)
+        parallel = _parallel(info[COMMON])
+        if parallel:
+            info["parallel"] = parallel
         for source in part.sources:
             source.close()
     stacked = _stacked_layers(loaded.root)
@@ -84,16 +96,59 @@ def describe(loaded: Loaded, folder: str, options: ReadOptions) -> None:
             f"Megatron torch_dist: layers are stacked on a leading axis ({stacked} layers, e.g. "
             f"{next(k for k in loaded.root if _STACKED.match(k))!r}); a Megatron model's state_dict names them "
             "per layer: add --unstack-layers (inspect and migrate)")
-    flat = [str(k) for k in loaded.root if str(k).startswith(_FLAT_OPTIMIZER)]
-    if flat:  # dp_reshardable / dp_zero_gather_scatter: per-DP-rank buffers over many parameters
-        info["distributed_optimizer"] = "flat buffers (optimizer.distributed.*), kept as saved"
-        loaded.warnings.append(
-            f"Megatron distributed-optimizer state in flat per-rank buckets ({len(flat)} entries under "
-            f"{_FLAT_OPTIMIZER}*, e.g. {flat[0]!r}): kept as saved, never split into parameters or unstacked; "
-            "--drop 'optimizer.*' leaves the optimizer out (its fully_sharded_model_space format, "
-            "optimizer.state.<exp_avg|exp_avg_sq|param>.<parameter>, is unstacked like the parameters)")
+    _describe_optimizer(loaded, info)
     loaded.framework = "megatron"
     loaded.metadata["megatron"] = info
+
+
+def _describe_optimizer(loaded: Loaded, info: dict[str, Any]) -> None:
+    """Name the DistributedOptimizer's format; say plainly when its state stays flat, and why."""
+    kind = _find(info.get(COMMON), "param_state_sharding_type", 3)
+    flat = [str(k) for k in loaded.root if str(k).startswith(_FLAT_OPTIMIZER)]
+    per_param = any(str(k).startswith(_PER_PARAM_OPTIMIZER) for k in loaded.root)
+    if kind is None and not flat and not per_param:
+        return
+    if not flat:  # fully_reshardable (fully_sharded_model_space): one tensor per parameter and state
+        info["distributed_optimizer"] = {"sharding_type": kind, "state": "per parameter (optimizer.state.*)"}
+        return
+    tensors = [k for k in flat if isinstance(loaded.root[k], TensorMeta)]
+    buckets = sorted({k.rsplit(".", 1)[0] for k in tensors})
+    example = (tensors or flat)[0]
+    info["distributed_optimizer"] = {"sharding_type": kind, "state": "flat buckets (optimizer.distributed.*), "
+                                     "kept as saved", "buckets": len(buckets)}
+    loaded.warnings.append(
+        f"Megatron distributed-optimizer state saved as {kind or 'flat per-DP-rank buffers'}: {len(flat)} "
+        f"entries under {_FLAT_OPTIMIZER}* ("
+        + (f"{len(buckets)} flat per-rank bucket(s)" if buckets
+           else "pickled objects: flat buffers gathered on DP rank 0")
+        + f", e.g. {example!r}) hold the fp32 main parameters and "
+        "Adam moments of many parameters end to end, padded; which range is which parameter is not saved (a "
+        "DistributedOptimizer recomputes it from the model it wraps), so they are kept as saved, not split into "
+        "parameters or unstacked; --drop 'optimizer.*' leaves them out. A run saved with sharding_type "
+        f"'fully_reshardable' holds one tensor per parameter ({_PER_PARAM_OPTIMIZER}<param|exp_avg|exp_avg_sq>."
+        "<parameter>), unstacked like the parameters")
+
+
+_PARALLEL = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+             "ep": "expert_model_parallel_size"}
+
+
+def _parallel(common: Any) -> dict[str, int] | None:
+    """The parallelism Megatron-LM's ``args`` (saved in common.pt) records: what the run was, not what it needs."""
+    args = common.get("args") if isinstance(common, Mapping) else None
+    if not isinstance(args, Mapping):
+        return None
+    found = {k: args[v] for k, v in _PARALLEL.items() if isinstance(args.get(v), int)}
+    return found or None
+
+
+def _find(tree: Any, name: str, depth: int) -> str | None:
+    """``tree[...][name]`` at most ``depth`` levels down (a ChainedOptimizer nests one state per optimizer)."""
+    if not isinstance(tree, Mapping) or depth < 0:
+        return None
+    if isinstance(tree.get(name), str):
+        return str(tree[name])
+    return next((f for v in tree.values() if (f := _find(v, name, depth - 1)) is not None), None)
 
 
 def _stacked_layers(root: Any) -> int | None:

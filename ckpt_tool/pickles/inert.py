@@ -100,6 +100,10 @@ REVIEWED: dict[Pair, str] = {
        for n in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
                  "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")},
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): "DCP .metadata: where an item lies (dataclass)",
+    # Megatron-core's planner keeps every rank's save plan in .metadata (all_local_plans): torch's frozen
+    # dataclasses and an Enum (torch/distributed/checkpoint/planner.py), no __setstate__ or __reduce__ of their own
+    **{("torch.distributed.checkpoint.planner", n): "DCP .metadata: a rank's save plan (Megatron's all_local_plans)"
+       for n in ("SavePlan", "WriteItem", "WriteItemType", "TensorWriteData")},
     # DTensors saved per rank (verl, an FSDP2 model's state_dict()): torch 2.13's own value classes. The
     # tensor is Tensor._make_wrapper_subclass (via _rebuild_wrapper_subclass) plus two slots; the rest are
     # dataclasses, NamedTuples and placements built by NEWOBJ + BUILD. DeviceMesh.__setstate__ updates its

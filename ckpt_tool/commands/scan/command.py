@@ -313,7 +313,8 @@ def _check_readable(scanner: Scanner, path: str, limits: Limits) -> None:
     and safetensors refuse is an error here too, never "safe").
     """
     try:
-        loaded = read_file(path, ReadOptions(limits=limits, walk=False))  # the scanner walked it already
+        # the scanner walked it already; a rank file of a larger save is read as safetensors reads it
+        loaded = read_file(path, ReadOptions(limits=limits, walk=False, part_as_saved=True))
     except CkptError as exc:
         scanner.errors.append(exc.message if exc.message.startswith(path) else f"{path}: {exc.message}")
         return

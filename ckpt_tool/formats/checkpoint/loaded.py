@@ -48,3 +48,6 @@ class ReadOptions:
     walk: bool = True
     # How tensor-parallel shards merge when the user gives the rules (migrate --tp-rules FILE)
     tp_rules: TpRules | None = None
+    # Read a file that is one part of a larger save (a distributed safetensors rank file) as the bytes it holds,
+    # as safetensors itself would: scan asks whether a loader can read the file, not what model it is part of.
+    part_as_saved: bool = False

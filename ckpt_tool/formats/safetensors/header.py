@@ -93,7 +93,8 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     if len(header) > options.limits.max_tensors:
         raise LimitExceeded(f"safetensors header lists {len(header)} tensors, over the limit of "
                             f"{options.limits.max_tensors} (raise it with --max-tensors)", path)
-    if isinstance(meta, dict) and "DCP_SHARDING_INFO" in meta and is_distributed_shard(path, meta["DCP_SHARDING_INFO"]):
+    if isinstance(meta, dict) and "DCP_SHARDING_INFO" in meta and not options.part_as_saved \
+            and is_distributed_shard(path, meta["DCP_SHARDING_INFO"]):
         raise InputError(shard_file_message(path), path)
     entries = checked_entries(header, data_len, options, path)
     source = storage_source(path, _regions(entries, start))

@@ -74,12 +74,25 @@ def test_fixtures_verdicts_by_allowlist(fixtures_dir, name, verdict):
     assert scan([os.fspath(fixtures_dir / name)], strict=True).exit_code == (0 if verdict == "safe" else 1)
 
 
-@pytest.mark.parametrize("folder", ["sharded", "sharded_bin", "dcp"])
+@pytest.mark.parametrize("folder", ["sharded", "sharded_bin", "dcp", "megatron/dense", "megatron/tp2",
+                                    "dist_safetensors/run"])
 def test_clean_folders_are_safe(fixtures_dir, folder):
+    # megatron/: real megatron-core saves, whose .metadata holds every rank's SavePlan (all_local_plans);
+    # dist_safetensors/: rank files of a distributed save, each a safetensors file safetensors loads as it is
     report = only(fixtures_dir / folder)
     assert {f.verdict for f in report.files} == {"safe"}
     assert report.exit_code == 0
     assert all(p.endswith(".json") for p in report.skipped)
+
+
+def test_a_distributed_safetensors_rank_file_scans_as_safetensors_loads_it(fixtures_dir):
+    from safetensors import safe_open
+
+    path = fixtures_dir / "dist_safetensors" / "run" / "shard-00001-model-00001-of-00001.safetensors"
+    with safe_open(str(path), "np") as f:  # the loader reads it as it is: the rank's slices
+        keys = sorted(f.keys())
+    (f,) = only(path).files
+    assert f.verdict == "safe" and not f.errors and keys
 
 
 def test_shard_index_scans_its_shards(fixtures_dir):

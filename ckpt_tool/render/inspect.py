@@ -77,7 +77,12 @@ def summary_lines(report: InspectReport) -> list[str]:
         lines.append(f"training:   DeepSpeed {kind}, {ds.get('world_size')} rank(s){parallel}, "
                      f"{ds.get('dtype')}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
     meg = c.metadata.get("megatron") if c.framework == "megatron" else None
-    if isinstance(meg, dict):  # Megatron-core torch_dist: what metadata.json and common.pt say
+    if isinstance(meg, dict) and c.format == Format.MEGATRON_LEGACY:  # Megatron-LM's mp_rank_XX folders
+        merged = meg.get("tp_rules")
+        how = (f", merged by {merged.get('from')}" if isinstance(merged, dict) else "") if meg.get("tp", 1) != 1 else ""
+        lines.append(f"training:   Megatron-LM legacy checkpoint, iteration {meg.get('iteration')}, "
+                     f"pp={meg.get('pp')} tp={meg.get('tp')}{how}")
+    elif isinstance(meg, dict):  # Megatron-core torch_dist: what metadata.json and common.pt say
         backend = meg.get("metadata.json") or {}
         common = meg.get("common.pt")
         lines.append(f"training:   Megatron-core {backend.get('sharded_backend', '?')} "

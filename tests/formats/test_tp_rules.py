@@ -236,6 +236,14 @@ def test_megatron_legacy_inspect_with_rules(tmp_path):
     assert shapes["language_model.encoder.layers.0.self_attention.query_key_value.weight"] == [24, 8]
 
 
+def test_megatron_legacy_inspect_says_what_it_is(run_cli):
+    r = run_cli("inspect", str(MEG), "--tp-rules", str(MEG / "rules.toml"))
+    assert r.code == 0, r.err
+    line = next(x for x in r.out.splitlines() if x.startswith("training:"))
+    assert "Megatron-LM legacy checkpoint, iteration iter_0000001, pp=1 tp=2, merged by" in line
+    assert "torch_dist" not in line and "common.pt" not in line  # not Megatron-core's torch_dist line
+
+
 def test_megatron_legacy_missing_rank_is_named(tmp_path, run_cli):
     run = tmp_path / "meg"
     shutil.copytree(MEG, run)

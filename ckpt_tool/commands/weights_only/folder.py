@@ -22,8 +22,8 @@ from ...format_names import Format
 from ...io.paths import is_url, join
 from ...model import Checkpoint
 
-TORCH_LOAD, SAFETENSORS, DCP, PICKLE_LOAD, DEEPSPEED = (
-    "torch.load", "safetensors", "torch.distributed.checkpoint", "pickle.load", "deepspeed")
+TORCH_LOAD, SAFETENSORS, DCP, PICKLE_LOAD, DEEPSPEED, MEGATRON = (
+    "torch.load", "safetensors", "torch.distributed.checkpoint", "pickle.load", "deepspeed", "megatron-lm")
 
 # (file's WeightsOnlyInput, torch version) -> (loads, needs, reason, dangerous needs)
 PerFile = Callable[[Any, "str | None"], tuple[bool, tuple[str, ...], "str | None", tuple[str, ...]]]
@@ -82,7 +82,10 @@ def folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile)
         return FolderVerdict(_not_a_file(ck.path, "torch.distributed.checkpoint.load reads it"), _dcp_files(ck))
     if ck.format == Format.DEEPSPEED:
         return FolderVerdict(_not_a_file(ck.path, "DeepSpeed's load_checkpoint reads its rank files with torch.load"),
-                             _deepspeed_files(ck, torch_version, per_file))
+                             _rank_files(ck, "deepspeed", DEEPSPEED, torch_version, per_file))
+    if ck.format == Format.MEGATRON_LEGACY:
+        return FolderVerdict(_not_a_file(ck.path, "Megatron-LM's load_checkpoint reads each rank's file with "
+                                         "torch.load"), _rank_files(ck, "megatron", MEGATRON, torch_version, per_file))
     return None
 
 
@@ -114,12 +117,14 @@ def _dcp_files(ck: Checkpoint) -> tuple[FileVerdict, ...]:
     return tuple(out)
 
 
-def _deepspeed_files(ck: Checkpoint, torch_version: str | None, per_file: PerFile) -> tuple[FileVerdict, ...]:
-    """Each rank file, its pickle read again (without its tensor bytes) for the prediction."""
+def _rank_files(ck: Checkpoint, record: str, loader: str, torch_version: str | None,
+                per_file: PerFile) -> tuple[FileVerdict, ...]:
+    """Each rank file its reader recorded (``metadata[record]``: folder, files), its pickle read again (without
+    its tensor bytes) for the prediction."""
     from ...formats import read_file
     from ...formats.checkpoint.loaded import ReadOptions
 
-    meta = ck.metadata.get("deepspeed")
+    meta = ck.metadata.get(record)
     if not isinstance(meta, dict):
         return ()
     folder = str(meta.get("folder") or ck.path)
@@ -130,14 +135,14 @@ def _deepspeed_files(ck: Checkpoint, torch_version: str | None, per_file: PerFil
         try:
             loaded = read_file(full, ReadOptions(walk=False))
         except CkptError as exc:
-            out.append(FileVerdict(shown, DEEPSPEED, None, reason=f"not predicted: {exc.message}"))
+            out.append(FileVerdict(shown, loader, None, reason=f"not predicted: {exc.message}"))
             continue
         try:
             if loaded.weights_only is None:
-                out.append(FileVerdict(shown, DEEPSPEED, None, reason="not predicted"))
+                out.append(FileVerdict(shown, loader, None, reason="not predicted"))
             else:
                 loads, needs, reason, dangerous = per_file(loaded.weights_only, torch_version)
-                out.append(FileVerdict(shown, DEEPSPEED, loads, needs, reason, dangerous))
+                out.append(FileVerdict(shown, loader, loads, needs, reason, dangerous))
         finally:
             for source in loaded.sources:
                 source.close()
@@ -155,5 +160,5 @@ def _relative(full: str, top: str, folder: str) -> str:
     return os.path.relpath(full, top if os.path.isdir(top) else folder)
 
 
-__all__ = ["DCP", "DEEPSPEED", "PICKLE_LOAD", "SAFETENSORS", "TORCH_LOAD", "FileVerdict", "FolderVerdict",
+__all__ = ["DCP", "DEEPSPEED", "MEGATRON", "PICKLE_LOAD", "SAFETENSORS", "TORCH_LOAD", "FileVerdict", "FolderVerdict",
            "folder_verdict"]

@@ -122,7 +122,7 @@ def read_megatron_legacy(path: str, options: ReadOptions) -> Loaded:
         if t == 0:
             meta0, key = dict(ck.metadata), ck.state_dict_key
             _check_sizes(loaded.root, tp, pp, folder)
-    info: dict[str, Any] = {"tp": tp, "pp": pp, "iteration": tag, "state_dict": key,
+    info: dict[str, Any] = {"tp": tp, "pp": pp, "iteration": tag, "state_dict": key, "folder": folder,
                             "files": [paths.basename(paths.dirname(files[(t, 0)])) + "/" + paths.basename(files[(t, 0)])
                                       for t in range(tp)]}
     if tp == 1:

@@ -106,3 +106,16 @@ def test_deepspeed_rank_files_verdicts_match_real_torch(run_cli, run):
         assert f["loads"] is _real_torch_loads(folder / f["path"]), f
         if not f["loads"]:
             assert f["needs"], f
+
+
+def test_megatron_legacy_rank_files_verdicts_match_real_torch(run_cli):
+    folder = FIXTURES / "deepspeed_parallel" / "megatron_legacy"
+    r = run_cli("inspect", "--json", str(folder), "--tp-rules", str(folder / "rules.toml"))
+    assert r.code == 0, r.err
+    wo = json.loads(r.out)["weights_only"]
+    assert [f["path"] for f in wo["files"]] == ["iter_0000001/mp_rank_00/model_optim_rng.pt",
+                                                "iter_0000001/mp_rank_01/model_optim_rng.pt"]
+    for f in wo["files"]:
+        assert f["loader"] == "megatron-lm"
+        assert f["loads"] is _real_torch_loads(folder / f["path"]) is False, f  # the saved args: a Namespace
+        assert f["needs"] == ["argparse.Namespace"], f

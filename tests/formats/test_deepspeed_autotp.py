@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import tp_fixtures
 from conftest import ROOT, assert_one_line_error
 
 torch = pytest.importorskip("torch")
@@ -32,17 +33,11 @@ SHAPES = {"embed.weight": [18, 8], "layers.0.norm.weight": [8], "layers.0.norm.b
           "lm_head.weight": [18, 8]}
 
 
-def _bits(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
+_bits = tp_fixtures.bits
 
 
 def assert_bit_equal(path: Path) -> None:
-    got = st.load_file(str(path))
-    expected = st.load_file(str(RUN / "expected.safetensors"))
-    assert sorted(got) == sorted(expected)
-    for k, v in expected.items():
-        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert torch.equal(_bits(got[k]), _bits(v)), k
+    tp_fixtures.assert_bit_equal(path, RUN / "expected.safetensors")
 
 
 def _states(run: Path, rank: int) -> Path:

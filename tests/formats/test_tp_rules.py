@@ -13,29 +13,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+import tp_fixtures as tp
 from conftest import ROOT, assert_one_line_error
 
 from ckpt_tool.errors import UsageError
 from ckpt_tool.format_names import TpMerge
 from ckpt_tool.formats.deepspeed.tprules import TpRule, from_universal_info, parse_rules
 
-RUN = ROOT / "fixtures" / "deepspeed_parallel" / "tp"
+RUN = tp.TP_RUN
+RULES = tp.TP_RULES
 
-RULES = """\
-replicated = ["norm.*", "fc2.bias"]
-
-[[tp]]
-pattern = "fc2.weight"
-dim = 1
-
-[[tp]]
-pattern = "*"
-dim = 0
-
-[vocab]
-pattern = "embed.weight"
-size = 17
-"""
 
 
 # -- the rules, torch-free --------------------------------------------------------------------------------------
@@ -90,33 +77,18 @@ st = pytest.importorskip("safetensors.torch")
 from ckpt_tool import load  # noqa: E402
 from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
 
-
-def _bits(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
+_bits = tp.bits
 
 
 def assert_bit_equal(path: Path) -> None:
-    got = st.load_file(str(path))
-    expected = st.load_file(str(RUN / "expected.safetensors"))
-    assert sorted(got) == sorted(expected)
-    for k, v in expected.items():
-        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert torch.equal(_bits(got[k]), _bits(v)), k
+    tp.assert_bit_equal(path, RUN / "expected.safetensors")
 
 
-def _without_rules(tmp_path: Path) -> Path:
-    """The run as one that records no universal_checkpoint_info (rewritten by torch, weights_only)."""
-    run = tmp_path / "tp"
-    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json"))
-    for f in (run / "global_step1").glob("mp_rank_*_model_states.pt"):
-        states = torch.load(f, weights_only=True)
-        del states["universal_checkpoint_info"]
-        torch.save(states, f)
-    return run
+_without_rules = tp.run_without_recorded_rules
 
 
 def test_one_ranks_files_are_not_read_as_the_model(tmp_path, run_cli):
-    """tp=2 recorded, only mp_rank_00 here (a rank that did not save, or files left behind): refused, not half a model."""
+    """tp=2 recorded, only mp_rank_00 here (a rank that did not save, or files left over): not half a model."""
     run = tmp_path / "tp"
     shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json", "*mp_rank_01*"))
     assert_one_line_error(run_cli("inspect", str(run)), "pp=1 x tp=2", "only mp_rank_00")

@@ -8,9 +8,9 @@ fixtures/deepspeed_parallel/megatron_legacy is Megatron-LM's legacy ``mp_rank_XX
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
+import tp_fixtures as tp
 from conftest import ROOT, assert_one_line_error
 
 import ckpt_tool
@@ -59,22 +59,7 @@ def test_a_bad_rules_file_is_exit_2(tmp_path, run_cli):
 # -- values: read through the merge, bit for bit ----------------------------------------------------------------
 torch = pytest.importorskip("torch")
 
-TP_RUN = ROOT / "fixtures" / "deepspeed_parallel" / "tp"
-TP_RULES = """\
-replicated = ["norm.*", "fc2.bias"]
-
-[[tp]]
-pattern = "fc2.weight"
-dim = 1
-
-[[tp]]
-pattern = "*"
-dim = 0
-
-[vocab]
-pattern = "embed.weight"
-size = 17
-"""
+TP_RUN, TP_RULES = tp.TP_RUN, tp.TP_RULES
 
 
 def test_values_of_the_merged_megatron_folder_equal_its_merged_model(run_cli):
@@ -87,12 +72,7 @@ def test_values_of_the_merged_megatron_folder_equal_its_merged_model(run_cli):
 def test_a_deepspeed_tp_run_without_universal_info_diffs_with_a_rules_file(tmp_path, run_cli):
     """The tp fixture with universal_checkpoint_info removed (rewritten by torch, weights_only), as an AutoTP
     run records none: refused bare, equal to the live ranks' merged parameters with the rules."""
-    run = tmp_path / "tp"
-    shutil.copytree(TP_RUN, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json"))
-    for f in (run / "global_step1").glob("mp_rank_*_model_states.pt"):
-        states = torch.load(f, weights_only=True)
-        del states["universal_checkpoint_info"]
-        torch.save(states, f)
+    run = tp.run_without_recorded_rules(tmp_path)
     expected = TP_RUN / "expected.safetensors"
     assert_one_line_error(run_cli("diff", str(run), str(expected)), "universal_checkpoint_info", "--tp-rules")
     rules = tmp_path / "rules.toml"

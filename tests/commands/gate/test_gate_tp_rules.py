@@ -9,31 +9,16 @@ model, embedding rows 17 of 18 padded).
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
+import tp_fixtures as tp
 from conftest import ROOT, assert_one_line_error
 
 import ckpt_tool
 
 LEGACY = ROOT / "fixtures" / "deepspeed_parallel" / "megatron_legacy"
 RULES = LEGACY / "rules.toml"
-TP_RUN = ROOT / "fixtures" / "deepspeed_parallel" / "tp"
-TP_RULES = """\
-replicated = ["norm.*", "fc2.bias"]
-
-[[tp]]
-pattern = "fc2.weight"
-dim = 1
-
-[[tp]]
-pattern = "*"
-dim = 0
-
-[vocab]
-pattern = "embed.weight"
-size = 17
-"""
+TP_RUN, TP_RULES = tp.TP_RUN, tp.TP_RULES
 
 # the module the tp fixture's merged model loads into (fixtures/deepspeed_parallel/generate.py, vocabulary unpadded)
 TARGET = """\
@@ -79,13 +64,8 @@ def test_a_bad_rules_file_is_exit_2_before_anything_is_gated(tmp_path, run_cli):
 def test_a_deepspeed_run_without_rules_is_gated_against_its_target_with_a_rules_file(tmp_path, run_cli):
     """The tp run with universal_checkpoint_info removed (rewritten by torch, weights_only): refused bare; with the
     rules it matches the module it merges into; rules that keep the padded vocabulary row fail matches-target."""
-    torch = pytest.importorskip("torch")
-    run = tmp_path / "tp"
-    shutil.copytree(TP_RUN, run, ignore=shutil.ignore_patterns("*.safetensors", "*.json"))
-    for f in (run / "global_step1").glob("mp_rank_*_model_states.pt"):
-        states = torch.load(f, weights_only=True)
-        del states["universal_checkpoint_info"]
-        torch.save(states, f)
+    pytest.importorskip("torch")
+    run = tp.run_without_recorded_rules(tmp_path)
     model = tmp_path / "merged.py"
     model.write_text(TARGET)
     target = f"{model}:Merged"

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,56 +22,17 @@ st = pytest.importorskip("safetensors.torch")
 from ckpt_tool import load  # noqa: E402
 from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
 
-_SAVE = textwrap.dedent("""
-    import os, sys
-    import torch, torch.distributed as dist, torch.multiprocessing as mp
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import HuggingFaceStorageWriter
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-
-    def run(rank, out, port):
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        dist.init_process_group("gloo", rank=rank, world_size=2)
-        mesh = init_device_mesh("cpu", (2,))
-        g = torch.Generator().manual_seed(0)
-        full = {"embed.weight": torch.randn(6, 4, generator=g),                       # Shard(0), even
-                "proj.weight": torch.randn(4, 7, generator=g),                        # Shard(1), 4 + 3 columns
-                "norm.weight": torch.randn(5, generator=g).to(torch.bfloat16),        # Shard(0), 3 + 2
-                "rope.freqs": torch.randn(3, generator=g),                            # Replicate: written once
-                "mlp.weight": torch.randn(5, 3, 2, generator=g),                      # Shard(1) of a 3-d tensor
-                "steps": torch.arange(8, dtype=torch.int64)}                          # int64, Shard(0)
-        places = {"embed.weight": Shard(0), "proj.weight": Shard(1), "norm.weight": Shard(0),
-                  "rope.freqs": Replicate(), "mlp.weight": Shard(1), "steps": Shard(0)}
-        sd = {k: distribute_tensor(v, mesh, [places[k]]) for k, v in full.items()}
-        dcp.save(sd, storage_writer=HuggingFaceStorageWriter(os.path.join(out, "one"), save_distributed=True))
-        split = {k: 1 + i % 2 for i, k in enumerate(full)}  # two files per rank
-        dcp.save(sd, storage_writer=HuggingFaceStorageWriter(os.path.join(out, "two"), save_distributed=True,
-                                                             fqn_to_index_mapping=split))
-        full_again = {k: v.full_tensor() for k, v in sd.items()}
-        if rank == 0:
-            torch.save(full_again, os.path.join(out, "full.pt"))
-        dist.destroy_process_group()
-
-    if __name__ == "__main__":
-        mp.spawn(run, args=(sys.argv[1], sys.argv[2]), nprocs=2)
-""")
-
-
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dist_safetensors"  # fixtures/dist_safetensors/generate.py
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> Path:
+    """torch's writer's output, committed: ``one`` (a file per rank), ``two`` (two files per rank), ``full.pt``
+    (every DTensor's full_tensor(), the consolidated model)."""
     root = tmp_path_factory.mktemp("dist_st")
-    script = root / "save.py"
-    script.write_text(_SAVE)
-    done = subprocess.run([sys.executable, str(script), str(root), _free_port()], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    shutil.copytree(FIXTURE / "run", root / "one")
+    shutil.copytree(FIXTURE / "run_two", root / "two")
+    torch.save(st.load_file(str(FIXTURE / "expected.safetensors")), root / "full.pt")
     return root
 
 

@@ -47,12 +47,13 @@ class Output:
     the disk starts on it while the rest is written.
     """
 
-    def __init__(self, fd: int, flush_at: int = CHUNK) -> None:
+    def __init__(self, fd: int, flush_at: int = CHUNK, on_disk: Callable[[int], None] | None = None) -> None:
         self.fd = fd
         self.pos = 0  # bytes accepted so far (written or buffered)
         self._parts: list[bytes] = []
         self._buffered = 0
         self._flush_at = flush_at
+        self._on_disk = on_disk  # told the file offset the bytes in the file have reached (an early verifier)
         try:
             self.writeback: Writeback | None = Writeback(fd, os.lseek(fd, 0, os.SEEK_CUR))
         except OSError:  # not a seekable file: nothing to write back early
@@ -62,6 +63,8 @@ class Output:
         """``nbytes`` more reached the file (from here or copied in the kernel)."""
         if self.writeback is not None:
             self.writeback.wrote(nbytes)
+            if self._on_disk is not None:
+                self._on_disk(self.writeback.done)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         n = len(data)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...format_names import OutputFormat
 from ...io.atomic import write as atomic
@@ -17,12 +17,20 @@ from ...writers.payload import SafetensorsPayload, TorchPayload
 from .job import WriteJob, device_status, output_size, single_cast
 from .report import MigrateReport
 
+if TYPE_CHECKING:
+    from .verify.early import EarlyCheck
+
+
+_NOTHING_PROVEN: Mapping[str, tuple[int, int]] = {}
+
 
 class Written(NamedTuple):
-    """What a writer reports besides the bytes: the shard files, and warnings about them."""
+    """What a writer reports besides the bytes: the shard files, warnings about them, and the tensors an
+    EarlyCheck compared with their sources while the file was written (key -> file offset, bytes)."""
 
     shards: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    proven: Mapping[str, tuple[int, int]] = _NOTHING_PROVEN
 
 
 @dataclass(frozen=True)
@@ -64,13 +72,21 @@ def _write_torch_zip(fd: int, job: WriteJob) -> Written:
     return Written()
 
 
-def _write_safetensors(fd: int, job: WriteJob) -> Written:
+def _write_safetensors(fd: int, job: WriteJob, early: EarlyCheck | None = None) -> Written:
     from ...writers.safetensors.single import write_safetensors
 
     payload, p = _safetensors(job), job.hooks.progress
     p.start("writing", sum(t.nbytes for t in payload.stored))
-    write_safetensors(fd, payload.stored, {**payload.meta, **payload.aliases}, p.advance)
-    return Written()
+    if early is None:
+        write_safetensors(fd, payload.stored, {**payload.meta, **payload.aliases}, p.advance)
+        return Written()
+    finished = False
+    try:
+        write_safetensors(fd, payload.stored, {**payload.meta, **payload.aliases}, p.advance, early)
+        finished = True
+    finally:
+        proven = early.close(finished)
+    return Written(proven=proven)
 
 
 def _write_sharded(tmp: atomic.AtomicDir, job: WriteJob) -> Written:
@@ -132,7 +148,23 @@ def write_and_publish(job: WriteJob) -> MigrateReport:
     with atomic.AtomicFile(job.out) as file:
         if file.fd is None:  # AtomicFile opens it on entering: a bug, never the user's doing
             raise RuntimeError(f"the temporary file for {job.out} is not open")
-        return _prove_and_publish(job, file, writer.write(file.fd, job))
+        early = _early_check(job, file.path)
+        written = writer.write(file.fd, job) if early is None else _write_safetensors(file.fd, job, early)
+        return _prove_and_publish(job, file, written)
+
+
+def _early_check(job: WriteJob, path: str) -> EarlyCheck | None:
+    """An EarlyCheck for a verified safetensors file large enough to gain from comparing while it is written."""
+    from .verify.early import EarlyCheck
+
+    payload = job.payload
+    if job.format is not OutputFormat.SAFETENSORS or not job.verify or not isinstance(payload, SafetensorsPayload):
+        return None
+    if job.hooks.after_write is not None:  # a test that changes the file between writing and verifying
+        return None
+    if not EarlyCheck.worth_it(payload.stored):
+        return None
+    return EarlyCheck(path, payload.stored, job.plan.source.limits)
 
 
 def _prove_and_publish(job: WriteJob, tmp: atomic.AtomicFile | atomic.AtomicDir, written: Written) -> MigrateReport:
@@ -151,7 +183,7 @@ def _prove_and_publish(job: WriteJob, tmp: atomic.AtomicFile | atomic.AtomicDir,
     size = output_size(tmp.path)
     if job.hooks.after_write is not None:
         job.hooks.after_write(tmp.path)
-    verified, failures = _verify(job, tmp.path, warnings)
+    verified, failures = _verify(job, tmp.path, warnings, written.proven)
     if report.sanitized is not None and job.verify and not failures:
         from .verify.weights_only import load_weights_only
 
@@ -195,7 +227,8 @@ def checks_done(report: MigrateReport) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _verify(job: WriteJob, path: str, warnings: list[str]) -> tuple[dict[str, bool], list[str]]:
+def _verify(job: WriteJob, path: str, warnings: list[str],
+            proven: Mapping[str, tuple[int, int]]) -> tuple[dict[str, bool], list[str]]:
     """(device -> passed, first problems) for the temporary output at ``path``."""
     if not job.verify:
         return {}, []
@@ -217,7 +250,8 @@ def _verify(job: WriteJob, path: str, warnings: list[str]) -> tuple[dict[str, bo
                          pickled_root=payload.root if isinstance(payload, TorchPayload) else None,
                          sd_key=payload.sd_key if isinstance(payload, TorchPayload) else "", devices=job.devices,
                          target=v.target, target_kwargs=v.target_kwargs, allow_missing=v.allow_missing,
-                         limits=job.plan.source.limits, progress=job.hooks.progress, plan=job.report.plan)
+                         limits=job.plan.source.limits, progress=job.hooks.progress, plan=job.report.plan,
+                         proven=proven)
     if hf is not None and not problems:
         from .verify.hf import check_folder
 

@@ -15,14 +15,16 @@ so ``load_model`` (whose model ties the weights itself) and ckpt's reader
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from ... import dtypes
 from ...errors import InputError, RuleConflict
 from ..base import OutTensor
-from ..output import Output, copy_region
+from ..output import Output, copy_region, write_all
 from ..sourcebytes import Region, tensor_data
 
 METADATA_KEY = "__metadata__"
@@ -68,12 +70,34 @@ def header_bytes(tensors: Sequence[OutTensor], metadata: Mapping[str, str]) -> b
     return struct.pack("<Q", len(raw)) + raw
 
 
+class Follower(Protocol):
+    """Something that reads the file while it is written (commands/migrate/verify/early.py)."""
+
+    def started(self) -> None:
+        """The header is in the file and the file has its final size: the tensors' places can be read."""
+
+    def reached(self, offset: int) -> None:
+        """Every byte before ``offset`` is in the file."""
+
+
 def write_safetensors(fd: int, tensors: Sequence[OutTensor], metadata: Mapping[str, str],
-                      on_bytes: Callable[[int], None] | None = None) -> int:
-    """Write one safetensors file to ``fd``; returns the bytes written."""
+                      on_bytes: Callable[[int], None] | None = None, follower: Follower | None = None) -> int:
+    """Write one safetensors file to ``fd``; returns the bytes written.
+
+    With a ``follower`` the file is given its final size and its header
+    first, and the follower is told how far the tensors' bytes have come.
+    """
     check_dtypes(tensors)
-    out = Output(fd)
-    out.write(header_bytes(tensors, metadata))
+    head = header_bytes(tensors, metadata)
+    if follower is None:
+        out = Output(fd)
+        out.write(head)
+        return write_body(out, tensors, on_bytes)
+    os.ftruncate(fd, len(head) + sum(t.nbytes for t in tensors))
+    write_all(fd, head)
+    follower.started()
+    out = Output(fd, on_disk=follower.reached)
+    out.pos = len(head)
     return write_body(out, tensors, on_bytes)
 
 

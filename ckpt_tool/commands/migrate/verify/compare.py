@@ -53,8 +53,10 @@ def _first_difference(a: bytes | bytearray, b: bytes | bytearray) -> int:
     return next((i for i in range(lo, hi) if a[i] != b[i]), hi)
 
 
-def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: Advance | None = None) -> list[str]:
-    """Each (label, expected, re-read) pair: same dtype, shape and bytes. Returns the first problems."""
+def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: Advance | None = None,
+                  proven: Mapping[str, tuple[int, int]] | None = None) -> list[str]:
+    """Each (label, expected, re-read) pair: same dtype, shape and bytes (those ``proven`` where they lie, not
+    again: verify/early.py). Returns the first problems."""
     problems: list[str] = []
     checked: list[tuple[str, OutTensor, TensorMeta]] = []
     for label, exp, act in pairs:
@@ -64,6 +66,9 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
             problems.append(f"{label}: shape is {list(act.shape)}, expected {list(exp.shape)}")
         elif act.storage is None:
             problems.append(f"{label}: holds no data")
+        elif proven and _proven_here(proven.get(label), act):
+            if advance is not None:
+                advance(exp.nbytes)
         else:
             checked.append((label, exp, act))
         if len(problems) >= MAX_REPORTED:
@@ -91,6 +96,12 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
         if advance is not None:
             advance(exp.nbytes)
     return problems
+
+
+def _proven_here(span: tuple[int, int] | None, act: TensorMeta) -> bool:
+    """Whether the re-read tensor's bytes are the file range an EarlyCheck compared (offset, length)."""
+    at = file_location(act, act.storage_offset * act.itemsize, act.nbytes) if span is not None else None
+    return at is not None and (at[1], act.nbytes) == span
 
 
 _LARGE = 4 << 20  # bytes: tensors from this size are compared chunk by chunk on every core
@@ -172,8 +183,8 @@ def _same_in_runs(to_read: Sequence[tuple[str, OutTensor, TensorMeta]], advance:
     return True
 
 
-def compare_state_dict(expected: Sequence[OutTensor], actual: Mapping[str, TensorMeta],
-                       advance: Advance | None = None) -> list[str]:
+def compare_state_dict(expected: Sequence[OutTensor], actual: Mapping[str, TensorMeta], advance: Advance | None = None,
+                       proven: Mapping[str, tuple[int, int]] | None = None) -> list[str]:
     """Every expected tensor present and bit-identical, and nothing else."""
     problems: list[str] = []
     pairs = []
@@ -185,7 +196,7 @@ def compare_state_dict(expected: Sequence[OutTensor], actual: Mapping[str, Tenso
             problems.append(f"{t.key}: missing from the output")
         else:
             pairs.append((t.key, t, found))
-    problems = problems[:MAX_REPORTED] + compare_pairs(pairs, advance)
+    problems = problems[:MAX_REPORTED] + compare_pairs(pairs, advance, proven)
     extra = sorted(k for k in actual if k not in keys)
     if extra:
         problems.append(f"unexpected tensors in the output: {', '.join(extra[:MAX_REPORTED])}")

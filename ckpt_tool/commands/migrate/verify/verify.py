@@ -39,12 +39,15 @@ def missing_from_output(plan: Plan, keys: Collection[str]) -> list[str]:
 def verify_output(path: str, fmt: OutputFormat, tensors: Sequence[OutTensor], *, pickled_root: object, sd_key: str,
                   devices: Sequence[str], target: str | None, target_kwargs: Mapping[str, object] | None,
                   allow_missing: Sequence[str], limits: Limits, progress: Progress,
-                  plan: Plan | None = None) -> tuple[dict[str, bool], list[str]]:
+                  plan: Plan | None = None,
+                  proven: Mapping[str, tuple[int, int]] | None = None) -> tuple[dict[str, bool], list[str]]:
     """Re-read a written (temporary) output with ckpt's readers and prove it on every device.
 
     Returns (device -> passed, the first problems). An output that cannot be
     read back is a failed verification, not an error. With ``plan``, every
-    source tensor the rules keep must be found in the output (missing_from_output).
+    source tensor the rules keep must be found in the output (missing_from_output). ``proven`` tensors (an
+    EarlyCheck's, verify/early.py) were compared while the file was written: their bytes are not compared again
+    when the reader places them where they were compared.
     """
     from ....errors import CkptError
     from ....formats import read_file
@@ -84,7 +87,7 @@ def verify_output(path: str, fmt: OutputFormat, tensors: Sequence[OutTensor], *,
             else:
                 actual = dict(loaded.root)  # the safetensors readers hold TensorMetas by key
             problems = (missing_from_output(plan, actual) if plan is not None else []) + \
-                compare_state_dict(tensors, actual, p.advance)
+                compare_state_dict(tensors, actual, p.advance, proven)
         p.done()
         if problems:
             return {"cpu": False}, problems

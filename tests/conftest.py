@@ -80,17 +80,18 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+def cli(*args: str) -> CliResult:
+    """Run ``ckpt ARGS`` in-process through main(), as ``run_cli`` does (for module-scoped fixtures)."""
+    from ckpt_tool.cli import main
+
+    result = CliRunner().invoke(_Main(main), list(args), catch_exceptions=False)
+    return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
 @pytest.fixture
 def run_cli():
     """Run ``ckpt ARGS`` in-process through main(); returns (exit code, stdout, stderr)."""
-    from ckpt_tool.cli import main
-
-    def run(*args: str) -> CliResult:
-        runner = CliRunner()
-        result = runner.invoke(_Main(main), list(args), catch_exceptions=False)
-        return CliResult(result.exit_code, result.stdout, result.stderr)
-
-    return run
+    return cli
 
 
 class _Main:

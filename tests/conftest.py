@@ -1,10 +1,14 @@
 """Shared fixtures: real checkpoints written by real torch, and a CLI runner."""
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,17 +26,44 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"ckpt-tests-pycache-{os.getuid()}"))
 
 
-@pytest.fixture(scope="session")
-def hf_written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
-    """The folders Hugging Face libraries write (tests/hf_writers.py, one subprocess a session): the
-    output folder, and layout -> folder (or {"skipped": why} where its library is not installed)."""
-    import json
+def computed_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> tuple[Path, object]:
+    """``build(folder)`` run once for the whole session, xdist workers included: (folder, its JSON result).
 
-    out = tmp_path_factory.mktemp("hf-folders")
+    Under pytest-xdist each worker runs every session fixture again; the expensive ones (a subprocess
+    that imports a library for seconds) are built by the first worker to ask, under a lock, in the
+    session's shared temporary folder, and read back by the others (the pattern of xdist's docs). Without
+    xdist it is a plain ``mktemp``. A build that fails leaves no ``done.json``: the next worker retries.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the parent of basetemp is shared by every pytest session
+        folder = factory.mktemp(name)
+        return folder, build(folder)
+    root = factory.getbasetemp().parent
+    folder, done = root / f"once-{name}", root / f"once-{name}.json"  # beside it: nothing a test reads
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            result = build(folder)
+            done.write_text(json.dumps(result))
+        return folder, json.loads(done.read_text())
+
+
+def _write_hf_folders(out: Path) -> object:
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "hf_writers.py"), str(out)],
                        check=False, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
-    return out, json.loads(p.stdout.strip().splitlines()[-1])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def hf_written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    """The folders Hugging Face libraries write (tests/hf_writers.py, one subprocess a session, shared by
+    the xdist workers): the output folder, and layout -> folder (or {"skipped": why} where its library is
+    not installed)."""
+    out, got = computed_once(tmp_path_factory, "hf-folders", _write_hf_folders)
+    assert isinstance(got, dict)
+    return out, got
 
 
 def hf_folder(written: tuple[Path, dict[str, object]], layout: str) -> tuple[Path, Path]:
@@ -49,17 +80,18 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+def cli(*args: str) -> CliResult:
+    """Run ``ckpt ARGS`` in-process through main(), as ``run_cli`` does (for module-scoped fixtures)."""
+    from ckpt_tool.cli import main
+
+    result = CliRunner().invoke(_Main(main), list(args), catch_exceptions=False)
+    return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
 @pytest.fixture
 def run_cli():
     """Run ``ckpt ARGS`` in-process through main(); returns (exit code, stdout, stderr)."""
-    from ckpt_tool.cli import main
-
-    def run(*args: str) -> CliResult:
-        runner = CliRunner()
-        result = runner.invoke(_Main(main), list(args), catch_exceptions=False)
-        return CliResult(result.exit_code, result.stdout, result.stderr)
-
-    return run
+    return cli
 
 
 class _Main:

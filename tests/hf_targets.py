@@ -11,7 +11,10 @@ import os
 import warnings
 
 warnings.filterwarnings("ignore")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# No HF_HUB_OFFLINE here: ckpt imports this file into the process that runs it (the test session itself), and
+# huggingface_hub, imported after that, would stay offline for the whole process: the hf:// and https://
+# tests that ran later in that process (an xdist worker) failed. Nothing below reaches the network: every
+# config is read from a local folder.
 
 
 def transformers_model(folder: str):  # type: ignore[no-untyped-def]

@@ -10,13 +10,14 @@ they need deepspeed (requirements-test.txt) and skip, saying so, without it.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, computed_once
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
@@ -96,25 +97,50 @@ def test_a_missing_fp32_file_is_one_clear_error(tmp_path, run_cli):
 
 
 _NO_DS = importlib.util.find_spec("deepspeed") is None
+ZERO_RUNS = ("zero2_fp32", "zero1_bf16", "zero3_bf16")
+# ds_to_universal on every ZeRO run in one interpreter: importing deepspeed is most of each conversion's cost
+_CONVERT = """import argparse, json, sys, traceback
+from deepspeed.checkpoint import ds_to_universal
+done = {}
+for run in sys.argv[3:]:
+    try:
+        ds_to_universal.main(argparse.Namespace(input_folder=f"{sys.argv[1]}/{run}/global_step1",
+                             output_folder=f"{sys.argv[2]}/{run}/global_step1_universal", num_extract_workers=1,
+                             num_merge_workers=1, keep_temp_folder=False, strict=True, inject_missing_state=True))
+        done[run] = ""
+    except BaseException:  # each run's own failure, reported to its own test
+        done[run] = traceback.format_exc()[-2000:]
+print(json.dumps(done))
+"""
+
+
+def _convert(out: Path) -> object:
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(out / "ext"), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", _CONVERT, str(ROOT / "fixtures" / "deepspeed"), str(out), *ZERO_RUNS],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """Every ZeRO run of fixtures/deepspeed/ through ds_to_universal, once (xdist workers share it): the
+    folder holding one run folder each, and run -> "" or the conversion's traceback."""
+    out, errors = computed_once(tmp_path_factory, "ds-to-universal", _convert)
+    assert isinstance(errors, dict)
+    return out, errors
 
 
 @pytest.mark.skipif(_NO_DS, reason="deepspeed is not installed (pip install -r requirements-test.txt)")
-@pytest.mark.parametrize("run", ["zero2_fp32", "zero1_bf16", "zero3_bf16"])
-def test_real_ds_to_universal_of_a_zero_run(tmp_path, run):
+@pytest.mark.parametrize("run", ZERO_RUNS)
+def test_real_ds_to_universal_of_a_zero_run(converted, tmp_path, run):
     """DeepSpeed's ds_to_universal itself, on runs DeepSpeed wrote; compared with its zero_to_fp32 output."""
-    src = ROOT / "fixtures" / "deepspeed" / run / "global_step1"
-    out = tmp_path / "global_step1_universal"
-    code = ("import argparse, sys\nfrom deepspeed.checkpoint import ds_to_universal\n"
-            "ds_to_universal.main(argparse.Namespace(input_folder=sys.argv[1], output_folder=sys.argv[2], "
-            "num_extract_workers=1, num_merge_workers=1, keep_temp_folder=False, strict=True, "
-            "inject_missing_state=True))\n")
-    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", code, str(src), str(out)], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (tmp_path / "latest_universal").read_text() == "global_step1_universal"
+    folder, errors = converted
+    assert errors[run] == "", errors[run]
+    run_folder = folder / run
+    assert (run_folder / "latest_universal").read_text() == "global_step1_universal"
     written = tmp_path / "model.safetensors"
-    assert migrate(tmp_path, written).ok  # the run folder, through latest_universal
+    assert migrate(run_folder, written).ok  # the run folder, through latest_universal
     got = _read(written)
     expected = st.load_file(str(ROOT / "fixtures" / "deepspeed" / run / "expected.safetensors"))
     frozen = {"frozen.weight", "frozen.bias"}
@@ -123,7 +149,7 @@ def test_real_ds_to_universal_of_a_zero_run(tmp_path, run):
         got = {k: v for k, v in got.items() if k not in frozen}
     if run == "zero3_bf16":  # ds_to_universal leaves a ZeRO-3 run's frozen parameters out; ckpt says so
         assert not frozen & set(got)
-        assert any("frozen parameter(s) frozen.weight, frozen.bias are not in" in w for w in load(tmp_path).warnings)
+        assert any("frozen parameter(s) frozen.weight, frozen.bias are not in" in w for w in load(run_folder).warnings)
         expected = {k: v for k, v in expected.items() if k not in frozen}
     assert_bit_equal(got, expected)
     assert got["steps"].dtype == torch.int64  # buffers as saved, not ds_to_universal's .float() copy

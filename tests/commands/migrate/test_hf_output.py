@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_one_line_error, hf_folder
+from conftest import ROOT, assert_one_line_error, cli, hf_folder
 
 pytest.importorskip("safetensors.torch")
 
@@ -47,19 +47,16 @@ def migrated(hf_written: tuple[Path, dict[str, object]], tmp_path_factory: pytes
             continue
         src, expected = hf_folder(hf_written, layout)
         out = out_root / layout
-        r = subprocess.run([sys.executable, "-m", "ckpt_tool", "migrate", str(src), "-o", str(out), "--to", "hf",
-                            *extra, "--json"], capture_output=True, text=True, check=False, cwd=ROOT, timeout=300)
-        assert r.returncode == 0, (layout, r.stdout[-2000:], r.stderr[-2000:])
-        reports[layout] = (src, out, json.loads(r.stdout))
+        r = cli("migrate", str(src), "-o", str(out), "--to", "hf", *extra, "--json")  # in-process: no start-up
+        assert r.code == 0, (layout, r.out[-2000:], r.err[-2000:])
+        reports[layout] = (src, out, json.loads(r.out))
         spec.append({"name": layout, "loader": loader, "folder": str(out), "expected": str(expected)})
     bf16 = out_root / "bert_bf16"
     if "bert" in reports:
         src, expected = hf_folder(hf_written, "bert")
-        r = subprocess.run([sys.executable, "-m", "ckpt_tool", "migrate", str(src), "-o", str(bf16), "--to", "hf",
-                            "--dtype", "bf16", "--json"], capture_output=True, text=True, check=False, cwd=ROOT,
-                           timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        reports["bert_bf16"] = (src, bf16, json.loads(r.stdout))
+        r = cli("migrate", str(src), "-o", str(bf16), "--to", "hf", "--dtype", "bf16", "--json")
+        assert r.code == 0, r.err[-2000:]
+        reports["bert_bf16"] = (src, bf16, json.loads(r.out))
         spec.append({"name": "bert_bf16", "loader": "transformers", "folder": str(bf16), "expected": str(expected),
                      "dtype": "bfloat16"})
     spec_path = out_root / "spec.json"

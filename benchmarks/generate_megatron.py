@@ -213,7 +213,11 @@ def write_megatron(out: str, spec: MegatronSpec) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "torch.distributed is not initialized": no_dist is meant
         dcp.save({}, storage_writer=Writer(out, thread_count=2), planner=_planner(spec), no_dist=True)
-    torch.save({}, os.path.join(out, "common.pt"))
+    # common.pt as Megatron-LM saves it (fixtures/megatron/generate.py): the iteration, the checkpoint version and
+    # the run's args (an argparse.Namespace: torch.load(weights_only=True) refuses it without add_safe_globals)
+    args = argparse.Namespace(num_layers=spec.layers, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                              expert_model_parallel_size=1, num_experts=None)
+    torch.save({"iteration": 7, "checkpoint_version": 3.0, "args": args}, os.path.join(out, "common.pt"))
     with open(os.path.join(out, "metadata.json"), "w") as f:
         json.dump(METADATA_JSON, f)
 

@@ -14,6 +14,7 @@ Below: one regression test per defect the fuzzer found, named after the case.
 from __future__ import annotations
 
 import gc
+import os
 import random
 import struct
 import sys
@@ -197,7 +198,18 @@ def test_bad_files_and_stats_do_not_leak_file_descriptors(tmp_path):
     # descriptor, a located-but-invalid checkpoint's sources, inspect --stats's open files)
     fixtures = ROOT / "fixtures"
     rng = random.Random("fd-leak")
-    count = lambda: len(list(Path("/proc/self/fd").iterdir()))
+
+    def count() -> int:
+        """Descriptors open on the inputs (not sockets or pipes another test's server thread may open meanwhile)."""
+        found = 0
+        for fd in Path("/proc/self/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:  # closed while listed
+                continue
+            found += target.startswith((str(tmp_path), str(fixtures)))
+        return found
+
     for seed in ["torch-zip", "torch-zip-whole-model", "legacy", "safetensors", "sharded-bin"]:
         target, inner, original = engine.prepare(seed, fixtures, tmp_path)
         run_main(["inspect", "--stats", str(target)])  # warm up: imports may open files once

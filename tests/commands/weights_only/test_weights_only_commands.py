@@ -307,7 +307,14 @@ def test_a_whole_model_pickle_gets_the_advice_that_works(fixtures_dir, tmp_path,
     import shlex
 
     import torch
-    from generate import WholeModel  # fixtures/generate.py, on sys.path through conftest
+    import importlib.util
+
+    # fixtures/generate.py, by path: benchmarks/generate.py is also a "generate" on sys.path (the generator tests)
+    spec = importlib.util.spec_from_file_location("fixtures_generate", fixtures_dir / "generate.py")
+    assert spec is not None and spec.loader is not None
+    fixture_generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixture_generate)
+    WholeModel = fixture_generate.WholeModel  # noqa: N806 - the class, named as in the file
     from safetensors.torch import load_file
 
     src = fixtures_dir / "whole_model.pth"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import outputs
+
 ROOT = Path(__file__).resolve().parent.parent
 TP_RUN = ROOT / "fixtures" / "deepspeed_parallel" / "tp"
 
@@ -44,20 +46,11 @@ def run_without_recorded_rules(tmp_path: Path) -> Path:
     return run
 
 
-def bits(t):  # a torch.Tensor (torch is imported by the tests only)
-    """A tensor's bytes as a flat uint8 tensor: torch.equal on them is bit equality (NaN and -0.0 included)."""
-    import torch
-
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
 def assert_bit_equal(path: Path, expected_path: Path) -> None:
     """``path`` holds exactly ``expected_path``'s tensors: same keys, dtypes, shapes and bytes."""
     import safetensors.torch as st
-    import torch
 
-    got, expected = st.load_file(str(path)), st.load_file(str(expected_path))
-    assert sorted(got) == sorted(expected)
-    for k, v in expected.items():
-        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert torch.equal(bits(got[k]), bits(v)), k
+    outputs.assert_bit_equal(st.load_file(str(path)), st.load_file(str(expected_path)))
+
+
+bits = outputs.bits

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, assert_one_line_error
+from outputs import bits, read_output
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
@@ -34,25 +35,11 @@ DS = ROOT / "fixtures" / "deepspeed"
 RUNS = [f"zero{s}_{d}" for s in (1, 2, 3) for d in ("fp32", "bf16")]
 
 
-def _bits(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
 def _same(a, b) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
 
 
-def _read_output(path: Path) -> dict:
-    """What a user's loader gets: torch.load of a .pth, load_file of a .safetensors (aliases restored)."""
-    if path.suffix == ".pth":
-        return torch.load(path, weights_only=True)
-    from safetensors import safe_open
-
-    out = st.load_file(str(path))
-    with safe_open(str(path), "pt") as f:
-        meta = f.metadata() or {}
-    out.update({k: out[v] for k, v in meta.items() if v in out and k not in out})
-    return out
+_read_output = read_output
 
 
 def _expected(run: str) -> tuple[dict, dict, dict]:

@@ -16,8 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import outputs
 import pytest
 from conftest import ROOT, computed_once
+from outputs import assert_bit_equal
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
@@ -30,28 +32,7 @@ UNI = HERE / "universal"
 TAG = UNI / "global_step1_universal"
 
 
-def _bits(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
-def _read(path: Path) -> dict:
-    """What a loader gets, the aliases of tied tensors restored (safetensors stores a tie once)."""
-    if path.suffix == ".pth":
-        return torch.load(path, weights_only=True)
-    from safetensors import safe_open
-
-    out = st.load_file(str(path))
-    with safe_open(str(path), "pt") as f:
-        meta = f.metadata() or {}
-    out.update({k: out[v] for k, v in meta.items() if v in out and k not in out})
-    return out
-
-
-def assert_bit_equal(got: dict, expected: dict) -> None:
-    assert sorted(got) == sorted(expected)
-    for k, v in expected.items():
-        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert torch.equal(_bits(got[k]), _bits(v)), k
+_read = outputs.read_output
 
 
 @pytest.mark.parametrize("path", [UNI, TAG], ids=["run-folder", "tag-folder"])

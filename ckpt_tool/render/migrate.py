@@ -1,10 +1,8 @@
 """Text rendering of a MigrateReport (JSON is MigrateReport.to_json)."""
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from ..commands.migrate.report import MigrateReport
-from .common import human_bytes, shape_str
+from .common import human_bytes, shape_str, simple_table
 
 _SHOWN = 12
 _PLAN_ROWS = 2000  # a dry run of a 200,000-tensor file prints this many rows; --json lists them all
@@ -24,7 +22,7 @@ def plan_table(report: MigrateReport) -> str:
         else:
             dtype = f"{e.dtype} -> {e.cast}" if e.cast else e.dtype
             rows.append([e.source, e.output if e.output != e.source else "=", dtype])
-    table = str(tabulate(rows, headers=["source key", "output key", "dtype"], tablefmt="simple", disable_numparse=True))
+    table = simple_table(rows, ["source key", "output key", "dtype"])
     if len(entries) > _PLAN_ROWS:
         table += f"\n... and {len(entries) - _PLAN_ROWS} more (--json lists every key)"
     return table

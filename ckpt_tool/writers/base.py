@@ -14,7 +14,9 @@ from ..errors import InputError
 from ..model import TensorMeta, contiguous_strides
 from ..tensors.castloss import CastLoss
 
-CHUNK = 4 << 20  # bytes per read/write: large enough for disk speed, small enough to stay in cache
+CHUNK = 1 << 20  # bytes per read/write: large enough for disk speed, small enough to stay in a core's cache
+# (and at most this much per write(): on Linux 6.x ext4 a larger write() fills the page cache with large folios,
+# whose allocation was 2-5x slower than the whole write on the VMs we measure on: benchmarks/RESULTS-consolidate.md)
 _BY_NAME = dtypes.BY_NAME
 
 

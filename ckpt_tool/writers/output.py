@@ -1,12 +1,18 @@
 """Appending to an output file: small writes gathered, large regions copied inside the kernel.
 
 A writer hands ``Output`` its bytes in order; ``copy_region`` moves a
-``Region`` of a source file with copy_file_range where the system allows
-(computing its CRC32 on a second thread when the zip format needs one).
+``Region`` of a source file with copy_file_range where the system allows and
+the source and output offsets share their place in a page (computing its
+CRC32 on a second thread when the zip format needs one). Where they do not
+(a ZeRO rank's slice of a flat buffer, a tensor after a header of any
+length), the kernel copies each source page into two output pages: measured
+on ext4, 1.4 GB/s and a slower fsync against 2.5 GB/s through one reused
+buffer, so such regions go through the buffer.
 """
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
 import zlib
@@ -30,11 +36,12 @@ _IOV_MAX = _iov_max()
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
-    """os.write until every byte is written (regular files rarely write short, but may)."""
+    """os.write until every byte is written (regular files rarely write short, but may), at most CHUNK bytes
+    a call (base.CHUNK says why)."""
     view = memoryview(data)
     total = len(view)
     while view:
-        n = os.write(fd, view)
+        n = os.write(fd, view[:CHUNK])
         view = view[n:]
     return total
 
@@ -117,6 +124,14 @@ def _kernel_copy(src_fd: int, dst_fd: int, offset: int, length: int, on_bytes: C
     return done
 
 
+def _page_aligned(src_offset: int, dst_fd: int) -> bool:
+    """Whether the source offset and the output's position fall at the same place in a page."""
+    try:
+        return (src_offset - os.lseek(dst_fd, 0, os.SEEK_CUR)) % mmap.PAGESIZE == 0
+    except OSError:  # not seekable: copy_file_range itself says whether it can
+        return True
+
+
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EBADF}
 
 
@@ -166,7 +181,8 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
             on_bytes(n)
 
     try:
-        done = _kernel_copy(src_fd, out.fd, start + region.offset, region.length, copied)
+        at = start + region.offset
+        done = _kernel_copy(src_fd, out.fd, at, region.length, copied) if _page_aligned(at, out.fd) else 0
         if done < region.length:
             for piece in stream_region(ref, region.offset + done, region.length - done):
                 copied(write_all(out.fd, piece))

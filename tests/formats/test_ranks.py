@@ -203,7 +203,7 @@ def test_row_pieces_are_copied_from_the_rank_files_and_other_splits_assembled():
 
 
 def test_workers_default_to_the_cores_as_for_other_consolidations():
-    from ckpt_tool.commands.migrate.parallel.workers import CONSOLIDATION_SOURCES
+    from ckpt_tool.commands.migrate.parallel.choice import CONSOLIDATION_SOURCES
 
     assert Format.RANKS in CONSOLIDATION_SOURCES
 

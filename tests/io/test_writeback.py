@@ -67,7 +67,7 @@ def test_every_write_path_of_output_moves_the_writeback(tmp_path: Path) -> None:
         assert out.writeback.done == 16
         out.write(bytearray(b"b" * 2000))  # a reused buffer: the gathered bytes and it go at once
         assert out.writeback.done == 16 + 3000
-        copy_region(out, Region(StorageRef(source, "", len(payload)), 0, len(payload)))  # in the kernel
+        copy_region(out, Region(StorageRef(source, "", len(payload)), 0, len(payload)))  # a region copied
         out.flush()
         assert out.writeback.done == 16 + 3000 + len(payload)
         assert out.writeback.started > 16  # the write-back was asked for behind the writer

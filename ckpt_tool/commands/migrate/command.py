@@ -280,7 +280,7 @@ def _before_writing(report: MigrateReport, plan: MigratePlan) -> MigrateReport |
         exists = out.path is not None and os.path.lexists(out.path)
         more = (f"{out.path} exists{'' if out.force else '; the real run needs --force'}",) if exists else ()
         return replace(report, dry_run=True, warnings=report.warnings + more)
-    from .parallel.workers import PARALLEL_FORMATS
+    from .parallel.choice import PARALLEL_FORMATS
 
     dist = plan.parallelism.dist
     if dist is not None and not dist.leader and out.format not in PARALLEL_FORMATS:
@@ -292,7 +292,7 @@ def _write(ck: Checkpoint, plan: MigratePlan, hooks: Hooks, report: MigrateRepor
            devices: tuple[str, ...]) -> MigrateReport:
     """Make room for the output beside OUT, then write, verify and publish it."""
     from ...writers import sizes
-    from .parallel.workers import PARALLEL_FORMATS, choose_workers
+    from .parallel.choice import PARALLEL_FORMATS, choose_workers
 
     out, fmt = plan.output.path, plan.output.format
     if out is None:

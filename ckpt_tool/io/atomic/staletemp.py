@@ -30,12 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import re
-import secrets
-import shutil
-import socket
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -71,8 +67,17 @@ class Owner:
 
 def host_tag(name: str | None = None) -> str:
     """8 hex digits standing for a host name (a full name would make file names too long)."""
-    name = socket.gethostname() if name is None else name
+    import hashlib  # here: 4 ms of OpenSSL that only the temporaries' names need
+
+    if name is None:
+        name = os.uname().nodename if hasattr(os, "uname") else _hostname()  # uname: gethostname's value
     return hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -103,7 +108,7 @@ def owned_name(final: str, suffix: str = "") -> str:
     stem, ext = os.path.splitext(name)
     if suffix:
         ext = suffix
-    tail = f"{TEMP_MARK}{host_tag()}-{os.getpid()}-{own_start()}-{secrets.token_hex(4)}{ext}"
+    tail = f"{TEMP_MARK}{host_tag()}-{os.getpid()}-{own_start()}-{os.urandom(4).hex()}{ext}"
     room = _NAME_MAX - 1 - len(os.fsencode(tail))
     while stem and len(os.fsencode(stem)) > room:  # a very long OUT name: shorten the stem, not the owner
         stem = stem[:-1]
@@ -331,6 +336,8 @@ def _judge(path: str) -> tuple[str, str, Owner | None]:
 
 def _remove(path: str, is_dir: bool) -> None:
     if is_dir:
+        import shutil
+
         shutil.rmtree(path)
     else:
         os.unlink(path)

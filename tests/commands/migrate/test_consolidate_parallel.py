@@ -131,7 +131,8 @@ def test_a_worker_that_dies_fails_the_run_and_leaves_nothing(tmp_path, zero3, mo
 
 
 def test_default_workers_follow_the_cores_and_the_size():
-    choose = consolidate.choose_workers
+    from ckpt_tool.commands.migrate.parallel.choice import choose_workers as choose
+
     cores = os.cpu_count() or 1
     assert choose(None, "deepspeed", "safetensors", 100 << 30) == cores
     assert choose(None, "deepspeed", "safetensors", 1 << 20) == 1  # too small to be worth a process

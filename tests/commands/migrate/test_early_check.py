@@ -141,3 +141,27 @@ def test_migrate_takes_the_path_and_verifies(tmp_path, small_batches, run_cli, m
     early_off = run_cli("migrate", str(src), "-o", str(plain), "--no-verify", "--json")
     assert early_off.code == 0, early_off.err
     assert out.read_bytes() == plain.read_bytes()
+
+
+def test_a_large_tensor_is_proven_part_by_part_and_only_whole(tmp_path, small_batches, monkeypatch):
+    monkeypatch.setattr(early, "PART", 256 << 10)  # each 1.2 MB tensor in five parts
+    written, s1 = _out_tensors(_source(tmp_path, "a.safetensors", 0))
+    other = _source(tmp_path, "b.safetensors", 0)
+    b = load_file(str(other))
+    b["layers.5.weight"][-1, -1] += 1  # in its last part only
+    save_file(b, str(other))
+    expected, s2 = _out_tensors(other)
+    out = tmp_path / "out.safetensors"
+    check = early.EarlyCheck(str(out), expected, ReadOptions().limits)
+    proven = _write(out, written, check)
+    large = [t for t in expected if t.nbytes > early.PART]
+    assert len(check._spans) > len(expected) + 3 * len(large)  # the large ones were compared in parts
+    assert "layers.5.weight" not in proven and len(proven) == len(expected) - 1
+    with open(out, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    for key, (offset, length) in proven.items():  # what is proven is the whole tensor, where it lies
+        begin, end = header[key]["data_offsets"]
+        assert (offset, length) == (8 + n + begin, end - begin)
+    for s in (*s1, *s2):
+        s.close()

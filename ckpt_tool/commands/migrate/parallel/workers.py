@@ -27,7 +27,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING
 
 from ....errors import CkptError, UsageError
-from ....format_names import Format, OutputFormat
+from ....format_names import OutputFormat
 from ....io.paths import count_remote, remote_session
 from ....keys.rules import RuleSet, make_plan
 from ....limits import Limits
@@ -40,23 +40,6 @@ from ..verify.casts import share_losses
 if TYPE_CHECKING:
     from ..plan import SourcePlan
 
-PARALLEL_FORMATS = frozenset({OutputFormat.SAFETENSORS, OutputFormat.SHARDED})
-CONSOLIDATION_SOURCES = (Format.DEEPSPEED, Format.DCP, Format.MEGATRON_LEGACY, Format.DIST_SAFETENSORS,
-                         Format.RANKS)
-MIN_SHARE_BYTES = 256 << 20  # the default worker count gives each process at least this much to write
-
-
-def choose_workers(requested: int | None, source_format: str, fmt: str, total: int) -> int:
-    """Processes for this output: as asked, else (consolidation sources only) the cores the size warrants."""
-    if requested is not None and requested < 1:
-        raise UsageError(f"--workers {requested}: give 1 or more")
-    if fmt not in PARALLEL_FORMATS:
-        return 1
-    if requested is not None:
-        return requested
-    if source_format not in CONSOLIDATION_SOURCES:
-        return 1
-    return max(1, min(os.cpu_count() or 1, total // MIN_SHARE_BYTES))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,9 +54,9 @@ def _first_difference(a: bytes | bytearray, b: bytes | bytearray) -> int:
 
 
 def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: Advance | None = None,
-                  proven: Mapping[str, tuple[int, int]] | None = None) -> list[str]:
+                  proven: Mapping[str, tuple[int, int]] | None = None, workers: int | None = None) -> list[str]:
     """Each (label, expected, re-read) pair: same dtype, shape and bytes (those ``proven`` where they lie, not
-    again: verify/early.py). Returns the first problems."""
+    again: verify/early.py), large tensors on ``workers`` threads (default: the cores). The first problems."""
     problems: list[str] = []
     checked: list[tuple[str, OutTensor, TensorMeta]] = []
     for label, exp, act in pairs:
@@ -74,7 +74,7 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
         if len(problems) >= MAX_REPORTED:
             return problems
     if not problems:  # fast paths; with a dtype or shape problem, every tensor's bytes are still compared below
-        checked = _unproven_large(checked, advance)
+        checked = _unproven_large(checked, advance, workers)
         if _same_in_runs(checked, advance):
             return problems
     to_read = [(label, exp, OutTensor(label, act, act.dtype)) for label, exp, act in checked]
@@ -107,8 +107,8 @@ def _proven_here(span: tuple[int, int] | None, act: TensorMeta) -> bool:
 _LARGE = 4 << 20  # bytes: tensors from this size are compared chunk by chunk on every core
 
 
-def _unproven_large(checked: list[tuple[str, OutTensor, TensorMeta]],
-                    advance: Advance | None) -> list[tuple[str, OutTensor, TensorMeta]]:
+def _unproven_large(checked: list[tuple[str, OutTensor, TensorMeta]], advance: Advance | None,
+                    workers: int | None = None) -> list[tuple[str, OutTensor, TensorMeta]]:
     """``checked`` less the large tensors proven bit-identical, read and compared on every core.
 
     tensordata.check_reads: each worker reads a chunk of the source and of
@@ -125,7 +125,8 @@ def _unproven_large(checked: list[tuple[str, OutTensor, TensorMeta]],
     reads, group = group_reads([(checked[i][1].source, checked[i][2]) for i in large])
     owner = [large[g] for g in group]
     differs: set[int] = set()
-    results = check_reads(reads, lambda k, a, b: same_bytes(a, b), skip=lambda k: owner[k] in differs)
+    results = check_reads(reads, lambda k, a, b: same_bytes(a, b), skip=lambda k: owner[k] in differs,
+                          workers=workers)
     try:
         for k, same in enumerate(results):
             if same is False:

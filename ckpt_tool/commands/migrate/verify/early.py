@@ -24,11 +24,30 @@ from ....model import DataSource, TensorMeta
 from ....writers.base import OutTensor
 from ....writers.sourcebytes import file_location
 
-BATCH = 64 << 20  # bytes written before a batch is compared
+BATCH = 32 << 20  # bytes written before a batch is compared
+PART = 16 << 20  # a larger tensor is compared a part at a time as the writer passes it (the wait after the
+# writer's last byte is then one batch, not the last large tensor: an embedding of hundreds of MiB)
 MIN_BYTES = 256 << 20  # smaller outputs: the final pass alone (a thread and a second header parse cost more)
 MAX_TENSORS = 20_000  # more: the second header parse costs more than the overlap wins
 
 Proven = dict[str, tuple[int, int]]  # key -> (file offset, bytes) compared bit for bit with the source
+Span = tuple[int, int, OutTensor, TensorMeta, str]  # (file offset, end, expected, re-read, whole tensor's key)
+
+
+def _parts(t: OutTensor, act: TensorMeta, at: int) -> list[Span]:
+    """``t`` whole, or (a plain copy larger than PART) flat views of PART bytes each."""
+    src = t.source
+    if t.nbytes <= PART or not t.streamable or not act.is_contiguous or act.nbytes != t.nbytes:
+        return [(at, at + act.nbytes, t, act, t.key)]
+    step = PART // t.itemsize
+    out: list[Span] = []
+    for first in range(0, t.numel, step):
+        n = min(step, t.numel - first)
+        exp = OutTensor(t.key, TensorMeta(t.key, src.dtype, (n,), None, src.storage_offset + first, src.storage),
+                        t.dtype)
+        got = TensorMeta(act.key, act.dtype, (n,), None, act.storage_offset + first, act.storage)
+        out.append((at + first * t.itemsize, at + (first + n) * t.itemsize, exp, got, t.key))
+    return out
 
 
 class EarlyCheck:
@@ -39,11 +58,13 @@ class EarlyCheck:
         self.tensors = list(tensors)
         self.limits = limits
         self.proven: Proven = {}
-        self._spans: list[tuple[int, int, OutTensor, TensorMeta]] = []  # (file offset, end, expected, re-read)
+        self._spans: list[Span] = []
+        self._whole: dict[str, tuple[int, int]] = {}  # key -> (file offset, bytes) of the whole tensor
+        self._left: dict[str, int] = {}  # key -> its parts not yet found equal
         self._next = 0
-        self._pending: list[tuple[int, int, OutTensor, TensorMeta]] = []
+        self._pending: list[Span] = []
         self._pending_bytes = 0
-        self._queue: queue.Queue[list[tuple[int, int, OutTensor, TensorMeta]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[Span], int | None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._sources: list[DataSource] = []
@@ -69,36 +90,46 @@ class EarlyCheck:
                 continue  # the final pass reports it
             at = file_location(act, act.storage_offset * act.itemsize, act.nbytes)
             if at is not None:
-                self._spans.append((at[1], at[1] + act.nbytes, t, act))
+                parts = _parts(t, act, at[1])
+                self._spans.extend(parts)
+                self._whole[t.key] = (at[1], act.nbytes)
+                self._left[t.key] = len(parts)
         self._spans.sort(key=lambda s: s[0])
         self._thread = threading.Thread(target=self._run, name="ckpt-early-check", daemon=True)
         self._thread.start()
 
-    def reached(self, offset: int) -> None:
-        """The writer's bytes are in the file up to ``offset``: hand over every tensor that ends before it."""
+    def reached(self, offset: int, last: bool = False) -> None:
+        """The writer's bytes are in the file up to ``offset``: hand over every tensor that ends before it
+        (``last``: the writer is done, and every core compares the rest)."""
         spans = self._spans
         while self._next < len(spans) and spans[self._next][1] <= offset:
             span = spans[self._next]
             self._pending.append(span)
             self._pending_bytes += span[1] - span[0]
             self._next += 1
-        if self._pending_bytes >= BATCH:
+        if last:
+            self._hand_over(workers=None)
+        elif self._pending_bytes >= BATCH:
             self._hand_over()
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, workers: int | None = 1) -> None:
         if self._pending and self._thread is not None:
-            self._queue.put(self._pending)
+            self._queue.put((self._pending, workers))
         self._pending, self._pending_bytes = [], 0
 
     def _run(self) -> None:
         from .compare import compare_pairs
 
         try:
-            for batch in iter(self._queue.get, None):
-                # a batch that differs somewhere (rare): each of its tensors on its own, the equal ones proven
-                same = [batch] if not compare_pairs([(t.key, t, act) for _, _, t, act in batch]) else \
-                    [[span] for span in batch if not compare_pairs([(span[2].key, span[2], span[3])])]
-                self.proven.update((t.key, (start, end - start)) for part in same for start, end, t, _ in part)
+            for batch, workers in iter(self._queue.get, None):
+                # a batch that differs somewhere (rare): each of its spans on its own, the equal ones counted
+                same = batch if not compare_pairs([(t.key, t, act) for _, _, t, act, _ in batch],
+                                                  workers=workers) else \
+                    [span for span in batch if not compare_pairs([(span[2].key, span[2], span[3])], workers=1)]
+                for *_, key in same:
+                    self._left[key] -= 1
+                    if not self._left[key]:  # every part of it equal: the whole tensor, where it lies
+                        self.proven[key] = self._whole[key]
         except (CkptError, OSError):
             return  # nothing more is proven early: the final pass compares the rest and reports what fails
         except BaseException as exc:  # noqa: BLE001 - a bug: handed to the writer's thread by close()
@@ -107,8 +138,7 @@ class EarlyCheck:
     def close(self, finished: bool) -> Proven:
         """Wait for the thread (after comparing the rest when the writer ``finished``); what was proven."""
         if finished:
-            self.reached(1 << 62)
-            self._hand_over()
+            self.reached(1 << 62, last=True)
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join()

@@ -11,17 +11,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ... import writers
 from ...errors import UsageError
 from ...format_names import OutputFormat
 from ...formats.deepspeed import TpRules, load_rules
-from ...formats.hf.deploy import HfOutput, plan_hf_output
 from ...io.atomic import staletemp
 from ...keys.rules import RuleSet, load_rules_file, parse_rename
 from ...limits import DEFAULT_LIMITS, Limits
 from ...progress import NO_PROGRESS, Progress
 from .parallel.torchrun import Dist
+
+if TYPE_CHECKING:
+    from ...formats.hf.deploy import HfOutput
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,20 +150,24 @@ def plan_migration(
     unstack_layers: bool = False,
 ) -> MigratePlan:
     """The plan of ``migrate(...)``'s keyword arguments; a usage error raises here, before anything is read."""
-    from ...writers.safetensors.sharded import parse_size
-
     out_path = os.fspath(out) if out is not None else None
     if out_path is None and not dry_run:
         raise UsageError("give the output path with -o OUT (or --dry-run to only print the plan)")
     if auto and not target:
         raise UsageError("--auto infers rules from a target: give --target SPEC too")
-    shard_bytes = parse_size(str(max_shard_size)) if max_shard_size not in (None, "") else None
+    shard_bytes = None
+    if max_shard_size not in (None, ""):
+        from ...writers.safetensors.sharded import parse_size
+
+        shard_bytes = parse_size(str(max_shard_size))
     fmt = writers.choose_format(out_path, to, shard_bytes)
     if sanitize and fmt is not OutputFormat.TORCH_ZIP:
         raise UsageError("--sanitize rewrites the metadata of a torch (.pth) output; a safetensors or DCP output "
                          "holds no pickled metadata, so it needs none")
     hf = None
     if fmt is OutputFormat.HF_FOLDER:
+        from ...formats.hf.deploy import plan_hf_output
+
         hf = plan_hf_output(os.fspath(src), config_from)
         if shard_bytes and not hf.shardable:
             raise UsageError("PEFT loads an adapter from one adapter_model.safetensors, never a sharded set: "

@@ -16,7 +16,7 @@ from ..tensors.castloss import CastLoss
 
 CHUNK = 1 << 20  # bytes per read/write: large enough for disk speed, small enough to stay in a core's cache
 # (and at most this much per write(): on Linux 6.x ext4 a larger write() fills the page cache with large folios,
-# whose allocation was 2-5x slower than the whole write on the VMs we measure on: benchmarks/RESULTS-consolidate.md)
+# whose allocation made the whole write 2-5x slower on the VMs we measure on: docs/consolidate.md, Figures)
 _BY_NAME = dtypes.BY_NAME
 
 

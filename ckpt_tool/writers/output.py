@@ -139,9 +139,10 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
                 on_bytes: Callable[[int], None] | None = None, crc_start: int = 0) -> int:
     """Append ``region`` to ``out``: in the kernel where possible; returns its CRC32 when asked (else 0).
 
-    The CRC is computed by a second thread reading the same bytes while the
-    kernel copies them (zlib and copy_file_range both release the GIL);
-    ``crc_start`` continues a CRC begun on earlier bytes.
+    Through the buffer, the CRC is computed on each piece before it is
+    written; beside a kernel copy, by a second thread reading the same bytes
+    (zlib and copy_file_range both release the GIL). ``crc_start``
+    continues a CRC begun on earlier bytes.
     """
     out.flush()
     ref = region.ref
@@ -155,6 +156,19 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
     start, size = source.region(ref.key)
     if region.offset + region.length > size:
         source.read(ref.key, region.offset, region.length)  # raises the reader's own error
+    def copied(n: int) -> None:
+        out.wrote(n)
+        if on_bytes is not None:
+            on_bytes(n)
+
+    if not _page_aligned(start + region.offset, out.fd):  # one pass through the buffer, the CRC on the way
+        value = crc_start
+        for piece in stream_region(ref, region.offset, region.length):
+            if crc:
+                value = zlib.crc32(piece, value)
+            copied(write_all(out.fd, piece))
+        out.pos += region.length
+        return value if crc else 0
     src_fd = source.fd()  # opened here, before a second thread could race to open it
     crcs: list[int] = [crc_start]  # what the checksum thread hands back: its CRC, or the error it met
     errors: list[BaseException] = []
@@ -175,15 +189,9 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
 
         worker = threading.Thread(target=checksum, name="ckpt-crc", daemon=True)
         worker.start()
-    def copied(n: int) -> None:
-        out.wrote(n)
-        if on_bytes is not None:
-            on_bytes(n)
-
     try:
-        at = start + region.offset
-        done = _kernel_copy(src_fd, out.fd, at, region.length, copied) if _page_aligned(at, out.fd) else 0
-        if done < region.length:
+        done = _kernel_copy(src_fd, out.fd, start + region.offset, region.length, copied)
+        if done < region.length:  # no kernel copy here: the rest through the buffer
             for piece in stream_region(ref, region.offset + done, region.length - done):
                 copied(write_all(out.fd, piece))
     except BaseException:

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from ..plan import SourcePlan
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class Spec:
     """What a worker needs to re-plan the same output and write its share (small and picklable)."""

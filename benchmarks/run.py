@@ -158,6 +158,43 @@ def ckpt(*args: str) -> list[str]:
     return [PY, "-m", "ckpt_tool", *args]
 
 
+# ckpt from a given checkout, started the same way for this one and for --previous's (like for like)
+_LAUNCH = ("import sys, runpy; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'ckpt'; "
+           "runpy.run_module('ckpt_tool', run_name='__main__', alter_sys=True)")
+
+
+def ckpt_at(tree: str, *args: str) -> list[str]:
+    return [PY, "-c", _LAUNCH, tree, *args]
+
+
+def previous_groups(inputs: dict[str, str], rev: str, tree: str, runs: int) -> list[Group]:
+    """inspect and scan of each .pth by this checkout and by REV's, interleaved in the same rounds."""
+    groups = []
+    for name, prefix in inputs.items():
+        pth = prefix + ".pth"
+        n = max(runs * 2 + 1, 11) if name.startswith("lm-") else max(runs, 3)
+        cmds = []
+        for op in ("inspect", "scan"):
+            cmds.append(Cmd(f"ckpt {op} .pth", ckpt_at(ROOT, op, pth), runs=n, ok_codes=(0, 1)))
+            cmds.append(Cmd(f"ckpt@{rev} {op} .pth", ckpt_at(tree, op, pth), baseline=True, runs=n,
+                            ok_codes=(0, 1)))
+        groups.append(Group(f"{name}/previous", f"{name}: inspect and scan, this checkout against {rev}", cmds))
+    return groups
+
+
+def previous_tree(rev: str, data: str) -> str:
+    """A detached worktree of REV under the data folder (git-ignored), compiled as an install would be."""
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout.strip()
+    tree = os.path.join(data, f"previous-{sha}")
+    if not os.path.isdir(tree):
+        subprocess.run(["git", "worktree", "add", "--detach", "-f", tree, sha], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([PY, "-m", "compileall", "-q", os.path.join(tree, "ckpt_tool")], check=True,
+                   stdout=subprocess.DEVNULL)
+    return tree
+
+
 def base(op: str, *args: str) -> list[str]:
     return [PY, os.path.join(HERE, "baselines.py"), op, *args]
 
@@ -438,6 +475,18 @@ def _beside(groups: dict[str, Group], key: str) -> str:
 
 def goals(groups: dict[str, Group], inputs: dict[str, str], quick: bool) -> list[Goal]:
     out: list[Goal] = []
+    for key, group in groups.items():
+        if not key.endswith("/previous"):
+            continue
+        for r in group.results:
+            prev = next((p for p in group.results if p.cmd.baseline and p.cmd.label.split(" ", 1)[1] ==
+                         r.cmd.label.split(" ", 1)[1]), None)
+            if r.cmd.baseline or not prev or not r.walls or not prev.walls:
+                continue
+            ratio = r.wall / prev.wall
+            out.append(Goal(f"{r.cmd.label} ({key.split('/')[0]}): no slower than {prev.cmd.label.split()[0]} "
+                            "(within 5%, same rounds)", ratio <= 1.05,
+                            f"{fmt_s(r.wall)} s vs {fmt_s(prev.wall)} s ({ratio:.2f}x)", r.cmd.argv))
     big = "lm-4g" if "lm-4g" in inputs else "lm-1g"
     note = "" if big == "lm-4g" else " (quick run: the 1 GiB file stands in for 4 GiB)"
     click_r = _r(groups, "startup", "python3 -c 'import click'")
@@ -622,6 +671,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="where to write the results (default benchmarks/RESULTS.md; --quick: "
                          "benchmarks/data/RESULTS-quick.md, so a quick run never replaces the full figures)")
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile of commands that miss a goal")
+    ap.add_argument("--previous", default="", metavar="REV",
+                    help="also time inspect and scan of each .pth by the checkout of REV (e.g. HEAD~3), in the "
+                         "same rounds as this one: 'no slower than before' is judged on that table")
     args = ap.parse_args(argv)
     if args.quick:
         SETTINGS.update(slow_runs=1, quick=True)
@@ -660,6 +712,8 @@ def main(argv: list[str] | None = None) -> int:
     work = os.path.join(args.data, "work")
     os.makedirs(work, exist_ok=True)
     groups = plan(inputs, work, have_cmds, args.runs, args.data_runs)
+    if args.previous:
+        groups += previous_groups(inputs, args.previous, previous_tree(args.previous, args.data), args.runs)
     if args.only:
         groups = [g for g in groups if args.only in g.key or g.key == "startup"]
     for g in groups:

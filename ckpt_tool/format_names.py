@@ -47,6 +47,10 @@ class Format(Name):
     # A folder of per-rank torch.save files of DTensor/ShardedTensor state dicts (verl's model_world_size_N_rank_K.pt,
     # an FSDP2 state_dict() or FSDP1 SHARDED_STATE_DICT saved by each rank), read as the consolidated model
     RANKS = "ranks"
+    # NumPy's np.save (one array, or an object array's pickle) and np.savez/np.savez_compressed archives,
+    # also what MLX's mx.save/mx.savez write (formats/numpy/)
+    NUMPY = "numpy"
+    NPZ = "npz"
 
 
 class OutputFormat(Name):

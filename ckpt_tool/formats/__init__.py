@@ -41,6 +41,8 @@ _READERS: dict[Format, str] = {
     Format.TORCH_EXPORT: "torchsave.export:read_export",
     Format.DIST_SAFETENSORS: "safetensors.distributed:read_distributed",
     Format.RANKS: "ranks.read:read_ranks",
+    Format.NUMPY: "numpy.read:read_npy",
+    Format.NPZ: "numpy.read:read_npz",
 }
 _UNSAFE_READS = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TORCH_TAR})
 

@@ -33,7 +33,10 @@ EXPECTED_BY_EXTENSION: dict[str, frozenset[Format]] = {
     ".json": frozenset({Format.SHARDED}),
     ".jit": frozenset({Format.TORCHSCRIPT}),
     ".pt2": frozenset({Format.TORCH_EXPORT}),
+    ".npy": frozenset({Format.NUMPY}),
+    ".npz": frozenset({Format.NPZ}),
 }
+GGUF_MAGIC = b"GGUF"
 
 
 _USUAL_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -94,11 +97,23 @@ def detect(path: str) -> Format:
     if tar_magic == b"ustar":
         return Format.TORCH_TAR
     fmt = detect_bytes(head, size, path)
+    if fmt == Format.TORCH_ZIP and _first_member(path, head).endswith(".npy"):
+        return Format.NPZ  # np.savez names every member NAME.npy; torch.save's are ARCHIVE/data.pkl, ...
     if fmt == Format.TORCH_ZIP and is_export_archive(path, head):
         return Format.TORCH_EXPORT
     if fmt == Format.PICKLE and paths.basename(path) == ".metadata":
         return Format.DCP  # the metadata file of a torch.distributed.checkpoint folder, given directly
     return fmt
+
+
+def _first_member(path: str, head: bytes) -> str:
+    """The name in a zip's first local header (``head``: the file's first bytes)."""
+    n = int.from_bytes(head[26:28], "little") if len(head) >= 30 else 0
+    raw = head[30:30 + n]
+    if len(raw) < n:  # a long first name: read it (one small read, local or remote)
+        with paths.open_bytes(path) as data:
+            raw = data.read_upto(30, n)
+    return raw.decode("utf-8", "replace")
 
 
 def is_export_archive(path: str, head: bytes) -> bool:
@@ -112,12 +127,7 @@ def is_export_archive(path: str, head: bytes) -> bool:
     from ..io.zip.archive import ZipArchive
     from ..pickles.pt2_layout import FIRST_MEMBER_DIRS, archive_root
 
-    n = int.from_bytes(head[26:28], "little") if len(head) >= 30 else 0
-    raw = head[30:30 + n]
-    if len(raw) < n:  # a long first name: read it (one small read, local or remote)
-        with paths.open_bytes(path) as data:
-            raw = data.read_upto(30, n)
-    name = raw.decode("utf-8", "replace")
+    name = _first_member(path, head)
     inner = name.split("/", 1)[1] if "/" in name else ""
     if inner.startswith(FIRST_MEMBER_DIRS) or inner == "archive_format":
         return True
@@ -192,6 +202,10 @@ def _has_distcp(folder: str) -> bool:
 def detect_bytes(head: bytes, size: int, path: str) -> Format:
     if head.startswith(b"PK\x03\x04"):
         return Format.TORCH_ZIP  # the torch-zip reader tells TorchScript apart from its members
+    if head.startswith(b"\x93NUMPY"):
+        return Format.NUMPY
+    if head.startswith(GGUF_MAGIC):
+        raise UnsupportedFormat(gguf_message(head), path)
     if head.startswith(LEGACY_MAGIC) or head.startswith(_LEGACY_TEXT) or is_legacy_magic(head):
         return Format.TORCH_LEGACY  # torch compares the magic number's value, whatever opcodes spell it
     if head[:1] == b"\x80" and _LEGACY_LONG1 in head[:24]:
@@ -209,6 +223,9 @@ def detect_bytes(head: bytes, size: int, path: str) -> Format:
         return Format.PICKLE
     if head[:1] and head[0] in _PICKLE_START and not head[:1].isspace():
         return Format.PICKLE
+    if head.startswith(b"PK\x05\x06"):
+        raise InputError("an empty zip archive: it holds no arrays or tensors (np.savez with no arrays writes one)",
+                         path)
     if head.startswith(b"PK"):
         raise InputError("corrupt zip archive: not a local file header at the start", path)
     raise UnsupportedFormat(
@@ -216,6 +233,13 @@ def detect_bytes(head: bytes, size: int, path: str) -> Format:
         "pickle, safetensors, sharded index or DCP folder)",
         path,
     )
+
+
+def gguf_message(head: bytes) -> str:
+    """The refusal of a GGUF file, naming what it is (a later release reads its tensors)."""
+    version = int.from_bytes(head[4:8], "little") if len(head) >= 8 else 0
+    return (f"a GGUF file (llama.cpp / ggml's format, version {version}): ckpt does not read GGUF yet; "
+            "convert it with gguf-py or llama.cpp's scripts to safetensors to inspect or migrate it")
 
 
 def extension_warning(path: str, fmt: str) -> str | None:

@@ -52,7 +52,7 @@ class Found(Name):
 
     ZIP = "zip"  # a zip that is no torch archive, or one appended to a pickle
     TAR = "tar"
-    NUMPY = "numpy"
+    GGUF = "gguf"  # llama.cpp's format: named, not read (an error verdict, never safe)
     DCP_DATA = "dcp-data"  # a ``.distcp`` file of a DCP folder, read by the items its ``.metadata`` lists
     FOLDER = "folder"
     NONE = "none"  # nothing scan could read
@@ -119,15 +119,22 @@ class Scanner:
     def top_level(self, blob: Blob, path: str) -> None:
         head = blob.read(0, 512)
         if head.startswith(b"PK\x03\x04"):
-            self.format = Format.TORCH_ZIP
+            n = int.from_bytes(head[26:28], "little")
+            # np.savez names every member NAME.npy (each walked as a .npy: object arrays are pickles)
+            self.format = Format.NPZ if head[30:30 + n].endswith(b".npy") else Format.TORCH_ZIP
             self.zip(blob, "", 0)
+            return
+        if head.startswith(b"GGUF"):
+            self.format = Found.GGUF
+            self.error("", "a GGUF file (llama.cpp / ggml's format): ckpt does not read GGUF yet, so nothing in it "
+                       "was judged")
             return
         if is_safetensors(head, blob.length):
             self.format = Format.SAFETENSORS  # the caller validates the header
             self.beside_safetensors(blob)
             return
         if head.startswith(b"\x93NUMPY"):
-            self.format = Found.NUMPY
+            self.format = Format.NUMPY
             self.npy(blob, os.path.basename(path), 0)
             return
         members = tar_members(blob)

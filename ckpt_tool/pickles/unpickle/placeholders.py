@@ -122,6 +122,7 @@ class NumpyArray:
     data: bytes = b""
     type_string: str = ""
     module: str = "numpy.core.multiarray"  # where the pickle found ``_reconstruct`` (migrate writes the same)
+    items: tuple[Any, ...] = ()  # an object array's items, unpickled (restricted) like any others
 
 
 class NumpyScalar:

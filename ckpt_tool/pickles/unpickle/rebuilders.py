@@ -209,6 +209,7 @@ class _NumpyArrayBuilder(NumpyArray):
             self.dtype = None
             self.type_string = "object"
             self.data = b""
+            self.items = tuple(raw)
 
     @staticmethod
     def order_code(dt: _NumpyDType) -> str:

@@ -318,7 +318,9 @@ def test_benign_feature_is_safe_everywhere(benign, name, run_cli):
 
 AUDIT = textwrap.dedent(
     """
-    import sys, torch
+    import sys
+    sys.dont_write_bytecode = True  # a .pyc written for a lazily imported module is no side effect of the file
+    import torch
     LOUD = ("os.system", "subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.spawn", "socket.connect",
             "pty.spawn", "os.remove", "os.rename", "shutil.rmtree", "ctypes.dlopen", "os.kill", "atexit")
     def hook(event, args):

@@ -143,6 +143,9 @@ def _weights_only_input(path: str, fmt: Format, options: ReadOptions) -> wo_inpu
         return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
             "a folder of distributed safetensors rank files: torch.distributed.checkpoint's "
             "HuggingFaceStorageReader reads it (each file holds no pickle), not torch.load"))
+    if fmt in (Format.NUMPY, Format.NPZ):
+        return wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=(
+            "a NumPy file: np.load reads it, not torch.load (which refuses it: no torch zip, no pickle at byte 0)"))
     if options.unsafe:  # the real unpickler ran: the restricted readers say what weights_only would meet
         try:
             return read_file(path, dataclasses.replace(options, unsafe=False)).weights_only

@@ -336,3 +336,19 @@ def test_gguf_scan_is_an_error_never_safe(run_cli, gguf_file):
     verdicts = [f["verdict"] for f in report["files"]]
     assert verdicts == ["error"], report
     assert "GGUF" in r.out
+
+
+def test_weights_only_prediction_is_what_torch_load_does(run_cli, files):
+    """torch.load refuses NumPy files (no torch zip, no pickle at byte 0): inspect predicts that, measured."""
+    import subprocess
+    import sys
+
+    names = ["array.npy", "dict.npy", "flax.npz", "compressed.npz"]
+    code = ("import sys, torch\nfor p in sys.argv[1:]:\n    try:\n        torch.load(p, weights_only=True)\n"
+            "        print('loads')\n    except Exception:\n        print('refused')\n")
+    proc = subprocess.run([sys.executable, "-c", code, *(str(files / n) for n in names)], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert proc.stdout.split() == ["refused"] * len(names), proc.stdout
+    for name in names:
+        pred = json.loads(run_cli("inspect", str(files / name), "--json").out)["weights_only"]
+        assert pred["loads"] is False and "np.load" in pred["reason"], (name, pred)

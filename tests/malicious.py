@@ -218,7 +218,13 @@ def build_corpus(folder: str) -> list[Case]:
     add("legacy_format", _torch_save_bytes(Reduce(os.system, _touch(m("legacy_format"))),
                                            _use_new_zipfile_serialization=False), "torch",
         "payload in the legacy (pre-zip) format", "legacy_format.pth")
-    add("pickle_before_zip", pickle.dumps(Reduce(os.system, _touch(m("pickle_before_zip"))), protocol=2) + clean,
+    pad = ""
+    while True:  # torch refuses the file when a zip header sits where tarfile stopped reading (byte 512)
+        prefix = pickle.dumps(Reduce(os.system, pad + _touch(m("pickle_before_zip"))), protocol=2)
+        if (prefix + clean)[512:516] != b"PK\x03\x04":
+            break
+        pad += " "
+    add("pickle_before_zip", prefix + clean,
         "torch", "bypass: a pickle prepended to a clean zip (torch reads it as legacy)", "pickle_before_zip.pth")
     add("misleading_extension", pickle.dumps(Reduce(os.system, _touch(m("misleading_extension"))), protocol=4),
         "pickle", "bypass: a pickle named .safetensors", "model.safetensors")

@@ -14,6 +14,8 @@ from .state import WalkState
 from .values import Container, Glob
 
 FULL_UNPICKLE = "a full unpickle (torch.load with weights_only off, pickle.load)"
+# What the verdict on an uncatalogued global says: unknown, so fail closed, but no exploit is claimed.
+NOT_REVIEWED = "not reviewed by ckpt's catalog (docs/security.md); no known exploit is implied"
 PERSISTENT_LOAD = ("torch.serialization", "persistent_load")  # how the messages name a persistent id's loader
 
 
@@ -79,9 +81,11 @@ class Judging(WalkState):
         name = f"{key[0]}.{key[1]}"
         if how in ("calls", "constructs"):
             runs = "run it" if how == "calls" else "run its class code (construction, __setstate__)"
-            text = f"{how} {name}, which is not on the inert allowlist: {FULL_UNPICKLE} would import it and {runs}"
+            text = (f"{how} {name}, which is not on the inert allowlist ({NOT_REVIEWED}): {FULL_UNPICKLE} would "
+                    f"import it and {runs}")
         else:
             passed = how.replace("{name}", name, 1)
-            text = f"{passed}; {name} is not on the inert allowlist: {FULL_UNPICKLE} would import it and run it"
+            text = (f"{passed}; {name} is not on the inert allowlist ({NOT_REVIEWED}): {FULL_UNPICKLE} would import "
+                    "it and run it")
         self.finding(levels.DANGEROUS, text, name)
 

@@ -38,6 +38,13 @@ MODULES = (
     "torch.ao.quantization.qconfig", "torch.ao.quantization.observer", "torch.ao.quantization.fake_quantize",
     "torch.amp.grad_scaler",
 )
+# Third-party modules whose Enums, NamedTuples and dataclasses are enumerated when the library is installed
+# (the catalog's third_party.py decides them, for the version its review names).
+THIRD_PARTY = (
+    "transformers.training_args", "transformers.training_args_seq2seq", "transformers.trainer_utils",
+    "transformers.trainer_pt_utils", "transformers.debug_utils", "accelerate.utils.dataclasses",
+    "omegaconf.base", "lightning_fabric.utilities.data",
+)
 _OWN = ("__setstate__", "__reduce__", "__reduce_ex__", "__new__", "__getstate__")
 
 
@@ -55,6 +62,7 @@ def _kind(obj: type) -> str | None:
 
 def _generated(fn: object) -> bool:
     """A hook enum, namedtuple or a C structseq generates (not code the class's authors wrote)."""
+    fn = getattr(fn, "__func__", fn)  # a staticmethod's function
     code = getattr(fn, "__code__", None)
     if getattr(fn, "__module__", None) == "enum":
         return True  # Enum.__new__: looks a member up by value
@@ -78,9 +86,10 @@ def candidates() -> list[tuple[str, str, str, str]]:
     out = []
     seen: set[tuple[str, str]] = set()
     warnings.simplefilter("ignore")
-    for modname in MODULES:
+    for modname in (*MODULES, *THIRD_PARTY):
         try:
-            mod = importlib.import_module(modname)
+            with warnings.catch_warnings():
+                mod = importlib.import_module(modname)
         except ImportError as exc:
             print(f"# {modname}: not importable ({exc})", file=sys.stderr)
             continue

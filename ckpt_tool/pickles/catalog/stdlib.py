@@ -16,6 +16,14 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("uuid", "SafeUUID", "inert", _ENUM, _PY),
     Entry("decimal", "DecimalTuple", "inert", "a namedtuple (sign, digits, exponent): the generated __new__ only "
           "builds the tuple", _PY),
+    *(Entry("pathlib", n, "inert", "the path class itself (omegaconf's PathNode keeps it as its type); calling it "
+            "builds a path value like PosixPath (in inert.REVIEWED): the file system is never touched", _PY)
+      for n in ("Path", "PurePath")),
+    # typing's special forms: omegaconf containers keep their annotations (ref_type, key_type: typing.Any,
+    # Dict, List) and pickle them by name. Referenced, they are constants; called, they raise TypeError.
+    *(Entry("typing", n, "inert", "a typing special form, pickled by name (omegaconf's ref_type/key_type); "
+            "calling it raises TypeError, subscripting it is a separate operator.getitem call", _PY)
+      for n in ("Any", "Dict", "List", "Tuple", "Optional", "Union")),
     # The Enum base classes themselves: called with one value they raise (no members); with more arguments they
     # are the functional API, which builds a new class at load. No saved checkpoint names them; left out.
     *(Entry("enum", n, "excluded", "an Enum base class: called with several arguments it is the functional API "

@@ -205,7 +205,18 @@ def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str
         warnings.append(f"odd archive member names: {', '.join(repr(n) for n in odd[:5])}")
     if archive.duplicates:
         warnings.append(f"duplicate archive members: {', '.join(repr(n) for n in archive.duplicates[:5])}")
+    if archive.compressed:
+        warnings.append(_compressed_warning(archive))
     return warnings
+
+
+def _compressed_warning(archive: ZipArchive) -> str:
+    """torch.save stores every member; a deflated one was written by another tool (or to inflate at load)."""
+    packed = sorted((m for m in archive.entries if m.method), key=lambda m: m.size, reverse=True)
+    top = packed[0]
+    ratio = top.size / max(top.compressed_size, 1)
+    return (f"{len(packed)} archive member(s) compressed, which torch.save never writes: {top.name!r} inflates "
+            f"{top.compressed_size:,} bytes to {top.size:,} ({ratio:,.0f}x)")
 
 
 # --------------------------------------------------------------- TorchScript

@@ -179,6 +179,28 @@ def test_strict_fails_on_unknown_classes_and_warnings(fixtures_dir, tmp_path):
     assert "share storage" in detail and "unusual layout" in detail
 
 
+def test_strict_fails_on_a_compressed_member_torch_save_never_writes(tmp_path, run_cli):
+    """torch.load inflates a deflated member (so ckpt reads it too), but torch.save never writes one: a warning,
+    which --strict turns into a failure, naming the member and how far it inflates."""
+    import zipfile
+
+    src = tmp_path / "plain.pth"
+    torch.save({"w": torch.zeros(4096)}, src)
+    packed = tmp_path / "packed.pth"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(packed, "w") as zout:
+        for info in zin.infolist():
+            method = zipfile.ZIP_DEFLATED if "/data/" in info.filename else zipfile.ZIP_STORED
+            zout.writestr(zipfile.ZipInfo(info.filename), zin.read(info), compress_type=method)
+    assert torch.equal(torch.load(packed, weights_only=True)["w"], torch.zeros(4096))  # the loader reads it
+    relaxed = gate([str(packed)])
+    assert relaxed.passed and "compressed, which torch.save never writes" in check(relaxed, "warnings").detail
+    strict = gate([str(packed)], strict=True)
+    assert not strict.passed and "'plain/data/0' inflates" in check(strict, "warnings").detail
+    r = run_cli("inspect", str(packed))
+    assert r.code == 0 and "compressed, which torch.save never writes" in r.out
+    assert gate([str(src)], strict=True).passed  # what torch.save writes: no such warning
+
+
 def test_unreadable_file_is_an_error_and_the_others_are_still_checked(tmp_path, clean, run_cli):
     broken = tmp_path / "broken.pth"
     broken.write_bytes(clean.read_bytes()[:300])

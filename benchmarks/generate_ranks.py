@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
+import tempfile
 
 import torch
 
@@ -38,22 +38,21 @@ def _rows(n: int, world: int, rank: int) -> tuple[int, int]:
     return start, min(full * (rank + 1), n) - start
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _rendezvous() -> str:
+    """A file rendezvous for init_process_group: no TCP port is picked, so none can be raced for (gloo's own
+    sockets bind to port 0)."""
+    return "file://" + os.path.join(tempfile.mkdtemp(prefix="ckpt-rdv-"), "store")
 
 
 Tensors = list[tuple[str, tuple[int, ...], torch.dtype]]
 
 
-def _write_rank(rank: int, out: str, tensors: Tensors, world: int, port: int) -> None:
+def _write_rank(rank: int, out: str, tensors: Tensors, world: int, rendezvous: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
     g = torch.Generator().manual_seed(1000 + rank)
     sd = {}
@@ -80,7 +79,7 @@ def write_ranks(out: str, gib: float, world: int, bf16: bool = False, tensors: T
 
         tensors = generate_dcp.llama_like_spec(gib, world, torch.bfloat16 if bf16 else torch.float32).tensors
     os.makedirs(out, exist_ok=True)
-    mp.spawn(_write_rank, args=(out, tensors, world, _free_port()), nprocs=world)
+    mp.spawn(_write_rank, args=(out, tensors, world, _rendezvous()), nprocs=world)
 
 
 def verl_merge(folder: str, output: str, bf16: bool = False) -> None:
@@ -93,8 +92,7 @@ def verl_merge(folder: str, output: str, bf16: bool = False) -> None:
     from safetensors.torch import save_file
     from torch.distributed.tensor import DTensor
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=_rendezvous(), rank=0, world_size=1)
     files = glob.glob(os.path.join(folder, "model_world_size_*_rank_*.pt"))
     files.sort(key=lambda f: int(re.search(r"_rank_(\d+)\.pt$", f).group(1)))  # type: ignore[union-attr]
     with ThreadPoolExecutor(min(32, os.cpu_count() or 1)) as pool:

@@ -15,7 +15,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -123,7 +122,7 @@ _LOAD = textwrap.dedent("""
     import generate as g
     from safetensors.torch import load_file
 
-    g.init(0, 1, int(sys.argv[2]), g.Layout("reference"))
+    g.init(0, 1, sys.argv[2], g.Layout("reference"))
     for name, layers, moe, pth, expected in zip(*[iter(sys.argv[3:])] * 5):
         m = g.build(g.Layout(name, layers=int(layers), moe=moe == "1"), seed=1)  # other values than the save's
         sd = torch.load(pth, weights_only=True)
@@ -138,10 +137,9 @@ _LOAD = textwrap.dedent("""
 """)
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
+def _rendezvous(folder: os.PathLike[str]) -> str:
+    """A file rendezvous in the test's own folder: no TCP port is picked (and raced for)."""
+    return "file://" + os.path.join(folder, "rendezvous")
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +162,7 @@ def strict_loads(tmp_path_factory) -> str:
     # megatron runs in this subprocess only: importing megatron.core adds argparse.Namespace, io.BytesIO,
     # NumPy's arrays and more to torch's weights_only safe globals for the whole process, which would
     # change what every later test sees torch.load(weights_only=True) accept.
-    done = subprocess.run([sys.executable, str(script), str(MEGATRON), _free_port(), *args],
+    done = subprocess.run([sys.executable, str(script), str(MEGATRON), _rendezvous(root), *args],
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

@@ -13,13 +13,11 @@ must read it as the model it holds.
 from __future__ import annotations
 
 import argparse
-
 import importlib.util
 import io
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import textwrap
@@ -47,8 +45,7 @@ _SAVE = textwrap.dedent("""
     torch.cuda.synchronize = lambda *a, **k: None  # megatron's torch_dist save calls them; nothing to sync on CPU
     torch.cuda.current_device = lambda: "cpu"
     import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # one process: no port at all
     from megatron.core import dist_checkpointing, parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
@@ -70,10 +67,7 @@ def real(tmp_path_factory) -> Path:
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
         pytest.skip("no fixtures/megatron/dense and megatron-core is not installed (test-only)")
     folder = tmp_path_factory.mktemp("megatron") / "dense"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    done = subprocess.run([sys.executable, "-c", _SAVE, str(folder), port], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", _SAVE, str(folder)], capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return folder

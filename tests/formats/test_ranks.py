@@ -26,7 +26,7 @@ from ckpt_tool.format_names import Format  # noqa: E402
 from ckpt_tool.formats.detect import detect  # noqa: E402
 
 RANKS = ROOT / "fixtures" / "ranks"
-GOOD = ["verl", "fsdp2_tp", "fsdp1", "mesh2d"]
+GOOD = ["verl", "fsdp2_tp", "fsdp1", "mesh2d", "tp2d"]
 
 
 def _bits(t):
@@ -53,7 +53,7 @@ def test_detected_from_the_pickles_and_listed_from_metadata(name):
     assert ck.format == Format.RANKS
     assert [(t.key, t.dtype, t.shape) for t in ck.tensors] == [
         (k, str(v.dtype).removeprefix("torch."), tuple(v.shape)) for k, v in want.items()]
-    assert ck.metadata["ranks"]["world_size"] == (4 if name == "mesh2d" else 2)
+    assert ck.metadata["ranks"]["world_size"] == (4 if name in ("mesh2d", "tp2d") else 2)
 
 
 @pytest.mark.parametrize("name", GOOD)
@@ -79,6 +79,17 @@ def test_a_two_dimensional_mesh_hsdp_and_two_cuts_of_one_dimension():
     assert meta["mesh"] == [2, 2] and meta["world_size"] == 4
     assert {"[Replicate(), Shard(0)]", "[Shard(0), Shard(1)]", "[Shard(1), Shard(1)]",
             "[Replicate(), Replicate()]"} <= set(meta["placements"])
+
+
+def test_fsdp2_over_tensor_parallel_strided_shards_and_a_sub_mesh():
+    """torchtitan's composition (tp, then FSDP2 over dp): column-parallel weights are saved [_StridedShard(0),
+    Shard(0)] (one 6-row weight splits 2 + 1 under each tp half), the norm lies on the dp sub-mesh only; the
+    consolidation equals full_tensor() of the 4-process gloo run (test_migrate_equals_full_tensor_bit_for_bit)."""
+    ck = load(RANKS / "tp2d")
+    meta = ck.metadata["ranks"]
+    assert meta["mesh"] == [2, 2] and meta["world_size"] == 4
+    assert meta["placements"]["[_StridedShard(dim=0, split_factor=2), Shard(0)]"] == 5
+    assert meta["placements"]["[Shard(0), Shard(1)]"] == 1 and meta["placements"]["[Shard(0)]"] == 2
 
 
 def test_the_rank_comes_from_the_pickle_not_the_file_name():
@@ -169,7 +180,8 @@ def test_replicas_that_differ_fail_the_migrate_and_leave_no_output(tmp_path, run
 
 
 @pytest.mark.parametrize("name,words", [("partial", ["Partial()", "reduce"]),
-                                        ("strided", ["_StridedShard(dim=0, split_factor=2)", "not consolidated"])])
+                                        ("strided", ["_StridedShard(dim=0, split_factor=2)",
+                                                     "not one block of the global tensor"])])
 def test_placements_ckpt_does_not_consolidate_are_refused(name, words, run_cli):
     _one_error_line(run_cli("inspect", str(RANKS / name)), *words)
 

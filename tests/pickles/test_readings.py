@@ -9,7 +9,6 @@ import io
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import textwrap
@@ -324,9 +323,8 @@ _HF_WRITER = textwrap.dedent("""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    def run(rank, world, out, port):
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    def run(rank, world, out, rendezvous):
+        dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world)
         mesh = init_device_mesh("cpu", (world,))
         sd = {"w": distribute_tensor(torch.arange(24.0).reshape(6, 4), mesh, [Shard(0)]),
               "b": distribute_tensor(torch.arange(4.0), mesh, [Shard(0)])}
@@ -338,10 +336,6 @@ _HF_WRITER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def test_distributed_safetensors_rank_files_are_refused_alone(tmp_path, run_cli):
@@ -349,7 +343,7 @@ def test_distributed_safetensors_rank_files_are_refused_alone(tmp_path, run_cli)
     script = tmp_path / "hf_writer.py"
     script.write_text(_HF_WRITER)
     out = tmp_path / "hf"
-    done = subprocess.run([sys.executable, str(script), str(out), _free_port()], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script), str(out), f"file://{tmp_path / 'rendezvous'}"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     shards = sorted(out.glob("*.safetensors"))

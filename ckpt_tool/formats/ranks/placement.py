@@ -182,36 +182,87 @@ def _dtensor(key: str, value: Placeholder, dtype: str, shape: tuple[int, ...], p
     if not isinstance(placements, tuple) or len(placements) != len(mesh_shape):
         raise InputError(f"the DTensor {key!r} does not give one placement per mesh dimension", path)
     shown = ", ".join(describe(p) for p in placements)
-    offsets, sizes = [0] * len(shape), list(shape)
-    sharded_dims: list[int] = []
-    for i, p in enumerate(placements):
-        name = p._ckpt_name if isinstance(p, Placeholder) else ""
-        if name == "Replicate":
-            continue
-        dim = _int(_attrs(p).get("dim"))
-        if name != "Shard" or dim is None or not -len(shape) <= dim < len(shape):
-            raise InputError(f"the DTensor {key!r} is placed [{shown}]: ckpt consolidates Shard(d) and "
-                             f"Replicate() placements, not {describe(p)}{_WHY.get(name, '')}", path)
-        dim %= len(shape)
-        if dim in sharded_dims:  # two mesh dims on one tensor dim: the order is the spec's shard_order
-            _check_order(key, spec.get("shard_order"), shown, path)
-        sharded_dims.append(dim)
-        start, size = _chunk(sizes[dim], mesh_shape[i], coord[i])
-        offsets[dim] += start
-        sizes[dim] = size
+    offsets, sizes = _box(key, shape, placements, mesh_shape, coord, spec, shown, path)
     if tuple(sizes) != local.shape:
         raise InputError(f"rank {rank}'s local tensor of {key!r} is {list(local.shape)}, but its placement "
                          f"[{shown}] over a mesh of {list(mesh_shape)} gives {sizes} of the global {list(shape)}: "
                          "the shards do not tile the global tensor", path)
+    # a DTensor on a sub-mesh (FSDP2's dp mesh of a dp x tp run) names its root mesh: the run's world
+    root = _mesh_shape(_attrs(mesh.get("_root_mesh")).get("_layout")) or mesh_shape
     world = 1
-    for n in mesh_shape:
+    for n in root:
         world *= n
     return Piece(DTENSOR, dtype, shape, (Block(rank, tuple(offsets), tuple(sizes), local),), f"[{shown}]",
                  rank, world, mesh_shape)
 
 
-_WHY = {"Partial": " (sums each rank still has to reduce: save full_tensor() or redistribute first)",
-        "_StridedShard": " (FSDP2 over a tensor-parallel split of the same dimension: not consolidated yet)"}
+_WHY = {"Partial": " (sums each rank still has to reduce: save full_tensor() or redistribute first)"}
+
+
+def _box(key: str, shape: tuple[int, ...], placements: tuple[Any, ...], mesh_shape: tuple[int, ...],
+         coord: tuple[int, ...], spec: dict[str, Any], shown: str, path: str) -> tuple[list[int], list[int]]:
+    """(offsets, sizes) of the block this rank holds, as torch's _compute_local_shape_and_global_offset places it.
+
+    Each tensor dimension is followed as the runs of global indices the rank keeps (mesh dimensions left to
+    right): Shard(d) keeps torch.chunk's piece of them; _StridedShard(d, split_factor=f) (FSDP2 over a
+    tensor-parallel split of the same dimension) first cuts them in f pieces and keeps its chunk of each. The
+    result must be one run per dimension (it is, for the placements FSDP2 + TP write), a box of the tensor.
+    """
+    runs: dict[int, list[range]] = {}
+    sharded_dims: list[int] = []
+    for i, p in enumerate(placements):
+        name = p._ckpt_name if isinstance(p, Placeholder) else ""
+        if name == "Replicate":
+            continue
+        a = _attrs(p)
+        dim = _int(a.get("dim"))
+        factor = _int(a.get("split_factor")) if name == "_StridedShard" else 1
+        if name not in ("Shard", "_StridedShard") or dim is None or not -len(shape) <= dim < len(shape) \
+                or factor is None or factor < 1:
+            raise InputError(f"the DTensor {key!r} is placed [{shown}]: ckpt consolidates Shard(d), "
+                             f"_StridedShard(d) and Replicate() placements, not {describe(p)}{_WHY.get(name, '')}",
+                             path)
+        dim %= len(shape)
+        if name == "Shard" and dim in sharded_dims:  # two mesh dims on one tensor dim: the spec's shard_order
+            _check_order(key, spec.get("shard_order"), shown, path)
+        sharded_dims.append(dim)
+        held = runs.get(dim, [range(shape[dim])])
+        total = sum(len(r) for r in held)
+        kept: list[range] = []
+        for part_start, part_size in (_chunk(total, factor, j) for j in range(factor)):
+            start, size = _chunk(part_size, mesh_shape[i], coord[i])
+            kept += _slice(held, part_start + start, size)
+        runs[dim] = _merged(kept)
+    offsets, sizes = [0] * len(shape), list(shape)
+    for dim, held in runs.items():
+        if len(held) > 1:
+            raise InputError(f"the DTensor {key!r} is placed [{shown}]: this rank's elements of dimension {dim} "
+                             "are not one block of the global tensor, which ckpt does not consolidate yet", path)
+        offsets[dim], sizes[dim] = (held[0].start, len(held[0])) if held else (0, 0)
+    return offsets, sizes
+
+
+def _slice(runs: list[range], start: int, size: int) -> list[range]:
+    """The runs of indices at positions [start, start + size) of the concatenated ``runs``."""
+    out: list[range] = []
+    pos = 0
+    for r in runs:
+        lo, hi = max(start, pos), min(start + size, pos + len(r))
+        if lo < hi:
+            out.append(r[lo - pos : hi - pos])
+        pos += len(r)
+    return out
+
+
+def _merged(runs: list[range]) -> list[range]:
+    """Adjacent runs joined (r1 ends where r2 starts)."""
+    out: list[range] = []
+    for r in runs:
+        if out and out[-1].stop == r.start:
+            out[-1] = range(out[-1].start, r.stop)
+        elif len(r):
+            out.append(r)
+    return out
 
 
 def _chunk(size: int, n: int, index: int) -> tuple[int, int]:

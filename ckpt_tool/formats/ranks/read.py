@@ -189,14 +189,14 @@ def _consolidate(folder: str, found: RankFiles, ranks: list[_Rank], skipped: lis
             nbytes *= d
         metas[key] = TensorMeta(key, p0.dtype, p0.shape, contiguous_strides(p0.shape), 0,
                                 StorageRef(source, key, nbytes), "cpu")
-    if len(meshes) > 1:
-        raise InputError(f"the DTensors lie on device meshes of different shapes ({sorted(meshes)})", folder)
+    # several meshes: sub-meshes of one run (FSDP2 on the dp mesh of a dp x tp run; their pieces tile above)
+    shown_mesh = max(meshes, key=lambda m: (len(m), m)) if meshes else None
     root = _rebuild(ranks[0].loaded.root, metas)
     loaded = Loaded(Format.RANKS, root, _references(ranks), _warnings(ranks, skipped, replicated), [source])
     kinds = sorted({k for r in ranks for k in r.kinds})
     loaded.metadata["ranks"] = {
         "layout": "verl" if found.verl else "per-rank files", "kind": ", ".join(kinds), "world_size": world,
-        "mesh": list(meshes.pop()) if meshes else None, "files": [r.name for r in ranks],
+        "mesh": list(shown_mesh) if shown_mesh else None, "files": [r.name for r in ranks],
         "placements": placements, "not_read": skipped,
     }
     loaded.weights_only = wo_input.WeightsOnlyInput(wo_input.SHARDED, path=folder, parts=tuple(

@@ -38,6 +38,7 @@ LAYOUTS = {
     "verl": (RANKS / "verl", {}),                          # per-rank DTensor files, Shard(0)
     "fsdp2_tp": (RANKS / "fsdp2_tp", {}),                  # Shard(1), Shard(2), Replicate: strided pieces
     "fsdp1": (RANKS / "fsdp1", {}),                        # per-rank ShardedTensor files
+    "tp2d": (RANKS / "tp2d", {}),                          # FSDP2 over TP: [_StridedShard(0), Shard(0)], a sub-mesh
     "dist_safetensors": (ROOT / "fixtures" / "dist_safetensors" / "run", {}),  # DCP_SHARDING_INFO slices
     "pipeline": (PARALLEL / "pipeline", {}),               # DeepSpeed layer_XX-model_states.pt
     "universal": (PARALLEL / "universal", {}),             # ds_to_universal's zero/<param>/fp32.pt

@@ -120,8 +120,10 @@ REVIEWED: dict[Pair, str] = {
     **{("torch.distributed._mesh_layout", n): "a DeviceMesh's layout: a dataclass of shapes and strides"
        for n in ("_MeshLayout", "_FlatLayout")},
     # FSDP1 SHARDED_STATE_DICT (ShardedTensor): its records are inert; ShardedTensor itself is NOT listed: its
-    # __setstate__ demands a process group and, when an RPC agent runs, joins it (_post_init -> _init_rpc), and
-    # the pickle reaches ShardedTensor.ProcessGroupState through builtins.getattr (dangerous by name).
+    # __setstate__ demands a process group and, with init_rrefs True, joins the RPC agent (_post_init ->
+    # _init_rpc). The walk vouches for it only as torch.save writes it (walk/walker.py _sharded_tensor_rebuild:
+    # the wrapper-subclass rebuild, init_rrefs False); ShardedTensor.ProcessGroupState (catalog) is reached by
+    # getattr of that constant name, judged as the dotted name.
     **{(m, n): "a ShardedTensor's shard and placement records: dataclasses, an Enum, a device string"
        for m, n in (("torch.distributed._shard.sharded_tensor.shard", "Shard"),
                     ("torch.distributed._shard.metadata", "ShardMetadata"),

@@ -140,6 +140,8 @@ def _compat(module: str, name: str) -> tuple[str, str]:
 
 
 def _severity(module: str, name: str) -> Severity:
+    if "." in name and is_inert(module, name):  # a nested class the catalog reviewed under its dotted name
+        return SAFE
     if "." in name:
         head, _, rest = name.partition(".")
         if any(part.startswith("_") for part in rest.split(".")) or not head:

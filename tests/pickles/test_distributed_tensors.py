@@ -83,14 +83,14 @@ def test_importing_torch_distributed_tensor_allowlists_dtensors():
     assert _fresh_torch_load(FSDP1_FILE, "import torch.distributed.tensor").startswith("UnpicklingError")
 
 
-def test_sharded_tensor_files_stay_dangerous_and_say_why():
+def test_sharded_tensor_files_are_judged_by_the_catalog():
+    """issue 32: torch.save's ShardedTensor (init_rrefs False) and getattr(ShardedTensor, "ProcessGroupState")
+    are judged as what they are (tests/pickles/test_sharded_tensor_verdicts.py has the dangerous variants)."""
     f = scan([str(FSDP1_FILE)]).files[0]
-    assert f.verdict == "dangerous"
-    bad = {f"{g.module}.{g.name}" for g in f.globals if g.severity == "dangerous"}
-    assert {"__builtin__.getattr", "torch.distributed._shard.sharded_tensor.api.ShardedTensor",
-            "torch.distributed._shard.sharded_tensor.api.ShardedTensor.ProcessGroupState"} <= bad
-    assert any("constructs torch.distributed._shard.sharded_tensor.api.ShardedTensor.ProcessGroupState" in x.message
-               for x in f.findings)
+    assert f.verdict == "safe", (f.globals, f.findings)
+    judged = {f"{g.module}.{g.name}": g.severity for g in f.globals}
+    assert judged["__builtin__.getattr"] == judged["torch.distributed._shard.sharded_tensor.api.ShardedTensor"] == \
+        "safe"
 
 
 @pytest.mark.parametrize("attr", ["lower", "_Inner", "Inner.Deeper"])

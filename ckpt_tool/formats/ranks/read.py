@@ -22,6 +22,7 @@ from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.weights_only import inputs as wo_input
+from ..checkpoint.findings import join_walk, needs_walk
 from ..checkpoint.loaded import Loaded, ReadOptions
 from ..torchsave.archive import read_torch_zip
 from .files import RankFiles, rank_files
@@ -55,6 +56,8 @@ def read_ranks(path: str, options: ReadOptions) -> Loaded:
     try:
         for i, name in enumerate(found.names):
             loaded = read_torch_zip(paths.join(path, name), wo)
+            if options.walk and needs_walk(loaded):  # how each global is used (FSDP1's getattr): the walk's verdict
+                join_walk(loaded, paths.join(path, name), options.limits)
             inner.extend(loaded.sources)
             r = _rank(name, loaded, found, i, path)
             if r is None:

@@ -138,6 +138,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("torch.distributed.checkpoint.state_dict", "StateDictOptions", "inert", _DCP + _DATACLASS, _T),
     Entry("torch.distributed.checkpoint.state_dict", "_StateDictInfo", "excluded", "get_state_dict's runtime "
           "bookkeeping, never saved by torch; it holds callables (fsdp_context) that would be judged anyway", _T),
+    Entry("torch.distributed._shard.sharded_tensor.api", "ShardedTensor.ProcessGroupState", "inert",
+          _DATACLASS + " (four ints: the saving rank and world; protocol 2 reaches it by "
+          "getattr(ShardedTensor, 'ProcessGroupState'), judged as this name)", _T),
     Entry("torch.distributed.tensor.placement_types", "_StridedShardOffsetMode", "inert",
           "a DTensor placement mode: " + _ENUM, _T),
     Entry("torch.distributed.tensor.placement_types", "_MaskPartial", "excluded",

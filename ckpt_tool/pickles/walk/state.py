@@ -62,6 +62,8 @@ class WalkState:
         self.misused: set[tuple[str, str]] = set()  # idiom globals used some other way
         self.watching = False  # an idiom global has been named: track where it flows
         self.called: set[tuple[str, str]] = set()
+        # globals only met where torch's own rebuild vouches for them (a ShardedTensor without RPC state)
+        self.vouched: set[tuple[str, str]] = set()
         self.plain: dict[tuple[str, str], Made] = {}  # callees the walk has nothing more to say about
         self.pid_glob: object = None  # the global the last persistent id named (judged already)
         self.opcodes = 0

@@ -93,6 +93,10 @@ _SPECIAL: dict[tuple[str, str], Callable[[], object]] = {
     ("omegaconf.nodes", "InterpolationResultNode"): lambda: _node("InterpolationResultNode", 4),
     ("omegaconf.nodes", "EnumNode"): lambda: importlib.import_module("omegaconf.nodes").EnumNode(
         enum_type=importlib.import_module("omegaconf").SCMode, value="DICT"),
+    ("mmengine.logging.history_buffer", "HistoryBuffer"): lambda: _history(),  # noqa: PLW0108 - defined below
+    **{("mmengine.logging.history_buffer", f"HistoryBuffer.{m}"): (lambda m=m: getattr(
+        importlib.import_module("mmengine.logging.history_buffer").HistoryBuffer, m))
+       for m in ("min", "max", "current", "mean")},
     ("lightning_fabric.utilities.data", "AttributeDict"): lambda: importlib.import_module(
         "lightning_fabric.utilities.data").AttributeDict(lr=0.1, layers=[1, 2]),
     ("pytorch_lightning.utilities.parsing", "AttributeDict"): lambda: importlib.import_module(
@@ -105,6 +109,12 @@ def _without(cls: type, **fields: object) -> object:
     for name, value in fields.items():
         object.__setattr__(obj, name, value)
     return obj
+
+
+def _history() -> object:
+    buffer = importlib.import_module("mmengine.logging.history_buffer").HistoryBuffer()
+    buffer.update(0.5)
+    return buffer
 
 
 def _node(kind: str, value: object) -> object:

@@ -21,7 +21,7 @@ from ckpt_tool import scan
 from ckpt_tool.pickles.catalog import third_party
 from tests.catalog_samples import audited_load, sample
 
-LIBS = ("transformers", "accelerate", "omegaconf", "lightning_fabric", "pytorch_lightning")
+LIBS = ("transformers", "accelerate", "omegaconf", "lightning_fabric", "pytorch_lightning", "mmengine")
 MISSING = [name for name in LIBS if importlib.util.find_spec(name) is None]
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"needs the test-only libraries {MISSING} "
                                                       "(requirements-test.txt)")

@@ -14,6 +14,7 @@ _TF = "transformers 5.24.0"
 _ACC = "accelerate 1.15.0"
 _OMEGA = "omegaconf 2.3.1"
 _PL = "pytorch-lightning 2.6.6"
+_MM = "mmengine 0.10.7"
 
 _ENUM = ("an Enum (transformers' ExplicitEnum / accelerate's BaseEnum are str Enums whose _missing_ only raises "
          "ValueError): unpickling looks an existing member up by value")
@@ -71,6 +72,15 @@ ENTRIES: tuple[Entry, ...] = (
            "the flags cache; an EnumNode's enum class is a separate global", _OMEGA),
     *_each("omegaconf.base", "Metadata ContainerMetadata", _DATACLASS, _OMEGA),
     *_each("omegaconf.base", "SCMode", _ENUM, _OMEGA),
+    # mmengine: every Runner checkpoint's meta.message_hub holds HistoryBuffers (logging/history_buffer.py).
+    Entry("mmengine.logging.history_buffer", "HistoryBuffer", "inert",
+          "its __setstate__ sets the default statistics (min, max, current, mean: its own methods), merges the "
+          "pickled statistics_methods into the class's registry, then updates __dict__; the callables merged are "
+          "separate globals, judged on their own (mmengine pickles its own methods, reached by getattr)", _MM),
+    *(Entry("mmengine.logging.history_buffer", f"HistoryBuffer.{m}", "inert",
+            "a HistoryBuffer statistic (numpy over its log history), pickled by reference as "
+            f"getattr(HistoryBuffer, {m!r}); referenced, never called at load", _MM)
+      for m in ("min", "max", "current", "mean")),
     # Lightning: a .ckpt's hyper_parameters (save_hyperparameters) is an AttributeDict.
     *_each("lightning_fabric.utilities.data", "AttributeDict",
            "a dict subclass with attribute access: NEWOBJ (dict.__new__) + SETITEMS; BUILD's "

@@ -397,11 +397,13 @@ def _sharded_tensor_rebuild(argv: tuple[object, ...]) -> bool:
 
 
 def _catalogued_nested(argv: tuple[object, ...]) -> bool:
-    """``getattr(Outer, "Inner")`` whose dotted name ``Outer.Inner`` is on the inert allowlist."""
-    if not _nested_class(argv):
+    """``getattr(Outer, "name")`` whose dotted name ``Outer.name`` the catalog reviewed (a nested class, or a
+    method mmengine's HistoryBuffer pickles by reference)."""
+    if len(argv) != 2:
         return False
-    outer, inner = argv[0], argv[1]
-    return isinstance(outer, Glob) and is_inert(outer.module, f"{outer.name}.{inner}")
+    outer, inner = argv
+    return isinstance(outer, Glob) and isinstance(inner, str) and inner.isidentifier() \
+        and not inner.startswith("_") and is_inert(outer.module, f"{outer.name}.{inner}")
 
 
 def _nested_class(argv: tuple[object, ...]) -> bool:

@@ -210,7 +210,9 @@ def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str
 
 # --------------------------------------------------------------- TorchScript
 
-_CLASS_RE = re.compile(r"^class (\w+)\(Module\):\n((?:  .*\n?)*)", re.M)
+# every class of code/: modules (``class X(Module):``) list their parameters and buffers; a scripted class
+# (``class X:``, held as an attribute) or an enum has no state_dict entries (nor in torch.jit.load's state_dict())
+_CLASS_RE = re.compile(r"^class (\w+)(\(\w+\))?:\n((?:  .*\n?)*)", re.M)
 _LIST_RE = re.compile(r"^  (__parameters__|__buffers__) = \[(.*?)\]", re.M)
 
 
@@ -224,8 +226,10 @@ def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, di
         module = name[len(code_prefix) : -3].replace("/", ".")
         text = archive.read(name, archive.member_limit, "--max-member-bytes").decode("utf-8", "replace")
         for match in _CLASS_RE.finditer(text):
-            body = match.group(2)
+            body = match.group(3)
             lists: dict[str, list[str]] = {"__parameters__": [], "__buffers__": []}
+            if match.group(2) != "(Module)":
+                lists["not_a_module"] = []
             for lm in _LIST_RE.finditer(body):
                 lists[lm.group(1)] = re.findall(r'"([^"]*)"', lm.group(2))
             classes[f"{module}.{match.group(1)}"] = lists
@@ -258,6 +262,8 @@ def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: st
                 f"TorchScript archive is missing the code for {obj.qualname} (archive member under code/)",
                 path,
             )
+        if "not_a_module" in info:
+            return  # a scripted class or enum: torch.jit.load's state_dict() lists nothing of it
         for name in info["__parameters__"] + info["__buffers__"]:
             value = attrs.get(name)
             if value is not None:

@@ -152,31 +152,42 @@ def _edit(src: Path, dst: Path, line: str) -> Path:
     return dst
 
 
-def hostile(d: Path) -> dict[str, Case]:
-    out = {}
-    t = str(d / "made_{}")
-    out["setstate_from_file"] = Case(_save(FromFile(t.format(1)), d / "h1.pt"), "torch.from_file",
-                                     "FromFile.__setstate__", creates=Path(t.format(1)))
-    out["helper_in_other_file"] = Case(_save(ViaHelper(t.format(2)), d / "h2.pt"), "torch.from_file",
-                                       "script_helpers.make_file", creates=Path(t.format(2)))
-    out["submodule_3_deep"] = Case(_save(Wrap(Wrap(Wrap(FromFile(t.format(3))))), d / "h3.pt"), "torch.from_file",
-                                   "FromFile.__setstate__", creates=Path(t.format(3)))
-    out["scripted_class_attribute"] = Case(_save(HoldsClass(t.format(4)), d / "h4.pt"), "torch.from_file",
-                                           "Holder.__setstate__", creates=Path(t.format(4)))
-    out["manual_seed"] = Case(_save(Seeds(t.format(5)), d / "h5.pt"), "torch.manual_seed", "Seeds.__setstate__",
-                              seed=4321)
-    base = _save(FromFile(t.format(0)), d / "base.pt")
-    edits: dict[str, tuple[str, str]] = {
-        "ops_aten_spelling": ('self.w = ops.aten.from_file((s)[2], True, 4)', "ops.aten.from_file"),
-        "alias": ('f = torch.from_file\n    self.w = f((s)[2], True, 4)', "torch.from_file"),
-        "getattr_literal": ('self.w = getattr(torch, "from_file")((s)[2], True, 4)', "torch.from_file"),
-        "string_built_path": ('self.w = torch.from_file((s)[2] + "", True, 4)', "torch.from_file"),
-        "torch_save": ('torch.save(self.w, (s)[2])\n    self.w = (s)[0]', "torch.save"),
+# Spellings written into FromFile.__setstate__ by hand: (line, how ckpt names the call).
+EDITS: dict[str, tuple[str, str]] = {
+    "ops_aten_spelling": ("self.w = ops.aten.from_file((s)[2], True, 4)", "ops.aten.from_file"),
+    "alias": ("f = torch.from_file\n    self.w = f((s)[2], True, 4)", "torch.from_file"),
+    "getattr_literal": ('self.w = getattr(torch, "from_file")((s)[2], True, 4)', "torch.from_file"),
+    "string_built_path": ('self.w = torch.from_file((s)[2] + "", True, 4)', "torch.from_file"),
+    "torch_save": ("torch.save(self.w, (s)[2])\n    self.w = (s)[0]", "torch.save"),
+}
+# The cases that create a file (the others set process state): what a marker file can witness.
+CREATES_A_FILE = ("setstate_from_file", "helper_in_other_file", "submodule_3_deep", "scripted_class_attribute",
+                  *EDITS)
+
+
+def hostile(d: Path, target: Callable[[str], str] | None = None,
+            names: tuple[str, ...] | None = None) -> dict[str, Case]:
+    """Write the hostile archives into ``d`` as ``NAME.pt``; ``target(NAME)`` is the file each payload creates."""
+    where = target or (lambda name: str(d / f"made_{name}"))
+    builders: dict[str, tuple[Callable[[str], nn.Module], str, str]] = {
+        "setstate_from_file": (FromFile, "torch.from_file", "FromFile.__setstate__"),
+        "helper_in_other_file": (ViaHelper, "torch.from_file", "script_helpers.make_file"),
+        "submodule_3_deep": (lambda t: Wrap(Wrap(Wrap(FromFile(t)))), "torch.from_file", "FromFile.__setstate__"),
+        "scripted_class_attribute": (HoldsClass, "torch.from_file", "Holder.__setstate__"),
+        "manual_seed": (Seeds, "torch.manual_seed", "Seeds.__setstate__"),
     }
-    for i, (name, (line, spelled)) in enumerate(edits.items(), start=6):
-        edited = Case(_edit(base, d / f"h{i}.pt", line.replace("(s)[2]", f"(s)[2] + \"_{i}\"")), spelled,
-                      "FromFile.__setstate__", creates=Path(t.format(0) + f"_{i}"))
-        out[name] = edited
+    out = {}
+    for name, (make, spelled, function) in builders.items():
+        if names is None or name in names:
+            seed = 4321 if name == "manual_seed" else None
+            out[name] = Case(_save(make(where(name)), d / f"{name}.pt"), spelled, function,
+                             creates=None if seed else Path(where(name)), seed=seed)
+    for name, (line, spelled) in EDITS.items():
+        if names is None or name in names:
+            base = _save(FromFile(where(name)), d / f"{name}.base.pt")
+            out[name] = Case(_edit(base, d / f"{name}.pt", line), spelled, "FromFile.__setstate__",
+                             creates=Path(where(name)))
+            base.unlink()
     return out
 
 

@@ -22,7 +22,11 @@ Decisions that are not obvious:
   which a caller relies on for reproducibility (a silent tampering of results).
 - ``print`` (prim::Print), ``warn`` and ``_print`` are allowed: they write
   text to the process's stdout/stderr and reach nothing else.
-- ``set_grad_enabled`` is denied: grad mode outlives the method that sets it.
+- ``set_grad_enabled`` is allowed: grad mode is thread-local, it is what torch's own
+  ``with torch.no_grad()`` compiles to (``no_grad.__enter__``/``__exit__`` in the
+  archive's code set and restore it), and it reaches no file, process or network.
+  Process-wide settings that no load-time idiom restores are denied (seed, cuFFT
+  plan cache, backend selection).
 """
 from __future__ import annotations
 
@@ -68,7 +72,6 @@ DENIED: tuple[tuple[str, str], ...] = (
     (r"aten::save", "writes a file"),
     (r".*::.*load.*", "reads a file or loads code"),
     (r"aten::(manual_seed|seed)", "overwrites the process's RNG seed"),
-    (r"aten::set_grad_enabled", "sets grad mode beyond the call"),
     (r"aten::_cufft_(set|clear)_.*", "sets a process-wide cuFFT plan cache setting"),
     (r"aten::_set_(?!item$).*", "sets process-wide state"),
     (r"aten::_use_.*", "queries/selects a backend for the process"),

@@ -11,6 +11,7 @@ checks torch really does it, in a subprocess, and that ckpt names it.
 """
 from __future__ import annotations
 
+import math
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,6 +135,46 @@ class Benign(nn.Module):
         self.training = s[1]
 
 
+class ControlFlow(nn.Module):
+    """__setstate__ with what TorchScript prints for no_grad, assert, raise, loops, comprehensions, Optional."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+        self.d: dict[str, int] = {"a": 1}
+        self.o: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @torch.jit.export
+    def __getstate__(self) -> tuple[torch.Tensor, bool, dict[str, int]]:
+        return (self.w, self.training, self.d)
+
+    @torch.jit.export
+    def __setstate__(self, s: tuple[torch.Tensor, bool, dict[str, int]]) -> None:
+        with torch.no_grad():
+            w = s[0].clone()
+            w.mul_(2.0)
+        self.w = w
+        assert w.numel() == 4, "bad"
+        if w.numel() != 4:
+            raise RuntimeError(f"size {w.numel()}")
+        d = s[2]
+        for k, v in d.items():
+            d[k] = v + 1
+        self.d = d
+        xs = [i * 2 for i in range(3)]
+        total = sum(xs) + int(math.sqrt(16.0)) + len(xs)
+        o = self.o
+        if o is not None:
+            o = o + total + torch.rand(2).to(torch.float64).view(-1)
+        self.o = o
+        if isinstance(o, torch.Tensor) and ("k" + str(total)).startswith("k"):
+            self.training = s[1]
+        self.training = s[1]
+
+
 def _save(module: nn.Module, path: Path) -> Path:
     torch.jit.save(torch.jit.script(module), str(path))
     return path
@@ -201,6 +242,7 @@ def benign(d: Path) -> dict[str, Path]:
     static(torch.randn(2, 1, 5, 8))
     tq.convert(static, inplace=True)
     builders: dict[str, Callable[[], nn.Module]] = {
-        "setstate_math_nested_layers": Layers, "quantized_dynamic": lambda: dyn, "quantized_static": lambda: static,
+        "setstate_math_nested_layers": Layers, "setstate_control_flow": ControlFlow,
+        "quantized_dynamic": lambda: dyn, "quantized_static": lambda: static,
     }
     return {name: _save(make(), d / f"b_{name}.pt") for name, make in builders.items()}

@@ -78,7 +78,8 @@ def test_hostile_load_has_its_effect_and_ckpt_names_it(cases, name: str) -> None
     assert any(case.spelled in w and case.function in w for w in report.warnings), report.warnings
 
 
-@pytest.mark.parametrize("name", ["setstate_math_nested_layers", "quantized_dynamic", "quantized_static"])
+@pytest.mark.parametrize("name", ["setstate_math_nested_layers", "setstate_control_flow", "quantized_dynamic",
+                                  "quantized_static"])
 def test_benign_load_has_no_effect_and_is_safe(cases, name: str) -> None:
     _, benign, loaded = cases
     real = loaded[str(benign[name])]
@@ -151,3 +152,32 @@ def test_table_spellings() -> None:
     t = table()
     assert {"aten::from_file", "aten::save", "aten::manual_seed", "prim::rpc_sync"} <= set(t.denied)
     assert len(t.allowed) > 2000
+
+
+def test_a_name_defined_twice_is_read_twice() -> None:
+    code = textwrap.dedent("""
+        def helper(s: str) -> NoneType:
+          return None
+        def helper(s: str) -> NoneType:
+          torch.save(torch.zeros([1]), s)
+          return None
+        class M(Module):
+          def __setstate__(self: __torch__.M, s: str) -> NoneType:
+            __torch__.helper(s)
+            return None
+        """)
+    assert [f.spelled for f in judge_code({"a/code/__torch__.py": code})] == ["torch.save"]
+
+
+def test_a_denied_operator_is_named_even_when_an_archive_class_has_a_method_of_its_name() -> None:
+    code = textwrap.dedent("""
+        class Decoy:
+          def save(self: __torch__.Decoy, t: Tensor, s: str) -> NoneType:
+            return None
+        class M(Module):
+          def __setstate__(self: __torch__.M, s: str) -> NoneType:
+            x = __torch__.Decoy.__new__(__torch__.Decoy)
+            (x).save(torch.zeros([1]), s)
+            return None
+        """)
+    assert [(f.spelled, f.judged.kind) for f in judge_code({"a/code/__torch__.py": code})] == [(".save()", "denied")]

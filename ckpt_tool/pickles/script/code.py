@@ -53,7 +53,7 @@ class _Func:
 
 @dataclass
 class _Index:
-    functions: dict[str, _Func] = field(default_factory=dict)  # qualname -> function
+    functions: dict[str, list[_Func]] = field(default_factory=dict)  # qualname -> every definition of it
     by_method: dict[str, list[_Func]] = field(default_factory=dict)  # method name -> every class's method
     classes: set[str] = field(default_factory=set)
     bodies: list[_Func] = field(default_factory=list)  # top-level / class-level statements
@@ -82,7 +82,7 @@ def _index(files: dict[str, str]) -> _Index:
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
                 q = f"{module}.{stmt.name}"
-                idx.functions[q] = _Func(q, member, stmt)
+                idx.functions.setdefault(q, []).append(_Func(q, member, stmt))
             elif isinstance(stmt, ast.ClassDef):
                 cq = f"{module}.{stmt.name}"
                 idx.classes.add(cq)
@@ -90,7 +90,7 @@ def _index(files: dict[str, str]) -> _Index:
                 for item in stmt.body:
                     if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
                         f = _Func(f"{cq}.{item.name}", member, item, cq)
-                        idx.functions[f.qualname] = f
+                        idx.functions.setdefault(f.qualname, []).append(f)
                         idx.by_method.setdefault(item.name, []).append(f)
                     else:
                         body.append(item)
@@ -127,16 +127,16 @@ class _Reader:
         self.idx = idx
         self.findings: list[CodeFinding] = []
         self.queue: list[tuple[_Func, str]] = []
-        self.seen: set[str] = set()
+        self.seen: set[int] = set()  # ids of the nodes read (a name defined twice is read twice)
 
     def reach(self, f: _Func, entry: str) -> None:
-        if f.qualname in self.seen:
+        if id(f.node) in self.seen:
             return
         if len(self.seen) >= MAX_FUNCTIONS:  # never read as safe what was not read
             self.flag(f, f.node, f.qualname, Judged("unreviewed", f.qualname,
                                                     f"over {MAX_FUNCTIONS} functions reached; not read"), entry)
             return
-        self.seen.add(f.qualname)
+        self.seen.add(id(f.node))
         self.queue.append((f, entry))
 
     def run(self) -> None:
@@ -151,12 +151,16 @@ class _Reader:
     def follow_qualified(self, f: _Func, node: ast.AST, chain: list[str], entry: str, called: bool) -> None:
         """``__torch__.a.fn`` / ``__torch__.a.Cls`` / ``__torch__.a.Cls.method``: the archive's own code."""
         q = ".".join(chain)
+        if chain[-1] == "__new__" and ".".join(chain[:-1]) in self.idx.classes:
+            chain, q = chain[:-1], ".".join(chain[:-1])  # Cls.__new__(Cls): an object made as Cls(...) makes it
         if q in self.idx.functions:
-            self.reach(self.idx.functions[q], entry)
+            for g in self.idx.functions[q]:
+                self.reach(g, entry)
         elif q in self.idx.classes:
-            for name, g in self.idx.functions.items():  # constructing it runs __init__ (and any dunder)
-                if g.cls == q and name.rsplit(".", 1)[1].startswith("__"):
-                    self.reach(g, entry)
+            for name, defs in self.idx.functions.items():  # constructing it runs __init__ (and any dunder)
+                for g in defs:
+                    if g.cls == q and name.rsplit(".", 1)[1].startswith("__"):
+                        self.reach(g, entry)
         elif chain[:3] == ["__torch__", "torch", "classes"]:
             self.flag(f, node, q, judge_chain(chain[1:]), entry)
         elif called:
@@ -199,12 +203,14 @@ class _Reader:
                       entry)
 
     def method(self, f: _Func, node: ast.AST, name: str, entry: str) -> None:
-        defined = self.idx.by_method.get(name)
-        if defined:
-            for g in defined:
-                self.reach(g, entry)
-            return
-        self.flag(f, node, f".{name}()", judge_method(name), entry)
+        """A method of a value ckpt does not type: every archive class's method of that name is followed,
+        and the operator of that name is judged unless an archive class defines it (a denied one always)."""
+        defined = self.idx.by_method.get(name, [])
+        for g in defined:
+            self.reach(g, entry)
+        judged = judge_method(name)
+        if not defined or (judged.kind == "denied" and not judged.op.startswith("class::")):
+            self.flag(f, node, f".{name}()", judged, entry)
 
     def read(self, f: _Func, entry: str) -> None:
         aliases: dict[str, list[str]] = {}
@@ -229,8 +235,8 @@ class _Reader:
                     self.reference(f, node, chain, entry)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 local = f"{f.qualname.rsplit('.', 2 if f.cls else 1)[0]}.{node.id}"
-                if local in self.idx.functions:
-                    self.reach(self.idx.functions[local], entry)
+                for g in self.idx.functions.get(local, []):
+                    self.reach(g, entry)
             elif isinstance(node, ast.With | ast.AsyncWith):
                 for name in ("__enter__", "__exit__"):
                     self.method(f, node, name, entry)

@@ -131,8 +131,10 @@ def judge_method(name: str) -> Judged:
         if j.kind != "unreviewed":
             return j
     t = table()
-    owners = [op for op in (*t.allowed, *t.denied) if op.startswith("class::") and op.endswith(f".{name}")]
-    if owners:  # a method of torch's own C++ classes (packed params): denied if any class denying it has it
-        denied = [op for op in owners if op in t.denied]
-        return _op(denied[0] if denied else owners[0])
+    allowed = sorted(op for op in t.allowed if op.startswith("class::") and op.endswith(f".{name}"))
+    if allowed:  # a method of torch's own packed-weight classes (``.unpack()``)
+        return Judged("allowed", allowed[0])
+    denied = sorted(op for op in t.denied if op.startswith("class::") and op.endswith(f".{name}"))
+    if denied:  # only a class that reaches the network or runs a model has it (``.run()`` of _nnapi)
+        return _op(denied[0])
     return Judged("unreviewed", f".{name}()", "a method no reviewed operator or archive class defines")

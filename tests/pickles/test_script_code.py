@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,27 @@ def test_a_denied_operator_is_named_even_when_an_archive_class_has_a_method_of_i
             return None
         """)
     assert [(f.spelled, f.judged.kind) for f in judge_code({"a/code/__torch__.py": code})] == [(".save()", "denied")]
+
+
+def test_inspect_reads_code_laid_out_by_hand(tmp_path: Path) -> None:
+    """torch.jit.load compiles any layout Python allows: four-space bodies, blank lines, a list over lines."""
+    import torch
+
+    src = tmp_path / "src.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 3)), str(src))
+    out = tmp_path / "relaid.pt"
+    with zipfile.ZipFile(src) as zi, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zo:
+        for name in zi.namelist():
+            data = zi.read(name)
+            if name.endswith(".py") and "/code/" in name:
+                text = data.decode().replace("\n  ", "\n\n    ").replace('__parameters__ = ["weight", "bias", ]',
+                                                                          '__parameters__ = [\n      "weight",\n'
+                                                                          '      "bias", ]')
+                assert "\n\n    __parameters__ = [\n" in text
+                data = text.encode()
+            zo.writestr(name, data)
+    loaded = torch.jit.load(str(out))
+    assert sorted(loaded.state_dict()) == ["bias", "weight"]
+    report = inspect(str(out))
+    assert sorted(t.key for t in report.checkpoint.tensors) == ["bias", "weight"]
+    assert scan([str(out)]).files[0].verdict == "safe"

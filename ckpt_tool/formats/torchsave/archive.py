@@ -212,8 +212,9 @@ def _archive_warnings(archive: ZipArchive, prefix: str, joined: str) -> list[str
 
 # every class of code/: modules (``class X(Module):``) list their parameters and buffers; a scripted class
 # (``class X:``, held as an attribute) or an enum has no state_dict entries (nor in torch.jit.load's state_dict())
-_CLASS_RE = re.compile(r"^class (\w+)(\(\w+\))?:\n((?:  .*\n?)*)", re.M)
-_LIST_RE = re.compile(r"^  (__parameters__|__buffers__) = \[(.*?)\]", re.M)
+# (torch prints two-space bodies without blank lines; torch.jit.load compiles any layout Python allows)
+_CLASS_RE = re.compile(r"^class[ \t]+(\w+)[ \t]*(\([^)]*\))?[ \t]*:[ \t]*\r?\n((?:(?:[ \t].*)?\r?\n?)*)", re.M)
+_LIST_RE = re.compile(r"^[ \t]+(__parameters__|__buffers__)[ \t]*=[ \t]*\[(.*?)\]", re.M | re.S)
 
 
 def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, dict[str, list[str]]]:
@@ -228,7 +229,7 @@ def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, di
         for match in _CLASS_RE.finditer(text):
             body = match.group(3)
             lists: dict[str, list[str]] = {"__parameters__": [], "__buffers__": []}
-            if match.group(2) != "(Module)":
+            if (match.group(2) or "").replace(" ", "") != "(Module)":
                 lists["not_a_module"] = []
             for lm in _LIST_RE.finditer(body):
                 lists[lm.group(1)] = re.findall(r'"([^"]*)"', lm.group(2))

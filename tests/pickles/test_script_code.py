@@ -206,3 +206,15 @@ def test_inspect_reads_code_laid_out_by_hand(tmp_path: Path) -> None:
     report = inspect(str(out))
     assert sorted(t.key for t in report.checkpoint.tensors) == ["bias", "weight"]
     assert scan([str(out)]).files[0].verdict == "safe"
+
+
+def test_code_nested_past_the_parsers_limits_is_unreviewed_not_a_crash() -> None:
+    (f,) = _judge_raw("    y = x" + "+x" * 200_000 + "\n")
+    assert f.judged.kind == "unreviewed" and "RecursionError" in f.judged.reason
+    (g,) = _judge_raw("    y = (self.fns)[0](s)\n")
+    assert g.judged.kind == "unreviewed" and g.spelled == "<call of a Subscript expression>"
+
+
+def _judge_raw(body: str) -> list:
+    code = "class M(Module):\n  def __setstate__(self: __torch__.M, s: str) -> NoneType:\n" + body + "    return None\n"
+    return judge_code({"a/code/__torch__.py": code})

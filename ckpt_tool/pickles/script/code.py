@@ -72,7 +72,7 @@ def _index(files: dict[str, str]) -> _Index:
         module = _module_of(member)
         try:
             tree = ast.parse(text, filename=member)
-        except (SyntaxError, ValueError) as exc:
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:  # nesting past the parser's limits
             line = getattr(exc, "lineno", 0) or 0
             idx.broken.append(CodeFinding(member, module, line, "<unparsable code>", Judged(
                 "unreviewed", "<unparsable code>", f"ckpt cannot parse it ({type(exc).__name__}), torch may"),
@@ -199,8 +199,8 @@ class _Reader:
         elif isinstance(fn, ast.Attribute):
             self.method(f, node, fn.attr, entry)
         else:
-            self.flag(f, node, ast.unparse(fn)[:60], Judged("unreviewed", "call", "a callee ckpt cannot resolve"),
-                      entry)
+            spelled = f"<call of a {type(fn).__name__} expression>"  # never ast.unparse: it recurses
+            self.flag(f, node, spelled, Judged("unreviewed", "call", "a callee ckpt cannot resolve"), entry)
 
     def method(self, f: _Func, node: ast.AST, name: str, entry: str) -> None:
         """A method of a value ckpt does not type: every archive class's method of that name is followed,

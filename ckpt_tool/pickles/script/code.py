@@ -268,15 +268,20 @@ def _walk(node: ast.AST) -> Iterator[ast.AST]:
         stack.extend(reversed(list(ast.iter_child_nodes(n))))
 
 
-def judge_code(files: dict[str, str]) -> list[CodeFinding]:
+def judge_code(files: dict[str, str], *, every_function: bool = False) -> list[CodeFinding]:
     """What the code torch.jit.load runs (``__setstate__`` and all it reaches) calls outside the allowlist.
 
     ``files`` maps each ``code/**.py`` member to its text. A finding's
     ``judged.kind`` is "denied" (a reviewed operator with side effects) or
     "unreviewed" (an operator or callee ckpt cannot vouch for): both dangerous.
+    ``every_function`` reads every function as if load ran it (``forward`` too).
     """
     idx = _index(files)
     reader = _Reader(idx)
+    if every_function:
+        for defs in idx.functions.values():
+            for g in defs:
+                reader.reach(g, g.qualname)
     for body in idx.bodies:  # class and top-level statements run when torch compiles the file
         reader.reach(body, body.qualname)
     setstates = [g for g in idx.by_method.get("__setstate__", [])]

@@ -80,6 +80,26 @@ class Layers(nn.Module):
         return self.reshaper(x)
 
 
+@torch.jit.script
+class Maker:
+    def __init__(self) -> None:
+        self.t = torch.zeros(1)
+
+    def prepare(self, path: str) -> torch.Tensor:
+        self.t = torch.from_file(path, True, 4)
+        return self.t
+
+
+class CallsClassMethod(FromFile):
+    """__setstate__ constructs a scripted class and calls its method, which calls the op."""
+
+    @torch.jit.export
+    def __setstate__(self, s: tuple[torch.Tensor, bool, str]) -> None:
+        self.training = s[1]
+        self.target = s[2]
+        self.w = Maker().prepare(s[2])
+
+
 class Wrap(nn.Module):
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -203,7 +223,7 @@ EDITS: dict[str, tuple[str, str]] = {
 }
 # The cases that create a file (the others set process state): what a marker file can witness.
 CREATES_A_FILE = ("setstate_from_file", "helper_in_other_file", "submodule_3_deep", "scripted_class_attribute",
-                  *EDITS)
+                  "method_of_scripted_class", *EDITS)
 
 
 def hostile(d: Path, target: Callable[[str], str] | None = None,
@@ -216,6 +236,7 @@ def hostile(d: Path, target: Callable[[str], str] | None = None,
         "submodule_3_deep": (lambda t: Wrap(Wrap(Wrap(FromFile(t)))), "torch.from_file", "FromFile.__setstate__"),
         "scripted_class_attribute": (HoldsClass, "torch.from_file", "Holder.__setstate__"),
         "manual_seed": (Seeds, "torch.manual_seed", "Seeds.__setstate__"),
+        "method_of_scripted_class": (CallsClassMethod, "torch.from_file", "Maker.prepare"),
     }
     out = {}
     for name, (make, spelled, function) in builders.items():

@@ -37,6 +37,7 @@ from .members import (
 )
 from .pt2_layout import archive_root
 from .pt2_scan import walk_export
+from .script import judge_code
 from .severity import Severity
 from .walk.walker import BytesRef, Finding, Walk, walk
 
@@ -338,6 +339,7 @@ class Scanner:
         torch's own operators names none).
         """
         calls: dict[tuple[str, str], str] = {}
+        texts: dict[str, str] = {}
         for e in entries:
             if not (e.name.endswith(".py") and ("/code/" in e.name or e.name.startswith("code/"))):
                 continue
@@ -348,8 +350,10 @@ class Scanner:
             except CkptError as exc:
                 self.error(label, exc.message.replace(f"{self.path}: ", ""))
                 continue
+            texts[e.name] = text
             for call in script_calls(text):
                 calls.setdefault(call, label)
+        self.load_time_code(texts, where)
         for (module, name), label in sorted(calls.items()):
             self.called(module, name, label)
         if calls:
@@ -357,6 +361,19 @@ class Scanner:
             self.finding(severity.DANGEROUS, f"TorchScript code calls {shown}: operators outside torch's built-in "
                          f"namespaces ({', '.join(sorted(BUILTIN_OP_NAMESPACES))}), native code of whatever library "
                          "registered them, run at load (__setstate__) or on a call", where or "zip")
+
+    def load_time_code(self, texts: dict[str, str], where: str) -> None:
+        """The code torch.jit.load runs (``__setstate__`` and all it reaches): each operator outside the
+        reviewed table (ckpt_tool/pickles/script/ops.txt), or callee ckpt cannot resolve, is dangerous,
+        named with the method and line that reach it."""
+        for f in judge_code(texts):
+            module, _, name = f.spelled.rpartition(".")
+            at = f"{where} > {f.where}" if where else f.where
+            self.called(module or "TorchScript", name, at)
+            what = (f"{f.judged.op}: {f.judged.reason}" if f.judged.kind == "denied"
+                    else f"unreviewed: {f.judged.reason}")
+            self.finding(severity.DANGEROUS, f"TorchScript code that torch.jit.load runs calls {f.spelled} "
+                         f"({what}) at {f.where}", where or "zip")
 
     def member(self, blob: Blob, entry: Member, where: str, depth: int, *, lenient: bool) -> None:
         label = f"{where} > {entry.name}" if where else entry.name

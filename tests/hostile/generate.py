@@ -26,12 +26,15 @@ from .cases_benign import add_benign
 from .cases_bypass import add_bypasses
 from .cases_more import add_more
 from .cases_readings import add_readings
+from .cases_torchscript import add_torchscript
 
 CLASSES = (
     "zip-structure", "pickle-opcode", "dangerous-call", "nested", "safetensors-header",
     "legacy/tar", "quantized", "folder/special-file", "weights-only-metadata", "clean-control",
     # issue 21: scanner-bypass techniques (tests/hostile/cases_bypass.py) and benign features (cases_benign.py)
     "constructor-call", "trampoline", "gadget", "other-loader", "benign-feature",
+    # issue 32: TorchScript code that torch.jit.load runs (tests/hostile/cases_torchscript.py)
+    "torchscript-code",
 )
 # Classes whose cases are harmless by construction: ckpt must not flag them (issue 21).
 BENIGN_CLASSES = ("benign-feature",)
@@ -117,6 +120,7 @@ def build(folder: str) -> list[Case]:
         add_readings(c)
         add_bypasses(c)
         add_benign(c)
+        add_torchscript(c)
     return c.cases
 
 

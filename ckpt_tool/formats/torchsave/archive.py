@@ -221,8 +221,11 @@ def _compressed_warning(archive: ZipArchive) -> str:
 
 # --------------------------------------------------------------- TorchScript
 
-_CLASS_RE = re.compile(r"^class (\w+)\(Module\):\n((?:  .*\n?)*)", re.M)
-_LIST_RE = re.compile(r"^  (__parameters__|__buffers__) = \[(.*?)\]", re.M)
+# every class of code/: modules (``class X(Module):``) list their parameters and buffers; a scripted class
+# (``class X:``, held as an attribute) or an enum has no state_dict entries (nor in torch.jit.load's state_dict())
+# (torch prints two-space bodies without blank lines; torch.jit.load compiles any layout Python allows)
+_CLASS_RE = re.compile(r"^class[ \t]+(\w+)[ \t]*(\([^)]*\))?[ \t]*:[ \t]*\r?\n((?:(?:[ \t].*)?\r?\n?)*)", re.M)
+_LIST_RE = re.compile(r"^[ \t]+(__parameters__|__buffers__)[ \t]*=[ \t]*\[(.*?)\]", re.M | re.S)
 
 
 def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, dict[str, list[str]]]:
@@ -235,8 +238,10 @@ def _script_classes(archive: ZipArchive, prefix: str, path: str) -> dict[str, di
         module = name[len(code_prefix) : -3].replace("/", ".")
         text = archive.read(name, archive.member_limit, "--max-member-bytes").decode("utf-8", "replace")
         for match in _CLASS_RE.finditer(text):
-            body = match.group(2)
+            body = match.group(3)
             lists: dict[str, list[str]] = {"__parameters__": [], "__buffers__": []}
+            if (match.group(2) or "").replace(" ", "") != "(Module)":
+                lists["not_a_module"] = []
             for lm in _LIST_RE.finditer(body):
                 lists[lm.group(1)] = re.findall(r'"([^"]*)"', lm.group(2))
             classes[f"{module}.{match.group(1)}"] = lists
@@ -269,6 +274,8 @@ def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: st
                 f"TorchScript archive is missing the code for {obj.qualname} (archive member under code/)",
                 path,
             )
+        if "not_a_module" in info:
+            return  # a scripted class or enum: torch.jit.load's state_dict() lists nothing of it
         for name in info["__parameters__"] + info["__buffers__"]:
             value = attrs.get(name)
             if value is not None:

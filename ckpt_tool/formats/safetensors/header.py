@@ -167,6 +167,8 @@ def _entries_fast(header: dict[str, Any], data_len: int, max_key: int) -> list[E
         offsets = [tuple(i["data_offsets"]) for i in infos]
     except (TypeError, KeyError, ValueError, AttributeError):
         return None  # malformed: the checked reader names the entry
+    if any(dt.safetensors_per_item != 1 for dt in dts):
+        return None  # F4 counts fp4 values, not bytes: the checked reader converts its shapes
     dims = list(chain.from_iterable(shapes))
     if (dims and (set(map(type, dims)) != _INT or min(dims) < 0)) or set(map(len, offsets)) - {2}:
         return None
@@ -205,6 +207,9 @@ def _entries_checked(header: dict[str, Any], data_len: int, options: ReadOptions
             if type(d) is not int or d < 0:
                 raise InputError(f"bad safetensors header: tensor {key!r} has an invalid shape", path)
             numel *= d
+        if dt.safetensors_per_item != 1:
+            shape = _torch_shape(key, info["dtype"], dt, shape, path)
+            numel //= dt.safetensors_per_item
         if type(begin) is not int or type(end) is not int or begin < 0 or end < begin:
             raise InputError(f"bad safetensors header: tensor {key!r} has invalid data_offsets", path)
         if end - begin != numel * dt.itemsize:
@@ -255,3 +260,13 @@ def restore_aliases(root: OrderedDict[str, TensorMeta], meta: dict[str, str]) ->
         root.update(items)
     return added
 
+
+
+def _torch_shape(key: str, code: str, dt: dtypes.DType, shape: tuple[int, ...], path: str) -> tuple[int, ...]:
+    """torch's shape of a packed entry (F4: two fp4 values per float4_e2m1fn_x2 element)."""
+    found = dtypes.torch_shape(dt, shape)
+    if found is None:
+        raise InputError(f"bad safetensors header: tensor {key!r} is {code}{list(shape)}, which torch cannot hold "
+                         f"as {dt.name} (the last dimension must count whole bytes of "
+                         f"{dt.safetensors_per_item} values)", path)
+    return found

@@ -150,6 +150,8 @@ def compare_dtype(a: str, b: str) -> str:
     from .. import dtypes
 
     kinds = {dtypes.lookup(a).kind, dtypes.lookup(b).kind}
+    if kinds & {"quantized"} and kinds <= {"quantized", "float"}:  # dequantized values (tensors/bitwise.py)
+        return "float64" if "float64" in (a, b) else "float32"
     if "complex" in kinds:
         return "complex128"
     if "float64" in (a, b) or not kinds & {"float"}:
@@ -174,6 +176,7 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
     """
     import torch
 
+    from .bitwise import comparable, needs_values
     from .nonfinite import tensor_nonfinite
     from .tensordata import iter_chunks
 
@@ -188,7 +191,17 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
     same_dtype = ta.dtype == tb.dtype
     is_float = ta.is_floating or tb.is_floating or "complex" in (ta.dtype[:7], tb.dtype[:7])
     acc = Acc(histograms=histograms)
-    for xs, ys in zip(iter_chunks(ta, CHUNK), iter_chunks(tb, CHUNK), strict=False):
+    chunks_a, chunks_b, numel = iter_chunks(ta, CHUNK), iter_chunks(tb, CHUNK), ta.numel
+    if needs_values(ta.dtype) or needs_values(tb.dtype):  # bits, float4, quantized: values torch can compare
+        xa_all, yb_all = comparable(ta), comparable(tb)
+        if xa_all.numel() != yb_all.numel():  # float4 against another dtype: nothing to pair element by element
+            return ValueDiff(ta.key, math.inf, math.inf, 0, 0, 0, 0, False, ta.numel, ta.numel, cd)
+        numel, same_dtype = xa_all.numel(), xa_all.dtype == yb_all.dtype
+        kinds = {str(xa_all.dtype), str(yb_all.dtype)}
+        is_float = any(k.startswith(("torch.float", "torch.complex")) for k in kinds)
+        chunks_a = (xa_all[i:i + CHUNK] for i in range(0, numel, CHUNK))
+        chunks_b = (yb_all[i:i + CHUNK] for i in range(0, numel, CHUNK))
+    for xs, ys in zip(chunks_a, chunks_b, strict=False):
         if same_dtype and torch.equal(xs.view(torch.uint8), ys.view(torch.uint8)):
             # bit-identical (the common case when checking a conversion): only count NaN/Inf and the norm
             n, i = tensor_nonfinite(xs) if is_float else (0, 0)
@@ -205,7 +218,7 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
             _finite_chunk(acc, ad, yb, atol, rtol)
         else:
             _general_chunk(acc, xs, ys, xa, yb, ad, not is_float, atol, rtol)
-    return acc.result(ta.key, ta.numel, cd)
+    return acc.result(ta.key, numel, cd)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 from conftest import ROOT, cli
-from dtype_samples import QUANTIZED, all_samples, plain_names
+from dtype_samples import QUANTIZED, all_samples, per_channel_qint8, plain_names
 
 ALL = [*plain_names(), *QUANTIZED, "qint8_per_channel"]
 
@@ -82,3 +82,124 @@ def test_torch_loads_what_ckpt_reads_bit_for_bit(files):
     got = {t.key: [t.dtype, list(t.shape), tensor_bytes(t).hex()] for t in ckpt.tensors}
     assert sorted(got) == sorted(expected) == sorted(ALL)
     assert got == expected
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """name -> (A, B): one file per dtype, B's element [0, 1] changed."""
+    folder = tmp_path_factory.mktemp("dtype-pairs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a, b = all_samples(), all_samples(changed=True)
+    out = {}
+    for key in ALL:
+        torch.save({key: a[key]}, folder / f"a_{key}.pth")
+        torch.save({key: b[key]}, folder / f"b_{key}.pth")
+        out[key] = (folder / f"a_{key}.pth", folder / f"b_{key}.pth")
+    return out
+
+
+@pytest.mark.parametrize("key", ALL)
+def test_diff_values_of_a_file_with_itself_is_equal(pairs, key):
+    r = cli("diff", "--values", "--json", str(pairs[key][0]), str(pairs[key][0]))
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["equal"] and [v["passed"] for v in doc["values"]] == [True]
+
+
+@pytest.mark.parametrize("key", ALL)
+def test_diff_values_finds_the_one_changed_element(pairs, key):
+    r = cli("diff", "--values", "--json", str(pairs[key][0]), str(pairs[key][1]))
+    assert r.code == 1, r.err
+    doc = json.loads(r.out)
+    assert not doc["equal"]
+    (value,) = doc["values"]
+    assert value["key"] == key and not value["passed"]
+    assert value["mismatched"] == 1, value
+
+
+# The NaN encodings of the 8-bit floats: e4m3fn S.1111.111, e5m2 S.11111.xx (xx != 0), fnuz 0x80 (the "-0"),
+# e8m0fnu 0xff; float16-based complex32 takes float16's.
+NANS = {"float8_e4m3fn": [0x7F, 0xFF], "float8_e5m2": [0x7D, 0xFE], "float8_e4m3fnuz": [0x80],
+        "float8_e5m2fnuz": [0x80], "float8_e8m0fnu": [0xFF]}
+
+
+def _bytes_tensor(dtype: str, codes: list[int]) -> torch.Tensor:
+    return torch.tensor(codes, dtype=torch.uint8).view(getattr(torch, dtype))
+
+
+@pytest.mark.parametrize(("dtype", "nan"), [(d, n) for d, codes in NANS.items() for n in codes])
+def test_nan_encodings_are_nan_to_diff_and_gate(tmp_path, dtype, nan):
+    a = tmp_path / "a.pth"
+    b = tmp_path / "b.pth"
+    torch.save({"w": _bytes_tensor(dtype, [0x38, nan, 0x30])}, a)
+    torch.save({"w": _bytes_tensor(dtype, [0x38, 0x30, 0x30])}, b)
+    same = cli("diff", "--values", "--json", str(a), str(a))
+    assert same.code == 0, same.err
+    (v,) = json.loads(same.out)["values"]
+    assert (v["nan_a"], v["nan_b"], v["passed"]) == (1, 1, True)
+    other = cli("diff", "--values", "--json", str(a), str(b))
+    assert other.code == 1, other.err
+    (v,) = json.loads(other.out)["values"]
+    assert (v["nan_a"], v["nan_b"], v["mismatched"], v["max_abs"]) == (1, 0, 1, "inf")
+    gate = cli("gate", "--json", str(a))
+    assert gate.code == 1
+    checks = {c["name"]: c for c in json.loads(gate.out)["files"][0]["checks"]}
+    assert not checks["no-nan-inf"]["passed"] and "1 NaN" in checks["no-nan-inf"]["detail"]
+
+
+def test_float4_holds_no_nan_and_passes_the_nan_check(tmp_path):
+    path = tmp_path / "f4.pth"
+    torch.save({"w": _bytes_tensor("float4_e2m1fn_x2", list(range(256)))}, path)  # every code pair
+    r = cli("gate", "--json", str(path))
+    assert r.code == 0, r.out
+    stats = cli("inspect", "--stats", "--json", str(path))
+    assert stats.code == 0, stats.err
+    (t,) = json.loads(stats.out)["tensors"]
+    assert t["stats"] == {"min": -6.0, "max": 6.0, "mean": 0.0, "std": t["stats"]["std"], "nan": 0, "inf": 0}
+
+
+def test_inspect_stats_of_quantized_are_of_the_dequantized_values(files):
+    r = cli("inspect", "--stats", "--json", str(files[0]))
+    assert r.code == 0, r.err
+    stats = {t["key"]: t.get("stats") for t in json.loads(r.out)["tensors"]}
+    assert stats["qint8"]["min"] == -0.125 and stats["qint8"]["max"] == 0.125
+    deq = per_channel_qint8().dequantize()
+    assert (stats["qint8_per_channel"]["min"], stats["qint8_per_channel"]["max"]) == (deq.min(), deq.max())
+    assert stats["bits8"]["min"] is None  # bit patterns: no figures
+
+
+def test_diff_of_float4_compares_the_decoded_fp4_values(tmp_path):
+    """0x21 holds 0.5 (low nibble) and 1.0; 0x31 holds 0.5 and 1.5: one fp4 value differs, by 0.5."""
+    a, b = tmp_path / "a.pth", tmp_path / "b.pth"
+    torch.save({"w": _bytes_tensor("float4_e2m1fn_x2", [0x21, 0x00])}, a)
+    torch.save({"w": _bytes_tensor("float4_e2m1fn_x2", [0x31, 0x00])}, b)
+    r = cli("diff", "--values", "--json", str(a), str(b))
+    assert r.code == 1, r.err
+    (v,) = json.loads(r.out)["values"]
+    assert (v["numel"], v["mismatched"], v["max_abs"], v["compared_as"]) == (4, 1, 0.5, "float32")
+
+
+def test_diff_quantized_with_the_same_integers_under_another_scale_differs(tmp_path):
+    """Regression (qint8 diff crashed): the quantizer is part of the value; dequantized values are compared."""
+    x = torch.tensor([0.5, -0.25, 1.0])
+    a, b = tmp_path / "a.pth", tmp_path / "b.pth"
+    torch.save({"q": torch.quantize_per_tensor(x, 0.25, 0, torch.qint8)}, a)
+    torch.save({"q": torch.quantize_per_tensor(x * 2, 0.5, 0, torch.qint8)}, b)  # same integers, scale doubled
+    assert torch.load(a)["q"].int_repr().tolist() == torch.load(b)["q"].int_repr().tolist()
+    r = cli("diff", "--values", "--json", str(a), str(b))
+    assert r.code == 1, r.err
+    (v,) = json.loads(r.out)["values"]
+    assert (v["mismatched"], v["max_abs"], v["compared_as"]) == (3, 1.0, "float32")
+
+
+def test_diff_bits_against_uint8_compares_bit_patterns(tmp_path):
+    a, b = tmp_path / "a.pth", tmp_path / "b.pth"
+    torch.save({"w": _bytes_tensor("bits8", [1, 2, 3])}, a)
+    torch.save({"w": torch.tensor([1, 2, 4], dtype=torch.uint8)}, b)
+    r = cli("diff", "--values", "--json", str(a), str(b))
+    assert r.code == 1, r.err
+    doc = json.loads(r.out)
+    assert doc["dtype_mismatch"] == [{"key": "w", "a": "bits8", "b": "uint8"}]
+    (v,) = doc["values"]
+    assert (v["mismatched"], v["max_abs"]) == (1, 1.0)

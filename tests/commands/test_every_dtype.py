@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import ROOT, cli
+from conftest import ROOT, assert_one_line_error, cli
 from dtype_samples import QUANTIZED, all_samples, per_channel_qint8, plain_names
 
 ALL = [*plain_names(), *QUANTIZED, "qint8_per_channel"]
@@ -203,3 +203,105 @@ def test_diff_bits_against_uint8_compares_bit_patterns(tmp_path):
     assert doc["dtype_mismatch"] == [{"key": "w", "a": "bits8", "b": "uint8"}]
     (v,) = doc["values"]
     assert (v["mismatched"], v["max_abs"]) == (1, 1.0)
+
+
+def _torch_dumps(paths) -> list[dict]:
+    """Per path, key -> [dtype, shape, raw bytes hex, quantizer] as torch.load(weights_only=True) (safetensors'
+    load_file for a .safetensors) reads it: all in one fresh process (torch's import costs a second)."""
+    code = ("import sys, json, torch, warnings\nwarnings.simplefilter('ignore')\n"
+            "from safetensors.torch import load_file\n"
+            "def dump(p):\n"
+            "    sd = load_file(p) if p.endswith('.safetensors') else torch.load(p, weights_only=True)\n"
+            "    out = {}\n"
+            "    for k, t in sd.items():\n"
+            "        q = None\n"
+            "        if t.is_quantized:\n"
+            "            q = [str(t.qscheme()), t.q_scale() if t.qscheme() == torch.per_tensor_affine else "
+            "t.q_per_channel_scales().tolist()]\n"
+            "            t = t.int_repr()\n"
+            "        out[k] = [str(t.dtype).removeprefix('torch.'), list(t.shape),"
+            " t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes().hex(), q]\n"
+            "    return out\n"
+            "print(json.dumps([dump(p) for p in sys.argv[1:]]))\n")
+    p = subprocess.run([sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True, timeout=120,
+                       check=False, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_migrate_to_pth_keeps_every_dtype_exactly(files, tmp_path):
+    out = tmp_path / "out.pth"
+    r = cli("migrate", "--json", str(files[0]), "-o", str(out))
+    assert r.code == 0, r.err
+    assert all(json.loads(r.out)["verified"].values())
+    got, expected = _torch_dumps([out, files[0]])
+    assert got == expected
+
+
+def test_migrate_to_safetensors_writes_what_it_can_hold_and_names_what_it_cannot(pairs, tmp_path):
+    """Per dtype: written where safetensors has a code (loaded back by safetensors bit for bit), else refused
+    naming the key and dtype, nothing written."""
+    from ckpt_tool import dtypes
+
+    written = []
+    for key in plain_names():
+        out = tmp_path / f"{key}.safetensors"
+        r = cli("migrate", str(pairs[key][0]), "-o", str(out))
+        if dtypes.lookup(key).safetensors is None:
+            assert_one_line_error(r, repr(key), key, "safetensors")
+            assert not out.exists()
+        else:
+            assert r.code == 0, (key, r.err)
+            written.append(key)
+    assert "float4_e2m1fn_x2" in written and "float8_e8m0fnu" in written and "bits8" not in written
+    dumps = _torch_dumps([tmp_path / f"{k}.safetensors" for k in written] + [pairs[k][0] for k in written])
+    assert dumps[:len(written)] == dumps[len(written):]
+
+
+def test_dtype_cast_is_refused_where_ckpt_cannot_prove_it(pairs, tmp_path):
+    """--dtype fp32 casts the float dtypes whose casts castloss.py proves; other float dtypes are refused
+    (naming the key and dtype, nothing written); integer, bits and complex tensors are kept as they are."""
+    from ckpt_tool import dtypes, load
+
+    for key in plain_names():
+        out = tmp_path / f"{key}.pth"
+        r = cli("migrate", "--dtype", "fp32", str(pairs[key][0]), "-o", str(out))
+        dt = dtypes.lookup(key)
+        if dt.is_floating and key not in dtypes.CAST_CHECKED:
+            assert_one_line_error(r, repr(key), key)
+            assert not out.exists()
+            continue
+        assert r.code == 0, (key, r.err)
+        (t,) = load(str(out)).tensors
+        assert t.dtype == ("float32" if dt.is_floating else key)
+
+
+def test_safetensors_f4_and_e8m0_written_by_safetensors_are_read_with_torchs_shapes(tmp_path):
+    from safetensors.torch import save_file
+
+    f4 = torch.arange(6, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).reshape(2, 3)
+    e8 = torch.tensor([1.0, 2.0, 0.5]).to(torch.float8_e8m0fnu)
+    path = tmp_path / "mx.safetensors"
+    save_file({"w": f4, "s": e8}, str(path))
+    r = cli("inspect", "--json", str(path))
+    assert r.code == 0, r.err
+    got = {t["key"]: (t["dtype"], t["shape"], t["nbytes"]) for t in json.loads(r.out)["tensors"]}
+    assert got == {"w": ("float4_e2m1fn_x2", [2, 3], 6), "s": ("float8_e8m0fnu", [3], 3)}
+    out = tmp_path / "back.pth"
+    assert cli("migrate", str(path), "-o", str(out)).code == 0
+    loaded = torch.load(out, weights_only=True)
+    assert torch.equal(loaded["w"].view(torch.uint8), f4.view(torch.uint8)) and loaded["w"].shape == (2, 3)
+
+
+def test_safetensors_f4_with_an_odd_number_of_values_is_refused(tmp_path):
+    """safetensors' F4 counts fp4 values: a last dimension of 3 is not whole bytes, torch cannot hold it."""
+    header = json.dumps({"w": {"dtype": "F4", "shape": [2, 3], "data_offsets": [0, 3]}}).encode()
+    header += b" " * (-len(header) % 8)
+    path = tmp_path / "odd.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\x00" * 3)
+    assert_one_line_error(cli("inspect", str(path)), "'w'", "F4[2, 3]", "float4_e2m1fn_x2")
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    with pytest.raises(SafetensorError, match="divisible by 2"):  # safetensors refuses it too
+        load_file(str(path))

@@ -305,3 +305,38 @@ def test_safetensors_f4_with_an_odd_number_of_values_is_refused(tmp_path):
 
     with pytest.raises(SafetensorError, match="divisible by 2"):  # safetensors refuses it too
         load_file(str(path))
+
+
+def test_migrate_to_dcp_holds_every_dtype_but_the_bits_types(tmp_path):
+    """DCP output (torch's own writer): bits types refused naming key and dtype; every other plain dtype
+    written, read back equal by ckpt (diff --values) and by torch's dcp.load."""
+    from ckpt_tool import dtypes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        samples = {k: v for k, v in all_samples().items() if not v.is_quantized}
+    src = tmp_path / "plain.pth"
+    torch.save(samples, src)
+    r = cli("migrate", str(src), "--to", "dcp", "-o", str(tmp_path / "refused"))
+    assert_one_line_error(r, "dcp", "bits")
+    assert not (tmp_path / "refused").exists()
+    kept = {k: v for k, v in samples.items() if dtypes.lookup(k).kind != "bits"}
+    src = tmp_path / "nobits.pth"
+    torch.save(kept, src)
+    out = tmp_path / "dcp"
+    r = cli("migrate", str(src), "--to", "dcp", "-o", str(out))
+    assert r.code == 0, r.err
+    same = cli("diff", "--values", "--json", str(src), str(out))
+    assert same.code == 0, same.out + same.err
+    code = ("import sys, torch, warnings\nwarnings.simplefilter('ignore')\n"
+            "import torch.distributed.checkpoint as dcp\n"
+            "want = torch.load(sys.argv[1], weights_only=True)\n"
+            "got = {k: torch.zeros(v.numel() * v.element_size(), dtype=torch.uint8).view(v.dtype).reshape(v.shape)"
+            " for k, v in want.items()}\n"
+            "dcp.load(got, checkpoint_id=sys.argv[2], no_dist=True)\n"
+            "bad = [k for k in want if not torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8))]\n"
+            "assert not bad, bad\nprint(len(got))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True,
+                       timeout=120, check=False, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert int(p.stdout) == len(kept)

@@ -340,3 +340,41 @@ def test_migrate_to_dcp_holds_every_dtype_but_the_bits_types(tmp_path):
                        timeout=120, check=False, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     assert int(p.stdout) == len(kept)
+
+
+def test_mx_weights_migrate_to_sharded_safetensors_and_an_hf_folder(tmp_path):
+    """float4 weights with float8_e8m0fnu scales (an MXFP4 layout): a sharded set and a Hugging Face folder
+    that safetensors' own load_file reads back bit for bit, with torch's shapes."""
+    sd = {f"l{i}.w": torch.arange(i, i + 2048, dtype=torch.int64).to(torch.uint8).view(torch.float4_e2m1fn_x2)
+          .reshape(2, 1024) for i in range(3)}
+    sd.update({f"l{i}.s": torch.tensor([1.0, 2.0, 0.25]).to(torch.float8_e8m0fnu) for i in range(3)})
+    src = tmp_path / "mx.pth"
+    torch.save(sd, src)
+    sharded, hf = tmp_path / "sharded", tmp_path / "hf"
+    r = cli("migrate", str(src), "-o", str(sharded), "--to", "safetensors", "--max-shard-size", "3KB")
+    assert r.code == 0, r.err
+    assert len(list(sharded.glob("*.safetensors"))) == 3
+    r = cli("migrate", str(src), "--to", "hf", "-o", str(hf))
+    assert r.code == 0, r.err
+    dumps = _torch_dumps([*sorted(sharded.glob("*.safetensors")), hf / "model.safetensors", src])
+    merged = {k: v for d in dumps[:3] for k, v in d.items()}
+    assert merged == dumps[3] == dumps[4]
+
+
+@pytest.mark.parametrize("key", ["bits8", "bits16", "float4_e2m1fn_x2", "float8_e8m0fnu", "complex32", "uint64"])
+def test_legacy_format_files_of_the_new_dtypes_are_read_as_torch_reads_them(tmp_path, key):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = all_samples()[key]
+    path = tmp_path / "legacy.pth"
+    torch.save({key: t}, path, _use_new_zipfile_serialization=False)
+    r = cli("inspect", "--json", str(path))
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["format"] == "torch-legacy"
+    assert [(x["dtype"], x["shape"]) for x in doc["tensors"]] == [(key, [2, 2])]
+    from ckpt_tool import load
+    from ckpt_tool.tensors.tensordata import tensor_bytes
+
+    (meta,) = load(str(path)).tensors
+    assert tensor_bytes(meta) == t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()

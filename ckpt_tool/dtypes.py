@@ -23,7 +23,7 @@ class DType:
     safetensors_per_item: int = 1
     torch_saves: bool = True  # False: torch.save raises on it (int1..int7, uint1..uint7 in torch 2.13)
     # The dtype whose values torch can compare, of the same width: bits types are compared as their
-    # unsigned bit patterns (torch has no ==, no cast for them)
+    # unsigned bit patterns, sub-byte integers as the byte each takes (torch has no ==, no cast for them)
     compare_as: str | None = None
 
     def nbytes(self, numel: int) -> int:
@@ -60,9 +60,10 @@ _TABLE = [
     DType("uint16", 2, "uint", "U16", None, "<u2"),
     DType("uint8", 1, "uint", "U8", "ByteStorage", "|u1"),
     DType("bool", 1, "bool", "BOOL", "BoolStorage", "|b1"),
-    # Sub-byte integers: torch 2.13 defines them (one byte per element) but torch.save refuses them.
-    *(DType(f"int{n}", 1, "int", None, None, None, torch_saves=False) for n in range(1, 8)),
-    *(DType(f"uint{n}", 1, "uint", None, None, None, torch_saves=False) for n in range(1, 8)),
+    # Sub-byte integers: torch 2.13 defines them (one byte per element) and torch.load reads a pickle that names
+    # them, but torch.save refuses them and torch has no kernels for them (compared as the byte each one takes).
+    *(DType(f"int{n}", 1, "int", None, None, None, torch_saves=False, compare_as="int8") for n in range(1, 8)),
+    *(DType(f"uint{n}", 1, "uint", None, None, None, torch_saves=False, compare_as="uint8") for n in range(1, 8)),
     # Bits types: opaque bit patterns (custom kernels' packed data); torch has no arithmetic on them.
     DType("bits8", 1, "bits", None, None, None, compare_as="uint8"),
     DType("bits16", 2, "bits", None, None, None, compare_as="uint16"),

@@ -6,7 +6,9 @@ nothing without its scale and zero point. closeness.compare_pair reads such
 tensors through here:
 
 - bits types: their bit patterns, viewed as the unsigned integer of the same
-  width (dtypes.DType.compare_as); equal means bit for bit equal;
+  width (dtypes.DType.compare_as); equal means bit for bit equal; the
+  sub-byte integers int1..int7/uint1..uint7 (which torch.load reads but
+  torch.save refuses) as the int8/uint8 byte each element takes;
 - float4_e2m1fn_x2: both fp4 values of each byte decoded exactly into
   float32 (low nibble first), so a pair holds twice as many values as torch's
   numel counts; e2m1fn has no NaN and no Inf;
@@ -33,7 +35,7 @@ FP4_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0
 def needs_values(dtype: str) -> bool:
     """True when compare_pair must read this dtype's values through ``comparable`` (not iter_chunks)."""
     dt = dtypes.lookup(dtype)
-    return dt.kind in ("bits", "quantized") or dt.safetensors_per_item != 1
+    return dt.compare_as is not None or dt.kind == "quantized" or dt.safetensors_per_item != 1
 
 
 def compared_dtype(dtype: str) -> str:

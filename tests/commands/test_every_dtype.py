@@ -378,3 +378,59 @@ def test_legacy_format_files_of_the_new_dtypes_are_read_as_torch_reads_them(tmp_
 
     (meta,) = load(str(path)).tensors
     assert tensor_bytes(meta) == t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+
+
+SUB_BYTE = [f"{p}int{n}" for p in ("", "u") for n in range(1, 8)]
+
+
+def _crafted(path, name: str, values: list[int]) -> None:
+    """A torch.save file of a uint16 tensor whose pickle names ``torch.<name>`` instead: torch.save refuses the
+    sub-byte integers, but torch.load reads such a pickle (one byte per element)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    torch.save({"x": torch.tensor(values, dtype=torch.int32).to(torch.uint16)}, buf)
+    with zipfile.ZipFile(buf) as zin, zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith("/data.pkl"):
+                assert data.count(b"torch\nuint16\n") == 1
+                data = data.replace(b"torch\nuint16\n", f"torch\n{name}\n".encode())
+            zout.writestr(info.filename, data)
+
+
+@pytest.fixture(scope="module")
+def sub_byte(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sub-byte")
+    out = {}
+    for name in SUB_BYTE:
+        a, b = folder / f"a_{name}.pth", folder / f"b_{name}.pth"
+        _crafted(a, name, [1, 0, 1, 1])
+        _crafted(b, name, [1, 1, 1, 1])
+        out[name] = (a, b)
+    return out
+
+
+def test_sub_byte_integers_torch_loads_are_read_alike(sub_byte, tmp_path):
+    """int1..int7/uint1..uint7: torch.load(weights_only=True) reads the crafted files (one process for all);
+    ckpt reads the same dtype, shape and bytes, scan/gate pass, diff compares them, migrate keeps them in a
+    .pth and refuses them in safetensors."""
+    from ckpt_tool import load
+    from ckpt_tool.tensors.tensordata import tensor_bytes
+
+    outs = {name: tmp_path / f"{name}.pth" for name in SUB_BYTE}
+    for name, (a, b) in sub_byte.items():
+        assert cli("scan", str(a)).code == 0
+        assert cli("gate", str(a)).code == 0
+        assert cli("diff", "--values", str(a), str(a)).code == 0
+        r = cli("diff", "--values", "--json", str(a), str(b))
+        assert r.code == 1, (name, r.err)
+        assert [v["mismatched"] for v in json.loads(r.out)["values"]] == [1]
+        assert cli("migrate", str(a), "-o", str(outs[name])).code == 0
+        assert_one_line_error(cli("migrate", str(a), "-o", str(tmp_path / f"{name}.safetensors")), "'x'", name)
+    dumps = _torch_dumps([sub_byte[n][0] for n in SUB_BYTE] + [outs[n] for n in SUB_BYTE])
+    for i, name in enumerate(SUB_BYTE):
+        (meta,) = load(str(sub_byte[name][0])).tensors
+        assert dumps[i] == dumps[i + len(SUB_BYTE)] == {"x": [name, [4], tensor_bytes(meta).hex(), None]}
+        assert tensor_bytes(meta) == bytes([1, 0, 0, 0])  # 4 one-byte elements: the first 4 bytes of the storage

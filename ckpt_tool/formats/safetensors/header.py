@@ -261,7 +261,6 @@ def restore_aliases(root: OrderedDict[str, TensorMeta], meta: dict[str, str]) ->
     return added
 
 
-
 def _torch_shape(key: str, code: str, dt: dtypes.DType, shape: tuple[int, ...], path: str) -> tuple[int, ...]:
     """torch's shape of a packed entry (F4: two fp4 values per float4_e2m1fn_x2 element)."""
     found = dtypes.torch_shape(dt, shape)

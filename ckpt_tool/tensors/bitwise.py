@@ -19,6 +19,7 @@ tensors through here:
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import dtypes
@@ -46,23 +47,44 @@ def compared_dtype(dtype: str) -> str:
     return "float32" if needs_values(dtype) else dt.name
 
 
+def compared_numel(t: TensorMeta) -> int:
+    """How many values ``comparable_chunks`` yields for ``t`` (float4_e2m1fn_x2: two a byte)."""
+    return t.numel * dtypes.lookup(t.dtype).safetensors_per_item
+
+
 def comparable(t: TensorMeta) -> torch.Tensor:
-    """The tensor's values as a flat CPU tensor of ``compared_dtype(t.dtype)`` (read whole)."""
+    """The tensor's values as one flat CPU tensor of ``compared_dtype(t.dtype)`` (read whole: inspect --stats)."""
     import torch
 
-    from .tensordata import to_torch, torch_dtype
+    from .tensordata import torch_dtype
+
+    parts = list(comparable_chunks(t, max(t.numel, 1)))  # one chunk: the whole tensor
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch_dtype(compared_dtype(t.dtype)))
+
+
+def comparable_chunks(t: TensorMeta, elements: int) -> Iterator[torch.Tensor]:
+    """The values of ``elements`` tensor elements at a time, in C order, as flat CPU tensors of
+    ``compared_dtype(t.dtype)``: bits and float4 converted chunk by chunk as they are read (a multi-GB
+    float4 tensor never sits in memory as float32 whole); quantized ones rebuilt whole, then sliced."""
+    import torch
+
+    from .tensordata import iter_chunks, torch_dtype
 
     dt = dtypes.lookup(t.dtype)
     if dt.kind == "quantized":
-        return _dequantized(t).reshape(-1)
-    x = to_torch(t).contiguous().reshape(-1)
-    if dt.compare_as is not None:
-        return x.view(torch.uint8).view(torch_dtype(dt.compare_as))
-    if dt.safetensors_per_item != 1:  # float4_e2m1fn_x2: two codes a byte
-        codes = x.view(torch.uint8)
-        pairs = torch.stack([codes & 0x0F, codes >> 4], dim=-1).reshape(-1).long()
-        return torch.tensor(FP4_E2M1, dtype=torch.float32)[pairs]
-    return x
+        x = _dequantized(t).reshape(-1)
+        for start in range(0, x.numel(), elements):
+            yield x[start:start + elements]
+        return
+    table = torch.tensor(FP4_E2M1, dtype=torch.float32)
+    for x in iter_chunks(t, elements):
+        if dt.compare_as is not None:
+            yield x.view(torch.uint8).view(torch_dtype(dt.compare_as))
+        elif dt.safetensors_per_item != 1:  # float4_e2m1fn_x2: two codes a byte, low nibble first
+            codes = x.view(torch.uint8)
+            yield table[torch.stack([codes & 0x0F, codes >> 4], dim=-1).reshape(-1).int()]
+        else:
+            yield x
 
 
 def _dequantized(t: TensorMeta) -> torch.Tensor:

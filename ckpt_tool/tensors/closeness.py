@@ -176,7 +176,8 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
     """
     import torch
 
-    from .bitwise import comparable, needs_values
+    from .. import dtypes
+    from .bitwise import comparable_chunks, compared_dtype, compared_numel, needs_values
     from .nonfinite import tensor_nonfinite
     from .tensordata import iter_chunks
 
@@ -193,14 +194,13 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
     acc = Acc(histograms=histograms)
     chunks_a, chunks_b, numel = iter_chunks(ta, CHUNK), iter_chunks(tb, CHUNK), ta.numel
     if needs_values(ta.dtype) or needs_values(tb.dtype):  # bits, float4, quantized: values torch can compare
-        xa_all, yb_all = comparable(ta), comparable(tb)
-        if xa_all.numel() != yb_all.numel():  # float4 against another dtype: nothing to pair element by element
+        numel = compared_numel(ta)
+        if numel != compared_numel(tb):  # float4 against another dtype: nothing to pair element by element
             return ValueDiff(ta.key, math.inf, math.inf, 0, 0, 0, 0, False, ta.numel, ta.numel, cd)
-        numel, same_dtype = xa_all.numel(), xa_all.dtype == yb_all.dtype
-        kinds = {str(xa_all.dtype), str(yb_all.dtype)}
-        is_float = any(k.startswith(("torch.float", "torch.complex")) for k in kinds)
-        chunks_a = (xa_all[i:i + CHUNK] for i in range(0, numel, CHUNK))
-        chunks_b = (yb_all[i:i + CHUNK] for i in range(0, numel, CHUNK))
+        da, db = compared_dtype(ta.dtype), compared_dtype(tb.dtype)
+        same_dtype = da == db
+        is_float = bool({dtypes.lookup(da).kind, dtypes.lookup(db).kind} & {"float", "complex"})
+        chunks_a, chunks_b = comparable_chunks(ta, CHUNK), comparable_chunks(tb, CHUNK)
     for xs, ys in zip(chunks_a, chunks_b, strict=False):
         if same_dtype and torch.equal(xs.view(torch.uint8), ys.view(torch.uint8)):
             # bit-identical (the common case when checking a conversion): only count NaN/Inf and the norm

@@ -434,3 +434,30 @@ def test_sub_byte_integers_torch_loads_are_read_alike(sub_byte, tmp_path):
         (meta,) = load(str(sub_byte[name][0])).tensors
         assert dumps[i] == dumps[i + len(SUB_BYTE)] == {"x": [name, [4], tensor_bytes(meta).hex(), None]}
         assert tensor_bytes(meta) == bytes([1, 0, 0, 0])  # 4 one-byte elements: the first 4 bytes of the storage
+
+
+def test_float4_and_bits_larger_than_a_chunk_and_strided_views_are_compared_exactly(tmp_path):
+    """Tensors past one comparison chunk (closeness.CHUNK elements) are converted chunk by chunk; transposed
+    (non-contiguous) bits and float4 views are gathered; one changed byte is one mismatch (two fp4 values
+    share a byte: changing both nibbles is two)."""
+    from ckpt_tool.tensors.closeness import CHUNK
+
+    n = CHUNK + 1000
+    raw = (torch.arange(n, dtype=torch.int64) % 251).to(torch.uint8)
+    changed = raw.clone()
+    changed[CHUNK + 10] ^= 0x11  # both nibbles of one byte in the second chunk
+    a, b = tmp_path / "a.pth", tmp_path / "b.pth"
+    for path, data in ((a, raw), (b, changed)):
+        torch.save({"f4": data.view(torch.float4_e2m1fn_x2), "bits": data.view(torch.bits8),
+                    "f4_t": data[:6].view(torch.float4_e2m1fn_x2).reshape(2, 3).t(),
+                    "bits_t": data[:6].view(torch.bits8).reshape(2, 3).t()}, path)
+    r = cli("diff", "--values", "--json", str(a), str(b))
+    assert r.code == 1, r.err
+    values = {v["key"]: v for v in json.loads(r.out)["values"]}
+    assert (values["f4"]["numel"], values["f4"]["mismatched"]) == (2 * n, 2)
+    assert (values["bits"]["numel"], values["bits"]["mismatched"]) == (n, 1)
+    assert values["f4_t"]["passed"] and values["bits_t"]["passed"]
+    out = tmp_path / "out.pth"
+    assert cli("migrate", str(a), "-o", str(out)).code == 0
+    got, want = _torch_dumps([out, a])
+    assert got == want

@@ -167,11 +167,14 @@ def _entries_fast(header: dict[str, Any], data_len: int, max_key: int) -> list[E
         offsets = [tuple(i["data_offsets"]) for i in infos]
     except (TypeError, KeyError, ValueError, AttributeError):
         return None  # malformed: the checked reader names the entry
-    if any(dt.safetensors_per_item != 1 for dt in dts):
-        return None  # F4 counts fp4 values, not bytes: the checked reader converts its shapes
     dims = list(chain.from_iterable(shapes))
     if (dims and (set(map(type, dims)) != _INT or min(dims) < 0)) or set(map(len, offsets)) - {2}:
         return None
+    if any(dt.safetensors_per_item != 1 for dt in dts):  # F4 counts fp4 values: torch's shapes count bytes
+        converted = [dtypes.torch_shape(dt, shape) for dt, shape in zip(dts, shapes, strict=True)]
+        if None in converted:
+            return None  # an odd number of fp4 values: the checked reader names the entry
+        shapes = [shape for shape in converted if shape is not None]
     begins = [o[0] for o in offsets]
     ends = [o[1] for o in offsets]
     if keys and (set(map(type, begins)) != _INT or set(map(type, ends)) != _INT or min(begins) < 0):

@@ -461,3 +461,17 @@ def test_float4_and_bits_larger_than_a_chunk_and_strided_views_are_compared_exac
     assert cli("migrate", str(a), "-o", str(out)).code == 0
     got, want = _torch_dumps([out, a])
     assert got == want
+
+
+@pytest.mark.parametrize(("dtype", "first"), [("float8_e8m0fnu", "2.7"), ("float4_e2m1fn_x2", "2.8")])
+def test_weights_only_under_an_older_torch_needs_the_release_that_added_the_dtype(tmp_path, dtype, first):
+    """--torch-version: a torch without the dtype has no such global to allow, so its restricted loader
+    refuses the file; from the release that added it on, the dtype is in torch's allowlist."""
+    path = tmp_path / "x.pth"
+    torch.save({"w": torch.zeros(2, dtype=torch.uint8).view(getattr(torch, dtype))}, path)
+    before = f"2.{int(first.split('.')[1]) - 1}"
+    for version, loads in (("2.6", False), (before, False), (first, True), ("2.13", True)):
+        r = cli("inspect", "--json", "--torch-version", version, str(path))
+        assert r.code == 0, r.err
+        wo = json.loads(r.out)["weights_only"]
+        assert (wo["loads"], wo["needs"]) == (loads, [] if loads else [f"torch.{dtype}"]), version

@@ -13,11 +13,18 @@ from dataclasses import dataclass
 class DType:
     name: str
     itemsize: int
-    kind: str  # "float", "int", "uint", "bool", "complex"
+    kind: str  # "float", "int", "uint", "bool", "complex", "quantized", "bits"
     safetensors: str | None
     storage: str | None  # legacy torch storage class name (torch.FloatStorage)
     numpy: str | None  # NumPy type string of the same bytes, when NumPy has one
     per_byte: int = 1  # elements packed in one byte (quint4x2: 2, quint2x4: 4); itemsize is then 1
+    # safetensors elements per torch element: 2 for F4, whose header counts fp4 values where torch's
+    # float4_e2m1fn_x2 counts bytes (the last dimension is doubled in the header)
+    safetensors_per_item: int = 1
+    torch_saves: bool = True  # False: torch.save raises on it (int1..int7, uint1..uint7 in torch 2.13)
+    # The dtype whose values torch can compare, of the same width: bits types are compared as their
+    # unsigned bit patterns, sub-byte integers as the byte each takes (torch has no ==, no cast for them)
+    compare_as: str | None = None
 
     def nbytes(self, numel: int) -> int:
         """Bytes that ``numel`` elements take in a storage (sub-byte types round up)."""
@@ -41,7 +48,9 @@ _TABLE = [
     DType("float8_e5m2", 1, "float", "F8_E5M2", None, None),
     DType("float8_e4m3fnuz", 1, "float", "F8_E4M3FNUZ", None, None),
     DType("float8_e5m2fnuz", 1, "float", "F8_E5M2FNUZ", None, None),
-    DType("float8_e8m0fnu", 1, "float", None, None, None),  # MX scales: an exponent byte, no sign, no mantissa
+    DType("float8_e8m0fnu", 1, "float", "F8_E8M0", None, None),  # MX scales: an exponent byte, no sign; NaN 0xff
+    # Two fp4 values (sign, 2 exponent bits, 1 mantissa bit; no NaN, no Inf) per byte; torch's numel counts bytes.
+    DType("float4_e2m1fn_x2", 1, "float", "F4", None, None, safetensors_per_item=2),
     DType("int64", 8, "int", "I64", "LongStorage", "<i8"),
     DType("int32", 4, "int", "I32", "IntStorage", "<i4"),
     DType("int16", 2, "int", "I16", "ShortStorage", "<i2"),
@@ -51,6 +60,16 @@ _TABLE = [
     DType("uint16", 2, "uint", "U16", None, "<u2"),
     DType("uint8", 1, "uint", "U8", "ByteStorage", "|u1"),
     DType("bool", 1, "bool", "BOOL", "BoolStorage", "|b1"),
+    # Sub-byte integers: torch 2.13 defines them (one byte per element) and torch.load reads a pickle that names
+    # them, but torch.save refuses them and torch has no kernels for them (compared as the byte each one takes).
+    *(DType(f"int{n}", 1, "int", None, None, None, torch_saves=False, compare_as="int8") for n in range(1, 8)),
+    *(DType(f"uint{n}", 1, "uint", None, None, None, torch_saves=False, compare_as="uint8") for n in range(1, 8)),
+    # Bits types: opaque bit patterns (custom kernels' packed data); torch has no arithmetic on them.
+    DType("bits8", 1, "bits", None, None, None, compare_as="uint8"),
+    DType("bits16", 2, "bits", None, None, None, compare_as="uint16"),
+    DType("bits1x8", 1, "bits", None, None, None, compare_as="uint8"),
+    DType("bits2x4", 1, "bits", None, None, None, compare_as="uint8"),
+    DType("bits4x2", 1, "bits", None, None, None, compare_as="uint8"),
     DType("complex64", 8, "complex", "C64", "ComplexFloatStorage", "<c8"),
     DType("complex128", 16, "complex", None, "ComplexDoubleStorage", "<c16"),
     DType("complex32", 4, "complex", None, None, None),  # torch.chalf: two float16s; NumPy has no such type
@@ -105,3 +124,22 @@ def is_known(name: str) -> bool:
 # other floating dtype is refused before anything is written, never published unchecked.
 CAST_CHECKED = frozenset(["float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
                           "float8_e4m3fnuz", "float8_e5m2fnuz"])
+
+
+def safetensors_shape(dt: DType, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a safetensors header gives a tensor of torch shape ``shape``: F4 counts fp4 values, so the
+    last dimension of a float4_e2m1fn_x2 tensor doubles (safetensors.torch writes it so)."""
+    if dt.safetensors_per_item == 1 or not shape:
+        return shape
+    return (*shape[:-1], shape[-1] * dt.safetensors_per_item)
+
+
+def torch_shape(dt: DType, header_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The torch shape of a safetensors header's ``header_shape`` (the inverse of safetensors_shape);
+    None where torch has no such tensor (an F4 scalar, or an odd number of fp4 values in the last dimension)."""
+    per = dt.safetensors_per_item
+    if per == 1:
+        return header_shape
+    if not header_shape or header_shape[-1] % per:
+        return None
+    return (*header_shape[:-1], header_shape[-1] // per)

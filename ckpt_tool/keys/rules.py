@@ -185,6 +185,10 @@ def make_plan(tensors: Sequence[TensorMeta], rules: RuleSet) -> Plan:
             raise RuleConflict(f"cannot cast {t.key!r} ({t.dtype}) to {cast}: only floating tensors are cast")
         if cast == t.dtype:
             cast = None
+        if cast is not None and t.dtype not in dtypes.CAST_CHECKED:  # float8_e8m0fnu, float4_e2m1fn_x2
+            raise RuleConflict(f"cannot cast {t.key!r} ({t.dtype}) to {cast}: ckpt cannot yet prove that a cast from "
+                               f"{t.dtype} keeps the values (it checks {', '.join(sorted(dtypes.CAST_CHECKED))}); "
+                               "cast only the other tensors, by name, with a rules file [cast] entry")
         entries.append(PlanEntry(t.key, out, t.dtype, cast))
     return Plan(tuple(entries), rules)
 

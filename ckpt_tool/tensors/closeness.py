@@ -150,6 +150,8 @@ def compare_dtype(a: str, b: str) -> str:
     from .. import dtypes
 
     kinds = {dtypes.lookup(a).kind, dtypes.lookup(b).kind}
+    if kinds & {"quantized"} and kinds <= {"quantized", "float"}:  # dequantized values (tensors/bitwise.py)
+        return "float64" if "float64" in (a, b) else "float32"
     if "complex" in kinds:
         return "complex128"
     if "float64" in (a, b) or not kinds & {"float"}:
@@ -174,6 +176,8 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
     """
     import torch
 
+    from .. import dtypes
+    from .bitwise import comparable_chunks, compared_dtype, compared_numel, needs_values
     from .nonfinite import tensor_nonfinite
     from .tensordata import iter_chunks
 
@@ -188,7 +192,16 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
     same_dtype = ta.dtype == tb.dtype
     is_float = ta.is_floating or tb.is_floating or "complex" in (ta.dtype[:7], tb.dtype[:7])
     acc = Acc(histograms=histograms)
-    for xs, ys in zip(iter_chunks(ta, CHUNK), iter_chunks(tb, CHUNK), strict=False):
+    chunks_a, chunks_b, numel = iter_chunks(ta, CHUNK), iter_chunks(tb, CHUNK), ta.numel
+    if needs_values(ta.dtype) or needs_values(tb.dtype):  # bits, float4, quantized: values torch can compare
+        numel = compared_numel(ta)
+        if numel != compared_numel(tb):  # float4 against another dtype: nothing to pair element by element
+            return ValueDiff(ta.key, math.inf, math.inf, 0, 0, 0, 0, False, ta.numel, ta.numel, cd)
+        da, db = compared_dtype(ta.dtype), compared_dtype(tb.dtype)
+        same_dtype = da == db
+        is_float = bool({dtypes.lookup(da).kind, dtypes.lookup(db).kind} & {"float", "complex"})
+        chunks_a, chunks_b = comparable_chunks(ta, CHUNK), comparable_chunks(tb, CHUNK)
+    for xs, ys in zip(chunks_a, chunks_b, strict=False):
         if same_dtype and torch.equal(xs.view(torch.uint8), ys.view(torch.uint8)):
             # bit-identical (the common case when checking a conversion): only count NaN/Inf and the norm
             n, i = tensor_nonfinite(xs) if is_float else (0, 0)
@@ -205,7 +218,7 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
             _finite_chunk(acc, ad, yb, atol, rtol)
         else:
             _general_chunk(acc, xs, ys, xa, yb, ad, not is_float, atol, rtol)
-    return acc.result(ta.key, ta.numel, cd)
+    return acc.result(ta.key, numel, cd)
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """``inspect --stats``: min/max/mean/std and NaN/Inf counts of one tensor, reading its bytes.
 
 NaN and Inf are counted by the one counter (nonfinite.py), float8 included;
-the other figures are taken over the finite values, in float64.
+the other figures are taken over the finite values, in float64: of the
+dequantized values of a quantized tensor, of the decoded fp4 values of a
+float4_e2m1fn_x2 one, none for the bits types (bit patterns, not numbers).
 """
 from __future__ import annotations
 
@@ -26,12 +28,15 @@ def compute_stats(t: TensorMeta) -> TensorStats:
     """min/max/mean/std over the finite values, and NaN/Inf counts (None figures where there are none)."""
     import torch
 
+    from .bitwise import comparable, needs_values
     from .nonfinite import tensor_nonfinite
     from .tensordata import to_torch
 
-    if dtypes.lookup(t.dtype).is_quantized:  # integer codes without their scale: no meaningful figures
+    kind = dtypes.lookup(t.dtype).kind
+    if kind == "bits":  # bit patterns, not numbers: no meaningful figures
         return TensorStats(t.key, None, None, None, None, 0, 0)
-    x = to_torch(t)
+    # quantized: the dequantized values; float4_e2m1fn_x2: its fp4 values decoded (torch has no cast for it)
+    x = comparable(t) if needs_values(t.dtype) else to_torch(t)
     if x.numel() == 0 or x.dtype == torch.bool or x.is_complex():
         return TensorStats(t.key, None, None, None, None, 0, 0)
     nan, inf = tensor_nonfinite(x)

@@ -147,7 +147,10 @@ _NONFINITE: dict[str, tuple[str, int, int]] = {
     "complex128": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000),
     "float8_e5m2": ("u1", 0x7F, 0x7C),
     "float8_e4m3fn": ("u1", 0x7F, 0x7F),  # no Inf; NaN is S.1111.111
+    "float8_e8m0fnu": ("u1", 0xFF, 0xFF),  # no sign, no Inf; the one NaN is 0xff
+    "complex32": ("<u2", 0x7FFF, 0x7C00),  # real and imaginary parts are float16s
 }
+_NEVER_NONFINITE = frozenset(("float4_e2m1fn_x2",))  # e2m1fn: every code is a finite number
 _FNUZ = frozenset(("float8_e4m3fnuz", "float8_e5m2fnuz"))  # no Inf; the one NaN is 0x80 ("-0")
 _BLOCK = 1 << 19  # bytes per NumPy step: the masked copy stays in cache
 
@@ -162,6 +165,8 @@ def all_finite(raw: Any, dtype: str) -> bool | None:
 
     if dtype in _FNUZ:
         return not bool((np.frombuffer(raw, dtype="u1") == 0x80).any())
+    if dtype in _NEVER_NONFINITE:
+        return True
     spec = _NONFINITE.get(dtype)
     if spec is None:
         return None

@@ -274,8 +274,10 @@ def _import_torch_in_background() -> None:
 
 
 def _bytewise(ta: TensorMeta, tb: TensorMeta) -> bool:
+    # quantized: the same integers under another scale are other values (closeness.py dequantizes them)
     return (ta.storage is not None and tb.storage is not None and ta.dtype == tb.dtype and ta.shape == tb.shape
-            and ta.numel > 0 and ta.is_contiguous and tb.is_contiguous)
+            and ta.numel > 0 and ta.is_contiguous and tb.is_contiguous
+            and ta.quantizer is None and tb.quantizer is None)
 
 
 def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float, rtol: float, norms: bool,

@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .. import dtypes
+from ..errors import RuleConflict
 from ..tensors.dcpsave import load_for_save, save_dcp
 from .base import OutTensor
 
 DCP_SUFFIXES = (".distcp", ".metadata")
+
+
+def check_dtypes(tensors: Sequence[OutTensor]) -> None:
+    """torch 2.13's DCP planner has no element size for the bits types (torch._utils._element_size raises):
+    refuse before writing."""
+    for t in tensors:
+        if dtypes.lookup(t.dtype).kind == "bits":
+            raise RuleConflict(f"a dcp output cannot hold {t.dtype} (tensor {t.key!r}): torch.distributed."
+                               "checkpoint cannot save the bits types; write a .pth")
 
 
 def materialise(tensors: Sequence[OutTensor]) -> dict[str, object]:

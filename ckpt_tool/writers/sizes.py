@@ -73,6 +73,8 @@ def safetensors_size(tensors: Sequence[OutTensor], metadata: Mapping[str, str]) 
     codes = {name: len(d.safetensors or "") for name, d in dtypes.BY_NAME.items()}
     header += sum(codes.get(dtype, 8) * n for dtype, n in Counter(map(attrgetter("dtype"), tensors)).items())
     header += sum(len(",".join(map(str, shape))) * n for shape, n in Counter(map(attrgetter("shape"), tensors)).items())
+    # F4's header doubles the last dimension: at most one more digit per packed tensor
+    header += sum(1 for t in tensors if getattr(dtypes.BY_NAME.get(t.dtype), "safetensors_per_item", 1) != 1)
     header += len(keys) * (len(':{"dtype":"","shape":[],"data_offsets":[,]}') + 2 * digits)
     parts += len(keys)
     header += max(parts - 1, 0)  # commas

@@ -122,7 +122,10 @@ def _shape_hf(ck: Checkpoint, plan: MigratePlan, chosen: object, tensors: Sequen
 
 def _shape_dcp(ck: Checkpoint, plan: MigratePlan, chosen: object, tensors: Sequence[OutTensor]) -> Shaped:
     """A DCP folder holds the state_dict only."""
+    from ...writers.dcp import check_dtypes
+
     _refuse_held(ck, plan, chosen)
+    check_dtypes(tensors)
     if not plan.output.state_dict_only and ck.layout == "container":
         return Shaped(payload=None,
                       warnings=("a DCP output holds the state_dict only; the other entries were not kept",))

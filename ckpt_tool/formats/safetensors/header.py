@@ -170,6 +170,11 @@ def _entries_fast(header: dict[str, Any], data_len: int, max_key: int) -> list[E
     dims = list(chain.from_iterable(shapes))
     if (dims and (set(map(type, dims)) != _INT or min(dims) < 0)) or set(map(len, offsets)) - {2}:
         return None
+    if any(dt.safetensors_per_item != 1 for dt in dts):  # F4 counts fp4 values: torch's shapes count bytes
+        converted = [dtypes.torch_shape(dt, shape) for dt, shape in zip(dts, shapes, strict=True)]
+        if None in converted:
+            return None  # an odd number of fp4 values: the checked reader names the entry
+        shapes = [shape for shape in converted if shape is not None]
     begins = [o[0] for o in offsets]
     ends = [o[1] for o in offsets]
     if keys and (set(map(type, begins)) != _INT or set(map(type, ends)) != _INT or min(begins) < 0):
@@ -205,6 +210,9 @@ def _entries_checked(header: dict[str, Any], data_len: int, options: ReadOptions
             if type(d) is not int or d < 0:
                 raise InputError(f"bad safetensors header: tensor {key!r} has an invalid shape", path)
             numel *= d
+        if dt.safetensors_per_item != 1:
+            shape = _torch_shape(key, info["dtype"], dt, shape, path)
+            numel //= dt.safetensors_per_item
         if type(begin) is not int or type(end) is not int or begin < 0 or end < begin:
             raise InputError(f"bad safetensors header: tensor {key!r} has invalid data_offsets", path)
         if end - begin != numel * dt.itemsize:
@@ -255,3 +263,12 @@ def restore_aliases(root: OrderedDict[str, TensorMeta], meta: dict[str, str]) ->
         root.update(items)
     return added
 
+
+def _torch_shape(key: str, code: str, dt: dtypes.DType, shape: tuple[int, ...], path: str) -> tuple[int, ...]:
+    """torch's shape of a packed entry (F4: two fp4 values per float4_e2m1fn_x2 element)."""
+    found = dtypes.torch_shape(dt, shape)
+    if found is None:
+        raise InputError(f"bad safetensors header: tensor {key!r} is {code}{list(shape)}, which torch cannot hold "
+                         f"as {dt.name} (the last dimension must count whole bytes of "
+                         f"{dt.safetensors_per_item} values)", path)
+    return found

@@ -92,7 +92,7 @@ _DTYPES = [
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "complex32",
     "complex64", "complex128", "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "uint16", "uint32", "uint64",
     "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz",
-    "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2"]
+    "float8_e4m3fnuz"]
 _SCALAR_NAMES = ["Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool"]
 _TENSOR_CLASSES = [
     *(f"torch.{n}Tensor" for n in _SCALAR_NAMES), *(f"torch.cuda.{n}Tensor" for n in _SCALAR_NAMES),
@@ -128,6 +128,11 @@ CHANGES: tuple[tuple[tuple[int, int], tuple[str, ...], dict[str, bool]], ...] = 
     # the source history shows (not executed here).
     ((2, 6), ("builtins.complex", *(f"torch.{p}int{i}" for p in ("", "u") for i in range(1, 8))),
      {"refuses_torchscript": True, "refuses_tar": True, "default_weights_only": True}),
+    # torch's allowlist holds every dtype of its storage._new_dtypes(), so a dtype joins it with the release
+    # that adds it: float8_e8m0fnu in 2.7 (pytorch#147466, Feb 2025), float4_e2m1fn_x2 in 2.8 (pytorch#146578;
+    # absent from 2.7.1, as NVIDIA/Fuser#4683 notes). Before, a pickle naming them is refused (no such global).
+    ((2, 7), ("torch.float8_e8m0fnu",), {}),
+    ((2, 8), ("torch.float4_e2m1fn_x2",), {}),
     ((2, 10), (), {"setitem_only_dicts": True}),  # CVE-2026-24747 fix (SETITEM(S) target check)
     ((2, 13), (), {"reads_safetensors": True}),  # pytorch#170592 (seen in 2.13's torch.serialization.load)
 )

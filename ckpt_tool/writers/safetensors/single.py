@@ -54,14 +54,18 @@ def header_bytes(tensors: Sequence[OutTensor], metadata: Mapping[str, str]) -> b
         parts.append(f'"{METADATA_KEY}":' + json.dumps(dict(metadata), separators=(",", ":"), ensure_ascii=False))
     offset = 0
     codes = {name: d.safetensors for name, d in dtypes.BY_NAME.items()}
+    packed = {name: d for name, d in dtypes.BY_NAME.items() if d.safetensors_per_item != 1}
     shapes: dict[tuple[int, ...], str] = {}
     # one regex test for all keys when every one is plain (the common case), else one per key
     plain = _PLAIN_KEY.fullmatch("".join(t.key for t in tensors)) is not None
     for t in tensors:
         end = offset + t.nbytes
-        shape = shapes.get(t.shape)
+        shape = shapes.get(t.shape) if t.dtype not in packed else None
         if shape is None:
-            shape = shapes[t.shape] = ",".join(map(str, t.shape))
+            shape = ",".join(map(str, dtypes.safetensors_shape(packed[t.dtype], t.shape) if t.dtype in packed
+                                 else t.shape))
+            if t.dtype not in packed:
+                shapes[t.shape] = shape
         key = f'"{t.key}"' if plain else _json_key(t.key)
         parts.append(f'{key}:{{"dtype":"{codes[t.dtype]}","shape":[{shape}],"data_offsets":[{offset},{end}]}}')
         offset = end

@@ -64,7 +64,8 @@ def test_strict_fails_on_the_dtype_warning_unless_the_policy_ignores_dtypes(bf16
     policy = tmp_path / "p.toml"
     policy.write_text("[gate]\nignore_target_dtype = true\n")
     c = check(gate([str(bf16)], target=target, strict=True, policy=load_policy(policy)), "matches-target")
-    assert c.passed and "dtype" not in c.detail.replace("(names and shapes)", "")
+    # the target's path is left out: a checkout folder may itself be named "dtypes"
+    assert c.passed and "dtype" not in c.detail.replace(target, "").replace("(names and shapes)", "")
     assert "names and shapes" in c.detail
 
 

@@ -1,0 +1,83 @@
+"""Every file a layout's own loader opens is judged by inspect, scan and gate alike (issue 32).
+
+Source of the case: issue 32 ("a DeepSpeed run folder whose payload sits in a
+MoE expert file, ``layer_*_expert_*_mp_rank_*_model_states.pt``, which
+DeepSpeed's loader opens with weights_only=False: ``ckpt inspect`` reads the
+folder without a word"). DeepSpeed 0.19.8 opens the expert files in
+runtime/engine.py ``load_moe_state_dict`` and a MoE run's non-ZeRO optimizer
+``expp_rank_R_mp_rank_XX_optim_states.pt`` in ``_load_checkpoint``, each with
+``torch.load(weights_only=False)``. The payload is a ``posix.system`` call
+that ckpt never runs.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, cli
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ROOT / "tests"))
+from hostile.builders import Call, torch_save_calling  # noqa: E402
+
+MOE = ROOT / "fixtures" / "deepspeed_moe"
+DS = ROOT / "fixtures" / "deepspeed"
+
+
+def _poison(path: Path, base: dict | None = None) -> None:
+    """Rewrite ``path`` (a torch.save dict) with one more entry whose unpickling calls os.system."""
+    sd = dict(torch.load(path, weights_only=False)) if base is None else base
+    sd["payload"] = Call("echo pwned > /dev/null")
+    path.write_bytes(torch_save_calling(sd, "os", "system"))
+
+
+def _run(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / src.name
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _assert_named_everywhere(run: Path, name: str) -> None:
+    inspect = cli("inspect", str(run), "--json")
+    assert inspect.code == 0, inspect.err
+    warnings = json.loads(inspect.out)["warnings"]
+    assert any("dangerous" in w and "os.system" in w for w in warnings), warnings
+
+    scan = cli("scan", str(run), "--json")
+    assert scan.code == 1, scan.err
+    files = {Path(f["path"]).name: f["verdict"] for f in json.loads(scan.out)["files"]}
+    assert files[name] == "dangerous"
+
+    gate = cli("gate", str(run), "--no-nan-check", "--json")
+    assert gate.code == 1, gate.err
+    checks = {c["name"]: c for c in json.loads(gate.out)["files"][0]["checks"]}
+    assert not checks["loads-safely"]["passed"] and "os.system" in checks["loads-safely"]["detail"]
+
+
+@pytest.mark.parametrize("run", ["zero2_ep2", "zero0_ep2"])
+def test_a_payload_in_a_moe_expert_file_is_named_by_inspect_scan_and_gate(tmp_path, run):
+    folder = _run(MOE / run, tmp_path)
+    name = "layer_1_expert_3_mp_rank_00_model_states.pt"
+    _poison(folder / "global_step1" / name)
+    _assert_named_everywhere(folder, name)
+
+
+def test_a_payload_in_a_moe_runs_optimizer_file_is_named(tmp_path):
+    folder = _run(MOE / "zero0_ep2", tmp_path)
+    name = "expp_rank_1_mp_rank_00_optim_states.pt"
+    _poison(folder / "global_step1" / name)
+    _assert_named_everywhere(folder, name)
+
+
+def test_a_stray_expert_file_beside_a_plain_run_is_judged_and_the_model_unchanged(tmp_path):
+    folder = _run(DS / "zero1_fp32", tmp_path)
+    clean = json.loads(cli("inspect", str(DS / "zero1_fp32"), "--json").out)
+    name = "layer_0_expert_0_mp_rank_00_model_states.pt"
+    _poison(folder / "global_step1" / name, {"w": torch.zeros(2)})
+    _assert_named_everywhere(folder, name)
+    doc = json.loads(cli("inspect", str(folder), "--json").out)
+    assert doc["tensors"] == clean["tensors"]
+    assert any("MoE expert file(s) are here but the model states name no experts" in w for w in doc["warnings"])

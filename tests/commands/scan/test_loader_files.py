@@ -29,7 +29,8 @@ DS = ROOT / "fixtures" / "deepspeed"
 
 def _poison(path: Path, base: dict | None = None) -> None:
     """Rewrite ``path`` (a torch.save dict) with one more entry whose unpickling calls os.system."""
-    sd = dict(torch.load(path, weights_only=False)) if base is None else base
+    value = torch.load(path, weights_only=False) if base is None else base
+    sd = dict(value) if isinstance(value, dict) else {"value": value}
     sd["payload"] = Call("echo pwned > /dev/null")
     path.write_bytes(torch_save_calling(sd, "os", "system"))
 
@@ -48,8 +49,8 @@ def _assert_named_everywhere(run: Path, name: str) -> None:
 
     scan = cli("scan", str(run), "--json")
     assert scan.code == 1, scan.err
-    files = {Path(f["path"]).name: f["verdict"] for f in json.loads(scan.out)["files"]}
-    assert files[name] == "dangerous"
+    verdicts = {f["verdict"] for f in json.loads(scan.out)["files"] if f["path"].endswith("/" + name)}
+    assert verdicts == {"dangerous"}
 
     gate = cli("gate", str(run), "--no-nan-check", "--json")
     assert gate.code == 1, gate.err
@@ -81,3 +82,56 @@ def test_a_stray_expert_file_beside_a_plain_run_is_judged_and_the_model_unchange
     doc = json.loads(cli("inspect", str(folder), "--json").out)
     assert doc["tensors"] == clean["tensors"]
     assert any("MoE expert file(s) are here but the model states name no experts" in w for w in doc["warnings"])
+
+
+# ------------------------------------------- DeepSpeed: every file its loader opens (formats/deepspeed/opened.py)
+
+PARALLEL = ROOT / "fixtures" / "deepspeed_parallel"
+
+
+@pytest.mark.parametrize("member", [
+    "zero/fc1.weight/exp_avg.pt",     # universal_checkpoint.py:241 opens every (.+).pt of a parameter folder
+    "zero/fc1.weight/step.pt",
+    "zero/fc1.weight/notes.pt",        # a name ckpt does not know; DeepSpeed's regex opens it all the same
+    "mp_rank_01_model_states.pt",      # the other tensor-parallel rank's states (ckpt reads rank 0's)
+])
+def test_a_payload_in_a_universal_checkpoints_state_file_is_named(tmp_path, member):
+    folder = _run(PARALLEL / "universal", tmp_path)
+    path = folder / "global_step1_universal" / member
+    _poison(path, None if path.exists() else {"param": torch.zeros(1)})
+    _assert_named_everywhere(folder, member)
+
+
+def test_a_payload_in_a_layer_file_the_pipeline_glob_matches_is_named(tmp_path):
+    folder = _run(PARALLEL / "pipeline", tmp_path)
+    name = "layer_03-extra-model_states.pt"  # module.py:598 globs layer_03-*model_states.pt
+    _poison(folder / "global_step1" / name, {"weight": torch.zeros(1)})
+    _assert_named_everywhere(folder, name)
+
+
+def test_a_payload_in_an_optimizer_file_under_its_old_name_is_named(tmp_path):
+    folder = _run(DS / "zero1_fp32", tmp_path)
+    tag = folder / "global_step1"
+    new = tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    old = tag / "zero_pp_rank_1_mp_rank_00optim_states.pt"  # engine.py:4795 falls back to the pre-0.3.17 name
+    _poison(old, {"optimizer_state_dict": {}})
+    assert new.exists()
+    _assert_named_everywhere(folder, old.name)
+
+
+@pytest.mark.parametrize("run", sorted(p.name for p in MOE.iterdir() if (p / "expected.json").is_file())
+                         if MOE.is_dir() else [])
+def test_every_file_deepspeeds_load_checkpoint_opened_is_on_the_list(run):
+    """Differential: the files real load_checkpoint handed to torch.load (recorded by the generator)."""
+    from ckpt_tool.formats.deepspeed.files import find_parallel
+    from ckpt_tool.formats.deepspeed.opened import opened
+
+    recorded = json.loads((MOE / run / "expected.json").read_text()).get("opened_by_load_checkpoint")
+    if recorded is None:
+        pytest.fail("expected.json has no opened_by_load_checkpoint: regenerate the fixture")
+    par = find_parallel(str(MOE / run))
+    listed = {str(Path(f.path).relative_to(MOE / run)) for f in opened(par)}
+    assert {name for name, _ in recorded} <= listed
+    assert {name for name, weights_only in recorded if weights_only is not False} == set()  # all unsafe loads
+    expert_files = {n for n in listed if "_expert_" in n}
+    assert expert_files == {n for n, _ in recorded if "_expert_" in n}  # every expert file, across both ranks

@@ -24,6 +24,7 @@ from ...io import paths
 from ...io.segments import Part, Segment, SegmentSource
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import LazyTensor, Placeholder
+from ..checkpoint.build import file_danger
 from ..checkpoint.loaded import ReadOptions
 from .files import RunFiles, check_ranks
 from .merge import MergeError, zero2_group, zero3_frozen, zero3_params
@@ -50,6 +51,7 @@ class StatesReader:
         self.references += loaded.references
         self.sources += loaded.sources
         name = paths.basename(path)
+        self.warnings += file_danger(name, loaded.references, "torch.load(weights_only=False)")
         self.warnings += [f"{name}: {w}" for w in loaded.warnings]
         return loaded.root
 

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
+from ..checkpoint.build import file_danger
 from ..checkpoint.loaded import Loaded, ReadOptions
 from .files import ParallelRun, find_parallel
 from .meta import describe
@@ -50,14 +51,19 @@ def _judge_unread(loaded: Loaded, par: ParallelRun, options: ReadOptions) -> Non
         part = read_torch_zip(f.path, options)
         try:
             loaded.references += part.references
+            loaded.warnings += file_danger(_shown(f.path, par), part.references, f.how)
             loaded.warnings += [f"{paths.basename(f.path)}: {w}" for w in part.warnings]
         finally:
             for source in part.sources:
                 source.close()
     info = loaded.metadata.get("deepspeed")
     if isinstance(info, dict):  # the list the weights-only verdict goes through, file by file
-        top = par.folder.rstrip("/") + "/"
-        info["files"] = [f.path[len(top):] if f.path.startswith(top) else f.path for f in files]
+        info["files"] = [_shown(f.path, par) for f in files]
+
+
+def _shown(path: str, par: ParallelRun) -> str:
+    top = par.folder.rstrip("/") + "/"
+    return path[len(top):] if path.startswith(top) else path
 
 
 def _read_zero(par: ParallelRun, options: ReadOptions) -> Loaded:

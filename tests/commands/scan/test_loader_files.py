@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cli
+from conftest import ROOT, cli, hf_folder
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "tests"))
@@ -135,3 +135,64 @@ def test_every_file_deepspeeds_load_checkpoint_opened_is_on_the_list(run):
     assert {name for name, weights_only in recorded if weights_only is not False} == set()  # all unsafe loads
     expert_files = {n for n in listed if "_expert_" in n}
     assert expert_files == {n for n, _ in recorded if "_expert_" in n}  # every expert file, across both ranks
+
+
+# --------------------------- transformers Trainer and accelerate save_state folders (formats/hf/opened.py)
+
+
+@pytest.fixture(scope="module")
+def written(hf_written):
+    return hf_written
+
+
+def _library_folder(written, layout: str, tmp_path: Path) -> Path:
+    folder, _ = hf_folder(written, layout)
+    dst = tmp_path / layout
+    shutil.copytree(folder, dst)
+    return dst
+
+
+@pytest.mark.parametrize("layout,name,how", [
+    ("accelerate", "custom_checkpoint_0.pkl", "weights_only=False"),  # checkpointing.py:340 load_custom_state
+    ("accelerate", "optimizer.bin", "weights_only=True"),               # checkpointing.py:255
+    ("accelerate", "random_states_0.pkl", "weights_only=True"),         # checkpointing.py:294
+    ("trainer_checkpoint", "optimizer.pt", "weights_only=True"),        # trainer.py:3948
+    ("trainer_checkpoint", "rng_state.pth", "weights_only=True"),       # trainer.py:3875
+])
+def test_a_payload_in_a_library_state_file_is_named_by_inspect(written, tmp_path, layout, name, how):
+    folder = _library_folder(written, layout, tmp_path)
+    path = folder / name
+    _poison(path, None if path.exists() else {"counter": torch.zeros(1)})
+    r = cli("inspect", str(folder), "--json")
+    assert r.code == 0, r.err
+    warnings = json.loads(r.out)["warnings"]
+    assert any(w.startswith(f"{name} (its loader opens it with torch.load({how}))") and "os.system" in w
+               for w in warnings), warnings
+    scan = cli("scan", str(folder), "--json")
+    assert scan.code == 1
+    assert {f["verdict"] for f in json.loads(scan.out)["files"] if f["path"].endswith("/" + name)} == {"dangerous"}
+    gate = cli("gate", str(folder), "--no-nan-check", "--json")
+    assert gate.code == 1
+
+
+def test_an_unreadable_state_file_the_loader_opens_is_an_error(written, tmp_path):
+    folder = _library_folder(written, "accelerate", tmp_path)
+    (folder / "scheduler.bin").write_bytes((folder / "scheduler.bin").read_bytes()[:40])
+    r = cli("inspect", str(folder))
+    assert r.code == 2 and "scheduler.bin" in r.err
+
+
+def test_accelerate_folder_as_saved_has_no_alarm(written):
+    folder, _ = hf_folder(written, "accelerate")
+    r = cli("inspect", str(folder), "--json")
+    assert r.code == 0, r.err
+    assert not [w for w in json.loads(r.out)["warnings"] if "dangerous" in w]
+
+
+@pytest.mark.xfail(strict=True, reason="pending catalog review of TrainingArguments")
+def test_trainer_checkpoint_as_saved_has_no_alarm(written):
+    """training_args.bin (a TrainingArguments) is judged now; it stays dangerous until the catalog reviews it."""
+    folder, _ = hf_folder(written, "trainer_checkpoint")
+    r = cli("inspect", str(folder), "--json")
+    assert r.code == 0, r.err
+    assert not [w for w in json.loads(r.out)["warnings"] if "dangerous" in w]

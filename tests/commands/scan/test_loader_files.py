@@ -196,3 +196,29 @@ def test_trainer_checkpoint_as_saved_has_no_alarm(written):
     r = cli("inspect", str(folder), "--json")
     assert r.code == 0, r.err
     assert not [w for w in json.loads(r.out)["warnings"] if "dangerous" in w]
+
+
+# ------------------------------------------------- Megatron-LM legacy folders (formats/deepspeed/megatron.py)
+
+def test_a_payload_in_megatrons_distributed_optimizer_file_is_named(tmp_path):
+    folder = _run(PARALLEL / "megatron_legacy", tmp_path)
+    rules = str(folder / "rules.toml")
+    name = "distrib_optim.pt"  # opened beside model_optim_rng.pt by a --use-distributed-optimizer run
+    _poison(folder / "iter_0000001" / "mp_rank_01" / name, {"buckets": [torch.zeros(2)]})
+    r = cli("inspect", str(folder), "--tp-rules", rules, "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert any(w.startswith(f"mp_rank_01/{name} (its loader opens it with torch.load(weights_only=False))")
+               for w in doc["warnings"]), doc["warnings"]
+    assert "mp_rank_01/distrib_optim.pt" in doc["metadata"]["megatron"]["files"]
+    gate = cli("gate", str(folder), "--tp-rules", rules, "--no-nan-check", "--json")
+    assert gate.code == 1
+
+
+def test_an_expert_parallel_megatron_folder_is_refused_not_half_read(tmp_path):
+    folder = _run(PARALLEL / "megatron_legacy", tmp_path)
+    extra = folder / "iter_0000001" / "mp_rank_00_000_001"
+    extra.mkdir()
+    shutil.copy(folder / "iter_0000001" / "mp_rank_00" / "model_optim_rng.pt", extra)
+    r = cli("inspect", str(folder), "--tp-rules", str(folder / "rules.toml"))
+    assert r.code == 2 and "expert-parallel" in r.err

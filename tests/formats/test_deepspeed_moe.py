@@ -30,7 +30,7 @@ def _safetensors(path: Path) -> dict[str, bytes]:
 
 
 def test_the_fixtures_are_here():
-    assert {"zero0_ep2", "zero1_ep1", "zero2_ep2"} <= set(RUNS)
+    assert {"zero0_ep2", "zero1_ep1", "zero2_ep2", "zero2_ep2_bf16"} <= set(RUNS)
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -48,6 +48,9 @@ def test_inspect_lists_every_expert_of_every_layer(run):
     moe = doc["metadata"]["deepspeed"]["moe"]
     assert moe["num_experts"] == [4, 4] and moe["expert_files"] == 8
     assert not [w for w in doc["warnings"] if "danger" in w.lower()]
+    assert "MoE 2 layer(s) x 4/4 experts (8 expert files)" in cli("inspect", str(MOE / run)).out
+    if info.get("dtype") == "bf16":  # the module's dtype, as load_checkpoint restores it; the masters are not used
+        assert any("fp32 master weights are not assembled" in w for w in doc["warnings"])
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -100,3 +100,16 @@ def test_an_expert_file_holding_another_experts_key_is_refused(tmp_path):
     result = cli("inspect", str(tag.parent))
     assert result.code == 2
     assert "names expert 1 but is in expert 3's file" in result.err
+
+
+def test_an_autoep_run_is_refused_not_read_with_wrong_keys(tmp_path):
+    """AutoEP (engine.py:5178) splits fused experts.w1 [E, ...] into per-expert keys that load_checkpoint stacks
+    back: read as they are, the keys would not be the module's."""
+    torch = pytest.importorskip("torch")
+    tag = _copy("zero2_ep2", tmp_path)
+    path = tag / "mp_rank_00_model_states.pt"
+    states = torch.load(path, weights_only=True)
+    states["ds_autoep_layers"] = [{"moe_layer_id": 0, "module_path": "moe1"}]
+    torch.save(states, path)
+    result = cli("inspect", str(tag.parent))
+    assert result.code == 2 and "AutoEP" in result.err

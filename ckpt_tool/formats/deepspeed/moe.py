@@ -102,6 +102,11 @@ def expert_tensors(run: RunFiles, m0: Mapping[Any, Any], reader: _Reader) -> dic
         counts = expert_counts(m0)
     except InputError as exc:
         raise InputError(exc.message, run.model[0][1]) from None
+    if m0.get("ds_autoep_layers") or m0.get("autoep_layers"):
+        # engine.py:5178: AutoEP's fused experts.w1/w2/w3 [E_local, ...] are split into per-expert keys in
+        # these files and stacked back by load_moe_state_dict; ZeRO-3 AutoEP keeps them in the optimizer shards
+        raise InputError("an AutoEP MoE run (ds_autoep_layers in the model states): its fused expert tensors are "
+                         "not consolidated yet", run.model[0][1])
     legacy = type(m0.get("num_experts")) is int
     _check_files(run, counts, legacy)
     out: dict[str, LazyTensor] = {}

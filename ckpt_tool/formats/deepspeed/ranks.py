@@ -103,8 +103,8 @@ def consolidate(run: RunFiles, options: ReadOptions, m0: dict[Any, Any] | None =
         optim = [_optimizer_dict(reader.pickle(p), p) for _, p in run.optim]
         stage, world = _stage_and_world(optim[0], run.optim[0][1]) if optim else (0, int(m0.get("dp_world_size") or 1))
         if stage == 3:
-            raise InputError("a ZeRO-3 MoE run: its experts are partitioned in the optimizer states, which ckpt "
-                             "does not assemble yet", run.folder)
+            raise InputError("a ZeRO-3 MoE run: DeepSpeed 0.19.8 runs native MoE under ZeRO stage 1/2 only, and "
+                             "ckpt does not assemble experts partitioned in ZeRO-3 optimizer states", run.folder)
         _stage0(m0, builder, reader, what="a MoE run: the weights are the module's and its expert files' (what "
                 "DeepSpeed's load_checkpoint restores)")
         for key, value in experts.items():

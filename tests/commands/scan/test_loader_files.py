@@ -12,6 +12,7 @@ that ckpt never runs.
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 import sys
 from pathlib import Path
@@ -29,7 +30,12 @@ DS = ROOT / "fixtures" / "deepspeed"
 
 def _poison(path: Path, base: dict | None = None) -> None:
     """Rewrite ``path`` (a torch.save dict) with one more entry whose unpickling calls os.system."""
-    value = torch.load(path, weights_only=False) if base is None else base
+    value = base
+    if base is None:
+        try:
+            value = torch.load(path, weights_only=True)
+        except pickle.UnpicklingError:  # an RNG state holds NumPy arrays (no third-party class is imported here)
+            value = torch.load(path, weights_only=False)
     sd = dict(value) if isinstance(value, dict) else {"value": value}
     sd["payload"] = Call("echo pwned > /dev/null")
     path.write_bytes(torch_save_calling(sd, "os", "system"))

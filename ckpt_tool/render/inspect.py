@@ -74,8 +74,11 @@ def summary_lines(report: InspectReport) -> list[str]:
         kind = "universal checkpoint" if universal else f"ZeRO-{ds.get('zero_stage')}"
         parallel = (f", {'merged from' if universal else ds.get('layout')} pp={ds.get('pp')} tp={ds.get('tp')}"
                     if "pp" in ds else "")
+        moe = ds.get("moe")
+        experts = (f", MoE {len(moe['num_experts'])} layer(s) x {'/'.join(map(str, moe['num_experts']))} experts "
+                   f"({moe['expert_files']} expert files)" if isinstance(moe, dict) and moe.get("num_experts") else "")
         lines.append(f"training:   DeepSpeed {kind}, {ds.get('world_size')} rank(s){parallel}, "
-                     f"{ds.get('dtype')}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
+                     f"{ds.get('dtype')}{experts}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
     meg = c.metadata.get("megatron") if c.framework == "megatron" else None
     if isinstance(meg, dict) and c.format == Format.MEGATRON_LEGACY:  # Megatron-LM's mp_rank_XX folders
         merged = meg.get("tp_rules")

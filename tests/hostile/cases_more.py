@@ -258,6 +258,28 @@ def _controls(c: "Corpus") -> None:
 # ------------------------------------------------------------------ folders and special files
 
 
+def _deepspeed_moe_payload(c: "Corpus", base: str) -> None:
+    """Issue 32: a real DeepSpeed MoE run (fixtures/deepspeed_moe/) whose payload sits in an expert file,
+    ``layer_1_expert_3_mp_rank_00_model_states.pt``, which DeepSpeed's load_moe_state_dict opens with
+    torch.load(weights_only=False); inspect read the folder without a word."""
+    import shutil
+
+    import torch
+
+    run = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "deepspeed_moe" / "zero0_ep2"
+    if not run.is_dir():
+        return
+    name = "dir_deepspeed_moe_expert_payload"
+    d = os.path.join(base, name)
+    shutil.copytree(run, d)
+    expert = os.path.join(d, "global_step1", "layer_1_expert_3_mp_rank_00_model_states.pt")
+    sd = torch.load(expert, weights_only=True)
+    with open(expert, "wb") as f:
+        f.write(b.tsave({**sd, "x": b.Reduce(os.system, c.touch(name))}))
+    c.add(name, "folder/special-file", None, "a DeepSpeed MoE run (ZeRO-0, ep 2) whose expert file calls posix.system", path=d,
+          kind="folder", payload=True, calls=("posix.system", "os.system"))
+
+
 def _folders(c: "Corpus") -> None:
     from .generate import state_dict
 
@@ -281,6 +303,7 @@ def _folders(c: "Corpus") -> None:
         f.write(b.tsave({**state_dict(), "x": b.Reduce(os.system, c.touch("dir_with_payload"))}))
     c.add("dir_with_payload", "folder/special-file", None, "a folder holding a posix.system .bin", path=d,
           kind="folder", payload=True, calls=("posix.system", "os.system"))
+    _deepspeed_moe_payload(c, base)
     d = mkdir("with_clean")
     with open(os.path.join(d, "model.pth"), "wb") as f:
         f.write(b.tsave(state_dict()))

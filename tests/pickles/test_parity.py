@@ -14,7 +14,8 @@ the batch (inspect once per file, in-process) and each case asserts:
     fails ``ckpt gate``, and is not "safe" to ``ckpt scan`` (exit 1 or 2);
 (c) a file whose payload ran under any loader makes ``ckpt scan`` exit 1
     naming the call (module.name in ``globals``, severity dangerous), fails
-    ``ckpt gate``, and ``ckpt inspect`` warns (exit 0) or errs (exit 2) naming it;
+    ``ckpt gate``, and ``ckpt inspect`` warns (exit 0) or errs (exit 2) naming it (a folder inspect
+    reads, exit 0, must name it too: issue 32);
 (d) ``ckpt scan`` of a folder holding nothing any loader reads exits 2;
 (e) a benign case (``BENIGN_CLASSES``: ordinary torch features written by
     ``torch.save``, issue 21) is not flagged: scan's verdict is not dangerous,
@@ -285,6 +286,10 @@ def parity_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list
                 problems.append(f"(c) the payload ran but inspect exits {ins['code']} "
                                 f"{'without naming' if not named else 'naming'} {list(case.calls)}: "
                                 f"{ins['err'].strip()[:200]}")
+        if case.kind == "folder" and ins["code"] == 0:  # a folder ckpt reads: inspect judges what its loader opens
+            text = ins["out"] + ins["err"]
+            if not (any(c in text for c in case.calls) if case.calls else "danger" in text.lower()):
+                problems.append(f"(c) the payload ran but inspect reads the folder without naming {list(case.calls)}")
     if case.kind == "folder" and v["refused_all"] and scan["code"] != 2:
         problems.append(f"(d) nothing in the folder is readable but scan exits {scan['code']}")
     if case.cls in BENIGN_CLASSES:

@@ -80,6 +80,15 @@ def detect_framework(root: Any) -> str | None:
     return None
 
 
+def file_danger(name: str, refs: list[GlobalRef], how: str = "") -> list[str]:
+    """One warning naming a file of a folder whose pickle calls something dangerous (the folder's loader opens it)."""
+    dangerous = sorted({r.qualname for r in refs if r.severity == severity.DANGEROUS})
+    if not dangerous:
+        return []
+    opened = f" (its loader opens it with {how})" if how else ""
+    return [f"{name}{opened}: dangerous reference(s), NOT executed: {', '.join(dangerous)}"]
+
+
 def reference_warnings(refs: list[GlobalRef]) -> list[str]:
     warnings = []
     dangerous = sorted({r.qualname for r in refs if r.severity == severity.DANGEROUS})

@@ -8,7 +8,11 @@ Model-parallel runs add ``mp_rank_XX`` files (one per pipeline stage, or
 per tensor-parallel rank; ``checkpoint_parallel_dimensions`` in the model
 states says which) and, for pipeline runs, ``layer_XX[-model_YY]-model_states.pt``
 (one per PipelineModule layer, YY the tensor-parallel rank). A universal
-checkpoint (ds_to_universal's output) holds ``zero/<param>/fp32.pt``.
+checkpoint (ds_to_universal's output) holds ``zero/<param>/fp32.pt``. A run
+of a model with ``deepspeed.moe`` layers adds one
+``layer_L_expert_E_mp_rank_XX_model_states.pt`` per MoE layer and global
+expert (``expert_E_...`` before DeepSpeed 0.6) and, without ZeRO,
+``expp_rank_R_mp_rank_XX_optim_states.pt`` (moe.py reads them).
 Only names are looked at here (and ``latest``); nothing is unpickled. A
 folder behind a URL is read the same way (io/paths: a listing per folder).
 """
@@ -27,6 +31,11 @@ ZERO = "zero"  # a universal checkpoint's folder of per-parameter folders
 _MODEL = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
 _OPTIM = re.compile(r"^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
 _LAYER = re.compile(r"^layer_(\d+)(?:-model_(\d+))?-model_states\.pt$")
+# MoE expert files (engine.py _get_expert_ckpt_name): ``layer_L_expert_E_mp_rank_XX`` (L the MoE layer's index
+# among the model's MoE modules, E the global expert id), or ``expert_E_mp_rank_XX`` from DeepSpeed before 0.6
+_EXPERT = re.compile(r"^(?:layer_(\d+)_)?expert_(\d+)_mp_rank_(\d+)_model_states\.pt$")
+# the optimizer of a MoE run without ZeRO, one per expert-parallel rank (engine.py _get_optimizer_ckpt_name)
+_EXPP_OPTIM = re.compile(r"^expp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
 _MAX_TAG = 4096
 
 
@@ -40,6 +49,17 @@ class RunFiles:
     optim: tuple[tuple[int, str], ...]  # (rank, path), rank order; empty for ZeRO stage 0
     bf16: bool  # the optimizer files carry the ``bf16_`` prefix
     mp: int = 0  # the model-parallel rank (``mp_rank_XX``): a pipeline stage, or a tensor-parallel rank
+    experts: tuple[ExpertFile, ...] = ()  # MoE expert files of this model-parallel rank, (layer, expert) order
+    expert_optim: tuple[tuple[int, str], ...] = ()  # (expert-parallel rank, path): a MoE run's non-ZeRO optimizer
+
+
+@dataclass(frozen=True)
+class ExpertFile:
+    """One MoE expert's weights: ``layer_L_expert_E_mp_rank_XX_model_states.pt``."""
+
+    layer: int  # the MoE layer's index among the model's MoE modules; -1 for the old ``expert_E_...`` name
+    expert: int  # the global expert id (expert-parallel rank x local experts + local id)
+    path: str
 
 
 @dataclass(frozen=True)
@@ -119,8 +139,19 @@ def find_parallel(path: str) -> ParallelRun:
     model: dict[int, dict[int, str]] = {}
     optim: dict[int, dict[int, str]] = {}
     layers: list[tuple[int, int, str]] = []
+    experts: dict[int, list[ExpertFile]] = {}
+    expp: dict[int, dict[int, str]] = {}
     prefixes = set()
     for name in names:
+        e = _EXPERT.match(name)
+        if e:
+            layer = int(e.group(1)) if e.group(1) is not None else -1
+            experts.setdefault(int(e.group(3)), []).append(ExpertFile(layer, int(e.group(2)), paths.join(folder, name)))
+            continue
+        x = _EXPP_OPTIM.match(name)
+        if x:
+            expp.setdefault(int(x.group(2)), {})[int(x.group(1))] = paths.join(folder, name)
+            continue
         m = _MODEL.match(name)
         if m:
             model.setdefault(int(m.group(2)), {})[int(m.group(1) or 0)] = paths.join(folder, name)
@@ -147,15 +178,21 @@ def find_parallel(path: str) -> ParallelRun:
         missing = sorted(set(range(mps[-1] + 1)) - set(mps))
         raise InputError(f"the model-states files of model-parallel rank(s) {', '.join(map(str, missing[:5]))} "
                          f"(mp_rank_{missing[0]:02d}_...) are missing: the checkpoint is incomplete", folder)
-    extra = sorted(set(optim) - set(model))
+    extra = sorted((set(optim) | set(experts) | set(expp)) - set(model))
     if extra:
-        raise InputError(f"optimizer states of model-parallel rank {extra[0]} but no mp_rank_{extra[0]:02d} "
-                         "model states", folder)
+        raise InputError(f"optimizer or expert states of model-parallel rank {extra[0]} but no "
+                         f"mp_rank_{extra[0]:02d} model states", folder)
     ranks = tuple(RunFiles(folder, tag, tuple(sorted(model[mp].items())), tuple(sorted(optim.get(mp, {}).items())),
-                           prefixes == {True}, mp) for mp in mps)
+                           prefixes == {True}, mp, tuple(sorted(experts.get(mp, []), key=_expert_order)),
+                           tuple(sorted(expp.get(mp, {}).items())))
+                  for mp in mps)
     zero = paths.join(folder, ZERO)
     universal = zero if ZERO in names and _is_folder(zero) else None
     return ParallelRun(folder, tag, ranks, tuple(sorted(layers)), universal)
+
+
+def _expert_order(f: ExpertFile) -> tuple[int, int]:
+    return f.layer, f.expert
 
 
 def _is_folder(path: str) -> bool:
@@ -180,7 +217,8 @@ def check_ranks(files: tuple[tuple[int, str], ...], what: str, folder: str) -> N
 def rank_file_hint(path: str) -> str | None:
     """For one rank's file of a DeepSpeed checkpoint: where the consolidated model is read from."""
     name = paths.basename(path)
-    if not (_MODEL.match(name) or _OPTIM.match(name) or _LAYER.match(name)):
+    if not (_MODEL.match(name) or _OPTIM.match(name) or _LAYER.match(name) or _EXPERT.match(name)
+            or _EXPP_OPTIM.match(name)):
         return None
     folder = paths.dirname(path)
     run = paths.dirname(folder)

@@ -8,6 +8,16 @@
         mp_rank_00/model_optim_rng.pt       tp rank 0: {"model": {"language_model": ...}, "args", "iteration", ...}
         mp_rank_01/model_optim_rng.pt       (mp_rank_TT_PPP/ with pipeline parallelism)
 
+Megatron-LM's ``load_checkpoint`` (megatron/training/checkpointing.py:
+``get_checkpoint_name`` names ``mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt``,
+``model_rng.pt`` for a release with the distributed optimizer;
+``_load_base_checkpoint`` opens it with ``torch.load(weights_only=False)``)
+also opens ``distrib_optim.pt`` beside it when the run used the distributed
+optimizer (``get_distributed_optimizer_checkpoint_name``; megatron-core
+0.16.1 optimizer/distrib_optimizer.py:2263 ``load_parameter_state``:
+``torch.load(filename)``). Every one of those files is read or judged
+(``opened``); an expert-parallel layout (``mp_rank_TT_PPP_EEE``) is refused.
+
 Each rank's file is read like any torch.save file (restricted unpickler, no
 tensor byte) and its state_dict located (``model``); the ranks are then
 merged by the rules the user gives (``--tp-rules FILE``): Megatron records
@@ -27,13 +37,29 @@ from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import Placeholder
-from ..checkpoint.build import build, summarize
+from ..checkpoint.build import build, file_danger, summarize
 from ..checkpoint.loaded import Loaded, ReadOptions
 from .tpmerge import merge_ranks
 
 LATEST = "latest_checkpointed_iteration.txt"
 _RANK = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
+_EXPERT_RANK = re.compile(r"^mp_rank_\d{2}_\d{3}_\d{3}$")  # get_checkpoint_name with expert parallelism
 _FILES = ("model_optim_rng.pt", "model_rng.pt")
+DISTRIB_OPTIM = "distrib_optim.pt"
+
+
+def opened(folder: str) -> list[str]:
+    """Every file Megatron-LM's load_checkpoint opens in an iteration folder (relative to it), in name order."""
+    out = []
+    for name in sorted(paths.listdir(folder)):
+        if not (_RANK.match(name) or _EXPERT_RANK.match(name)):
+            continue
+        try:
+            inside = paths.listdir(paths.join(folder, name))
+        except InputError:
+            continue
+        out += [f"{name}/{f}" for f in (*_FILES, DISTRIB_OPTIM) if f in inside]
+    return out
 
 
 def _rank_dirs(folder: str) -> dict[tuple[int, int], str]:
@@ -92,6 +118,10 @@ def read_megatron_legacy(path: str, options: ReadOptions) -> Loaded:
     """Every tensor-parallel rank's state_dict, merged by the user's rules."""
     folder, tag = _iteration_folder(path)
     files = _rank_dirs(folder)
+    expert = sorted(n for n in paths.listdir(folder) if _EXPERT_RANK.match(n))
+    if expert:
+        raise InputError(f"an expert-parallel Megatron-LM checkpoint ({expert[0]}/: mp_rank_TT_PPP_EEE): ckpt "
+                         "does not merge its expert ranks yet", folder)
     tp = max(t for t, _ in files) + 1
     pp = max(p for _, p in files) + 1
     missing = [(t, p) for t in range(tp) for p in range(pp) if (t, p) not in files]
@@ -122,9 +152,21 @@ def read_megatron_legacy(path: str, options: ReadOptions) -> Loaded:
         if t == 0:
             meta0, key = dict(ck.metadata), ck.state_dict_key
             _check_sizes(loaded.root, tp, pp, folder)
+    every = opened(folder)
+    read = {paths.basename(paths.dirname(files[(t, 0)])) + "/" + paths.basename(files[(t, 0)]) for t in range(tp)}
+    for name in every:  # distrib_optim.pt: judged, as Megatron's loader opens it
+        if name in read:
+            continue
+        part = read_torch_zip(paths.join(folder, name), options)
+        try:
+            references += part.references
+            warnings += file_danger(name, part.references, "torch.load(weights_only=False)")
+            warnings += [f"{name}: {w}" for w in part.warnings]
+        finally:
+            for source in part.sources:
+                source.close()
     info: dict[str, Any] = {"tp": tp, "pp": pp, "iteration": tag, "state_dict": key, "folder": folder,
-                            "files": [paths.basename(paths.dirname(files[(t, 0)])) + "/" + paths.basename(files[(t, 0)])
-                                      for t in range(tp)]}
+                            "files": every}
     if tp == 1:
         tensors = ranks[0]
     else:

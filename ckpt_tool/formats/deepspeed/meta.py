@@ -14,6 +14,7 @@ from ...model import TensorMeta
 from ...pickles.unpickle.placeholders import LazyTensor
 from ..checkpoint.build import summarize
 from .files import RunFiles
+from .moe import describe_moe, is_moe
 
 _RUN_KEYS = ("global_steps", "global_samples", "skipped_steps", "dp_world_size", "mp_world_size", "ds_version")
 _OTHER_KEYS = ("lr_scheduler", "data_sampler", "random_ltd", "checkpoint_parallel_dimensions", "ds_config")
@@ -69,7 +70,8 @@ def _optimizer_state(optim: Sequence[Mapping[Any, Any]], stage: int) -> tuple[An
 def describe(run: RunFiles, m0: Mapping[Any, Any], optim: Sequence[Mapping[Any, Any]], stage: int, world: int,
              tensors: Sequence[TensorMeta]) -> dict[str, Any]:
     """The metadata entries of a consolidated DeepSpeed checkpoint (JSON-safe)."""
-    files = [paths.basename(p) for _, p in run.model] + [paths.basename(p) for _, p in run.optim]
+    files = ([paths.basename(p) for _, p in run.model] + [paths.basename(p) for _, p in run.optim]
+             + [paths.basename(f.path) for f in run.experts] + [paths.basename(p) for _, p in run.expert_optim])
     info: dict[str, Any] = {
         "zero_stage": stage,
         "world_size": world,
@@ -81,12 +83,14 @@ def describe(run: RunFiles, m0: Mapping[Any, Any], optim: Sequence[Mapping[Any, 
     for key in _RUN_KEYS:
         if key in m0:
             info[key] = summarize(m0[key])
+    if is_moe(m0):
+        info["moe"] = describe_moe(run, m0)
     out: dict[str, Any] = {"deepspeed": info}
     config = m0.get("ds_config")
     opt_type = None
     if isinstance(config, Mapping) and isinstance(config.get("optimizer"), Mapping):
         opt_type = config["optimizer"].get("type")
-    if optim:
+    if optim and not is_moe(m0):
         groups, state = _optimizer_state(optim, stage)
         out["optimizer"] = {
             "type": opt_type,
@@ -94,6 +98,9 @@ def describe(run: RunFiles, m0: Mapping[Any, Any], optim: Sequence[Mapping[Any, 
             "param_groups": summarize(groups),
             "state": state,
         }
+    elif optim:
+        out["optimizer"] = {"type": opt_type, "master_weights": "not read: a MoE run's weights are the module's and "
+                            "its expert files' (what DeepSpeed's load_checkpoint restores)"}
     elif m0.get("optimizer") is not None:
         out["optimizer"] = summarize(m0.get("optimizer"))
     for key in _OTHER_KEYS:

@@ -24,9 +24,11 @@ from ...io import paths
 from ...io.segments import Part, Segment, SegmentSource
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import LazyTensor, Placeholder
+from ..checkpoint.build import file_danger
 from ..checkpoint.loaded import ReadOptions
 from .files import RunFiles, check_ranks
 from .merge import MergeError, zero2_group, zero3_frozen, zero3_params
+from .moe import expert_tensors, is_moe, judge_strays
 
 _FP32 = 4
 
@@ -49,6 +51,7 @@ class StatesReader:
         self.references += loaded.references
         self.sources += loaded.sources
         name = paths.basename(path)
+        self.warnings += file_danger(name, loaded.references, "torch.load(weights_only=False)")
         self.warnings += [f"{name}: {w}" for w in loaded.warnings]
         return loaded.root
 
@@ -88,9 +91,25 @@ def consolidate(run: RunFiles, options: ReadOptions, m0: dict[Any, Any] | None =
     for key in ("module", "buffer_names", "param_shapes"):
         if key not in m0:
             raise InputError(f"not a DeepSpeed model-states file: no {key!r} entry", model_path)
+    moe = is_moe(m0)
+    experts = expert_tensors(run, m0, reader) if moe else {}
+    if not moe:
+        judge_strays(run, reader)
+    for _, path in run.expert_optim:  # judged as the loader opens them (a MoE run's optimizer, no weights)
+        reader.value(path)
     source = SegmentSource(run.folder, reader.sources)
     builder = TensorBuilder(source, model_path)
-    if not run.optim:
+    if moe:
+        optim = [_optimizer_dict(reader.pickle(p), p) for _, p in run.optim]
+        stage, world = _stage_and_world(optim[0], run.optim[0][1]) if optim else (0, int(m0.get("dp_world_size") or 1))
+        if stage == 3:
+            raise InputError("a ZeRO-3 MoE run: DeepSpeed 0.19.8 runs native MoE under ZeRO stage 1/2 only, and "
+                             "ckpt does not assemble experts partitioned in ZeRO-3 optimizer states", run.folder)
+        _stage0(m0, builder, reader, what="a MoE run: the weights are the module's and its expert files' (what "
+                "DeepSpeed's load_checkpoint restores)")
+        for key, value in experts.items():
+            builder.saved(key, value, "expert parameter")
+    elif not run.optim:
         stage, world, optim = 0, int(m0.get("dp_world_size") or 1), []
         _stage0(m0, builder, reader)
     else:
@@ -336,7 +355,8 @@ def _zero3(models: list[dict[Any, Any]], optim: list[dict[Any, Any]], builder: T
     _ties(m0, builder)
 
 
-def _stage0(m0: dict[Any, Any], builder: TensorBuilder, reader: StatesReader) -> None:
+def _stage0(m0: dict[Any, Any], builder: TensorBuilder, reader: StatesReader,
+            what: str = "no *_optim_states.pt files (ZeRO stage 0): the weights are the module's") -> None:
     """No ZeRO partitions: the module's tensors are the model."""
     module = m0["module"]
     if not isinstance(module, Mapping):
@@ -347,5 +367,4 @@ def _stage0(m0: dict[Any, Any], builder: TensorBuilder, reader: StatesReader) ->
     _ties(m0, builder)
     half = sorted({t.dtype for t in builder.tensors.values() if t.dtype in ("float16", "bfloat16")})
     if half:
-        reader.warnings.append(f"no *_optim_states.pt files (ZeRO stage 0): the weights are the module's, in "
-                               f"{'/'.join(half)}; fp32 master weights are not assembled")
+        reader.warnings.append(f"{what}, in {'/'.join(half)}; fp32 master weights are not assembled")

@@ -12,21 +12,61 @@ from collections import OrderedDict
 from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
+from ..checkpoint.build import file_danger
 from ..checkpoint.loaded import Loaded, ReadOptions
-from .files import find_parallel
+from .files import ParallelRun, find_parallel
 from .meta import describe
+from .opened import opened
 from .parallel import parallel_sizes, read_parallel
 from .ranks import consolidate
 from .universal import read_universal
 
 
 def read_deepspeed(path: str, options: ReadOptions) -> Loaded:
-    """A run folder or tag folder: the consolidated model's tensors, no tensor byte read."""
+    """A run folder or tag folder: the consolidated model's tensors, no tensor byte read.
+
+    Every file DeepSpeed's loader opens (opened.py) is read or judged: the
+    readers take the weights; the files they do not use are walked here.
+    """
     par = find_parallel(path)
     if par.universal is not None:
-        return read_universal(par, options)
-    if len(par.ranks) > 1 or par.layers:
-        return read_parallel(path, par, options)
+        loaded = read_universal(par, options)
+    elif len(par.ranks) > 1 or par.layers:
+        loaded = read_parallel(path, par, options)
+    else:
+        loaded = _read_zero(par, options)
+    _judge_unread(loaded, par, options)
+    return loaded
+
+
+def _judge_unread(loaded: Loaded, par: ParallelRun, options: ReadOptions) -> None:
+    """Walk the pickle of every file the loader opens that no reader used (moments, other ranks' states, ...)."""
+    from ..torchsave.archive import read_torch_zip
+
+    files = opened(par)
+    read = {s.path for s in loaded.sources}
+    for f in files:
+        if f.path in read:
+            continue
+        part = read_torch_zip(f.path, options)
+        try:
+            loaded.references += part.references
+            loaded.warnings += file_danger(_shown(f.path, par), part.references, f.how)
+            loaded.warnings += [f"{paths.basename(f.path)}: {w}" for w in part.warnings]
+        finally:
+            for source in part.sources:
+                source.close()
+    info = loaded.metadata.get("deepspeed")
+    if isinstance(info, dict):  # the list the weights-only verdict goes through, file by file
+        info["files"] = [_shown(f.path, par) for f in files]
+
+
+def _shown(path: str, par: ParallelRun) -> str:
+    top = par.folder.rstrip("/") + "/"
+    return path[len(top):] if path.startswith(top) else path
+
+
+def _read_zero(par: ParallelRun, options: ReadOptions) -> Loaded:
     run = par.ranks[0]
     if paths.is_url(run.folder):  # every rank file's first request at once, not one round trip after another
         paths.open_together([p for _, p in run.model + run.optim])

@@ -19,8 +19,10 @@ from ...errors import InputError
 from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
+from ..checkpoint.build import file_danger
 from ..checkpoint.loaded import Loaded, ReadOptions
 from .folders import Folder, Layout, has_weights, identify
+from .opened import opened
 
 ReadFile = Callable[[str, ReadOptions], Loaded]
 Locate = Callable[[Loaded, str], list[TensorMeta]]
@@ -34,6 +36,7 @@ def read_folder(path: str, options: ReadOptions, read_file: ReadFile, locate: Lo
     if found.weights is None:  # identify names the weights of every layout but a pipeline
         raise InputError(f"a {found.library} {found.layout} folder naming no weights file", path)
     loaded = read_file(paths.join(found.folder, found.weights), options)
+    _judge_state_files(loaded, found, options, read_file)
     meta = found.metadata()
     loaded.metadata = {**loaded.metadata, "hf_folder": meta}
     loaded.warnings.extend(f"{name} is not read: {why}" for name, why in found.not_read)
@@ -43,6 +46,20 @@ def read_folder(path: str, options: ReadOptions, read_file: ReadFile, locate: Lo
         loaded.warnings.insert(0, f"a Trainer run folder: reading its latest checkpoint, {found.run['latest']}"
                                + (f" (also here: {also})" if also else ""))
     return loaded
+
+
+def _judge_state_files(loaded: Loaded, found: Folder, options: ReadOptions, read_file: ReadFile) -> None:
+    """Walk the pickle of every state file the library's resume code opens (opened.py): inspect judges what
+    scan and gate judge. One that cannot be read is an error, as it is for the loader."""
+    for f in opened(found):
+        part = read_file(paths.join(found.folder, f.name), options)
+        try:
+            loaded.references += part.references
+            loaded.warnings += file_danger(f.name, part.references, f.how)
+            loaded.warnings += [f"{f.name}: {w}" for w in part.warnings]
+        finally:
+            for source in part.sources:
+                source.close()
 
 
 def _read_pipeline(found: Folder, options: ReadOptions, read_file: ReadFile, locate: Locate) -> Loaded:

@@ -94,6 +94,27 @@ class StorageRef:
 _DTYPES = dtypes.BY_NAME
 
 
+@dataclass(frozen=True)
+class SubclassMeta:
+    """A tensor subclass (torchao's Int8Tensor, ...): its class and the tensors that hold its data.
+
+    The outer TensorMeta has the subclass's dtype and shape and no storage of
+    its own; ``inner`` are the tensors its state holds, by attribute name
+    (``qdata``, ``scale``, ``zero_point``), each with its storage. ``record``
+    is the record as pickled, which the torch writer writes back unchanged.
+    """
+
+    qualname: str
+    inner: tuple[tuple[str, TensorMeta], ...]
+    layout: str = "torch.strided"
+    record: Any = field(default=None, compare=False, repr=False)
+
+    def describe(self) -> str:
+        """inspect's note: the class and each inner tensor's dtype and shape."""
+        parts = ", ".join(f"{name} {t.dtype} {list(t.shape)}" for name, t in self.inner)
+        return f"subclass {self.qualname} ({parts or 'no inner tensors'})"
+
+
 @dataclass(slots=True, init=False, unsafe_hash=True)
 class TensorMeta:
     """A tensor described by metadata alone (no bytes are held).
@@ -116,11 +137,13 @@ class TensorMeta:
     # a quantized tensor's quantizer as torch pickles it: (qscheme name, scale, zero_point) or
     # (qscheme name, scales TensorMeta, zero_points TensorMeta, axis); None otherwise
     quantizer: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    # a tensor subclass (no storage of its own; its data are subclass.inner), None for a plain tensor
+    subclass: SubclassMeta | None = field(default=None, repr=False)
 
     def __init__(
         self, key: str, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...] | None = None,
         storage_offset: int = 0, storage: StorageRef | None = None, device: str = "cpu",
-        quantizer: tuple[Any, ...] | None = None,
+        quantizer: tuple[Any, ...] | None = None, subclass: SubclassMeta | None = None,
     ) -> None:
         self.key = key
         self.dtype = dtype
@@ -141,6 +164,9 @@ class TensorMeta:
             self.nbytes = numel * dt.itemsize if dt.per_byte == 1 else dt.nbytes(numel)
         self.storage_id = None if storage is None else (id(storage.source), storage.key)
         self.quantizer = quantizer
+        self.subclass = subclass
+        if subclass is not None:  # its bytes are those of the tensors it holds
+            self.nbytes = sum(t.nbytes or 0 for _, t in subclass.inner)
 
     @property
     def itemsize(self) -> int:

@@ -15,7 +15,7 @@ from ...io.paths import is_url, url_bytes
 from ...io.remote.counts import counts_remote
 from ...keys.prefixes import detect_prefixes
 from ...limits import DEFAULT_LIMITS, Limits
-from ...model import Checkpoint, Deferred, TensorMeta, is_contiguous_layout, json_safe
+from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe
 from ...progress import NO_PROGRESS, Progress
 from ...tensors.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
@@ -52,6 +52,10 @@ class InspectReport:
             }
             for t in c.tensors
         ] if tensors else []
+        if rows:
+            for row, t in zip(rows, c.tensors, strict=True):
+                if t.subclass is not None:
+                    row["subclass"] = subclass_json(t.subclass)
         if self.stats is not None:
             for row in rows:
                 s = self.stats.get(row["key"])
@@ -89,6 +93,13 @@ class InspectReport:
 
 
 
+def subclass_json(sub: SubclassMeta) -> dict[str, Any]:
+    """A tensor subclass in inspect's JSON: its class, layout and inner tensors (by attribute name)."""
+    return {"class": sub.qualname, "layout": sub.layout, "inner": [
+        {"name": name, "dtype": t.dtype, "shape": list(t.shape), "numel": t.numel, "nbytes": t.nbytes}
+        for name, t in sub.inner]}
+
+
 _LAYOUT = attrgetter("shape", "stride")
 _DEVICE = attrgetter("device")
 
@@ -109,9 +120,10 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
         # the common case: only odd layouts or devices get a note (each distinct layout checked once)
         odd = {ss for ss in set(map(_LAYOUT, tensors)) if not is_contiguous_layout(*ss)}
         if odd or set(map(_DEVICE, tensors)) != {"cpu"}:
-            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer]
+            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer
+                       or t.subclass]
         else:
-            tensors = [t for t in tensors if t.quantizer is not None]
+            tensors = [t for t in tensors if t.quantizer is not None or t.subclass is not None]
     notes: dict[str, tuple[str, ...]] = {}
     for t in tensors:
         n: list[str] = []
@@ -126,6 +138,8 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
             n.append(f"saved on {t.device}")
         if t.quantizer is not None:
             n.append(quantizer_note(t.quantizer))
+        if t.subclass is not None:
+            n.append(t.subclass.describe())
         if n:
             notes[t.key] = tuple(n)
     return notes

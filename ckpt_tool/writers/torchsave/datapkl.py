@@ -26,7 +26,7 @@ from ... import dtypes
 from ...errors import UnsafeContentError
 from ...io.source import MemorySource
 from ...model import StorageRef, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray
+from ...pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, SubclassTensor
 from ..base import OutTensor
 from .inert import save_inert
 
@@ -216,7 +216,11 @@ class TorchPickler(_PurePickler):
     def save(self, obj: Any, save_persistent_id: bool = True) -> None:
         t = type(obj)
         if t is OutTensor:
-            self._tensor(obj)
+            sub = obj.source.subclass
+            if sub is not None and isinstance(sub.record, SubclassTensor):
+                self._subclass(sub.record)
+            else:
+                self._tensor(obj)
             return
         if t is str:
             self._str(obj)
@@ -236,6 +240,9 @@ class TorchPickler(_PurePickler):
             return
         if isinstance(obj, NumpyArray):
             self._numpy(obj)
+            return
+        if t is SubclassTensor:
+            self._subclass(obj)
             return
         if save_inert(self, obj):
             return
@@ -301,6 +308,30 @@ class TorchPickler(_PurePickler):
         self.write(_P.TUPLE)
         self.write((_P.NEWTRUE if requires_grad else _P.NEWFALSE)
                    + g("collections", "OrderedDict") + _P.EMPTY_TUPLE + _P.REDUCE + _P.TUPLE + _P.REDUCE)
+
+    def _subclass(self, rec: SubclassTensor) -> None:
+        """A wrapper tensor subclass exactly as ``Tensor.__reduce_ex__`` pickles it:
+        ``_rebuild_from_type_v2(_rebuild_wrapper_subclass, T, (T, dtype, size, stride, offset,
+        _get_layout(name), device(spec), requires_grad), state)``; the state's tensors are written like any."""
+        found = self.memo.get(id(rec))
+        if found is not None:
+            self.write(self.get(found[0]))
+            return
+        g = self._global
+        self.write(g("torch._tensor", "_rebuild_from_type_v2") + _P.MARK
+                   + g("torch._utils", "_rebuild_wrapper_subclass"))
+        self.save(rec.cls)  # the class's global, refused where it can run code (writers/torchsave/inert.py)
+        self.write(_P.MARK)
+        self.save(rec.cls)
+        self.write(g("torch", rec.dtype.name) + _int_tuple(tuple(rec.shape)) + _int_tuple(tuple(rec.stride))
+                   + _int(rec.storage_offset) + g("torch.serialization", "_get_layout"))
+        self._str(rec.layout)
+        self.write(_P.TUPLE1 + _P.REDUCE + g("torch", "device"))
+        self._str(rec.device)
+        self.write(_P.TUPLE1 + _P.REDUCE + (_P.NEWTRUE if rec.requires_grad else _P.NEWFALSE) + _P.TUPLE)
+        self.save(rec.state)
+        self.write(_P.TUPLE + _P.REDUCE)
+        self.memoize(rec)
 
     def _numpy(self, arr: NumpyArray) -> None:
         """Re-emit a NumPy array the way NumPy pickles it (metadata only; never a state_dict tensor)."""

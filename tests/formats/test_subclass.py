@@ -1,0 +1,84 @@
+"""Tensor subclasses (torchao's quantized tensors): listed with their inner data, written back to .pth
+exactly, and refused (exit 2, naming the keys) wherever they cannot be kept."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torchao", reason="torchao (test-only, requirements-test.txt) is not installed")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "torchao_files.py")
+SCHEMES = ["int8_weight_only", "int8_dynamic", "float8_weight_only", "intx_weight_only"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, SCRIPT, *args], check=False, capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    out = tmp_path_factory.mktemp("torchao")
+    r = _run(str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    with open(out / "expected.json") as f:
+        return out, json.load(f)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_inspect_lists_subclasses_as_tensors_with_their_inner_data(run_cli, files, scheme):
+    folder, expected = files
+    r = run_cli("inspect", str(folder / f"{scheme}.pth"), "--json")
+    assert r.code == 0, r
+    doc = json.loads(r.out)
+    rows = {t["key"]: t for t in doc["tensors"]}
+    assert sorted(rows) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert doc["metadata_keys"] == []
+    for key, want in expected[scheme].items():
+        row = rows[key]
+        assert (row["dtype"], row["shape"]) == (want["dtype"], want["shape"])
+        sub = row["subclass"]
+        assert sub["class"] == want["class"]  # the module the pickle names (torchao sets __module__)
+        got = {i["name"]: [i["dtype"], i["shape"]] for i in sub["inner"]}
+        assert got == want["inner"], key
+        assert row["nbytes"] == sum(i["nbytes"] for i in sub["inner"])
+    text = run_cli("inspect", str(folder / f"{scheme}.pth"))
+    assert text.code == 0 and "subclass torchao.quantization." in text.out and "qdata" in text.out
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pth_round_trip_loads_with_torchao_bit_for_bit(run_cli, files, tmp_path, scheme):
+    folder, _ = files
+    src, out = folder / f"{scheme}.pth", tmp_path / "out.pth"
+    r = run_cli("migrate", str(src), "-o", str(out))
+    assert r.code == 0, r
+    assert "verified" in r.out and "4 kept source tensors" in r.out
+    loaded = _run("check", str(src), str(out))
+    assert loaded.returncode == 0 and "same" in loaded.stdout, loaded.stdout + loaded.stderr[-2000:]
+
+
+@pytest.mark.parametrize("scheme", ["int8_weight_only", "float8_weight_only"])
+def test_outputs_that_cannot_hold_a_subclass_refuse_naming_keys(run_cli, files, tmp_path, scheme):
+    src = str(files[0] / f"{scheme}.pth")
+    for args in (["-o", str(tmp_path / "o.safetensors")], ["--to", "dcp", "-o", str(tmp_path / "dcp")],
+                 ["-o", str(tmp_path / "o.pth"), "--dtype", "bf16"]):
+        r = run_cli("migrate", src, *args)
+        assert r.code == 2, (args, r)
+        assert "'0.weight'" in r.err and "'2.weight'" in r.err and "--drop" in r.err, r.err
+        assert not os.listdir(tmp_path), args  # nothing written
+    r = run_cli("migrate", src, "-o", str(tmp_path / "o.safetensors"), "--drop", "*.weight")
+    assert r.code == 0, r
+    assert "2 dropped by your rules" in r.out
+
+
+def test_diff_of_a_subclass_file_and_its_pth_copy_is_equal(run_cli, files, tmp_path):
+    src, out = files[0] / "int8_weight_only.pth", tmp_path / "copy.pth"
+    assert run_cli("migrate", str(src), "-o", str(out)).code == 0
+    r = run_cli("diff", str(src), str(out))
+    assert r.code == 0, r

@@ -112,6 +112,8 @@ def summary_lines(report: InspectReport) -> list[str]:
     )
     if report.dtype_counts:
         lines.append("dtypes:     " + ", ".join(f"{k} x{v}" for k, v in report.dtype_counts.items()))
+    if report.quantization is not None:
+        lines.append("quantized:  " + report.quantization.describe())
     if report.prefixes:
         lines.append("prefixes:   " + ", ".join(report.prefixes))
     if c.metadata:

@@ -67,7 +67,8 @@ def test_pth_round_trip_loads_with_torchao_bit_for_bit(run_cli, files, tmp_path,
 def test_outputs_that_cannot_hold_a_subclass_refuse_naming_keys(run_cli, files, tmp_path, scheme):
     src = str(files[0] / f"{scheme}.pth")
     for args in (["-o", str(tmp_path / "o.safetensors")], ["--to", "dcp", "-o", str(tmp_path / "dcp")],
-                 ["-o", str(tmp_path / "o.pth"), "--dtype", "bf16"]):
+                 ["-o", str(tmp_path / "o.pth"), "--dtype", "bf16"], ["-o", str(tmp_path / "o.pth"), "--sanitize"],
+                 ["--to", "hf", "-o", str(tmp_path / "hf")]):
         r = run_cli("migrate", src, *args)
         assert r.code == 2, (args, r)
         assert "'0.weight'" in r.err and "'2.weight'" in r.err and "--drop" in r.err, r.err

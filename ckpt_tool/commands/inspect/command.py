@@ -11,6 +11,7 @@ from typing import Any
 
 from ...errors import InputError
 from ...formats.dcp.deferred import unread
+from ...formats.quantization import DeclaredQuantization, declared
 from ...io.paths import is_url, url_bytes
 from ...io.remote.counts import counts_remote
 from ...keys.prefixes import detect_prefixes
@@ -33,6 +34,7 @@ class InspectReport:
     warnings: tuple[str, ...] = field(default=())
     weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (weights_only/verdict.py)
     remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
+    quantization: DeclaredQuantization | None = None  # what the checkpoint declares (formats/quantization.py)
 
     @property
     def not_read(self) -> list[tuple[str, Deferred]]:
@@ -86,6 +88,7 @@ class InspectReport:
             ],
             "warnings": list(self.warnings),
             "weights_only": self.weights_only.to_json() if self.weights_only is not None else None,
+            "quantization": self.quantization.to_json() if self.quantization is not None else None,
         }
         if self.remote is not None:
             out["remote"] = dict(self.remote)
@@ -193,6 +196,7 @@ def inspect(
         file_bytes=size,
         warnings=ckpt.warnings,
         weights_only=assess(ckpt, torch_version),
+        quantization=declared(ckpt),
     )
 
 

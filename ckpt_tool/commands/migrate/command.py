@@ -36,7 +36,7 @@ from ...model import Checkpoint, TensorMeta
 from ...progress import NO_PROGRESS, Progress
 from ...writers.base import OutTensor, require_data
 from ...writers.payload import Payload
-from .exact import refuse_subclasses
+from .exact import refuse_quantized_rewrites, refuse_subclasses
 from .job import WriteJob
 from .plan import Hooks, MigratePlan, build_rules, plan_migration
 from .report import MigrateReport, TargetCheck
@@ -255,7 +255,8 @@ def _plan_tensors(ck: Checkpoint, plan: MigratePlan, warnings: list[str]) -> tup
     if not tensors:
         raise UsageError("the rules drop every tensor; nothing would be written")
     fmt = plan.output.format
-    refuse_subclasses(tensors, fmt)
+    refuse_subclasses(tensors, fmt, plan.output.sanitize)
+    refuse_quantized_rewrites(ck, plan, tensors)
     for t in tensors:
         if t.source.subclass is None:
             require_data(t)

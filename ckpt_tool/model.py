@@ -112,7 +112,11 @@ class SubclassMeta:
     def describe(self) -> str:
         """inspect's note: the class and each inner tensor's dtype and shape."""
         parts = ", ".join(f"{name} {t.dtype} {list(t.shape)}" for name, t in self.inner)
-        return f"subclass {self.qualname} ({parts or 'no inner tensors'})"
+        if self.qualname == "torch.Tensor":  # a plain tensor that carries attributes (t.tag = ...)
+            state = getattr(self.record, "state", None)
+            names = ", ".join(map(str, state)) if isinstance(state, dict) else ""
+            return f"tensor with attributes ({names})"
+        return f"subclass {self.qualname}" + (f" ({parts})" if parts else "")
 
 
 @dataclass(slots=True, init=False, unsafe_hash=True)
@@ -165,7 +169,7 @@ class TensorMeta:
         self.storage_id = None if storage is None else (id(storage.source), storage.key)
         self.quantizer = quantizer
         self.subclass = subclass
-        if subclass is not None:  # its bytes are those of the tensors it holds
+        if subclass is not None and storage is None:  # a wrapper: its bytes are those of the tensors it holds
             self.nbytes = sum(t.nbytes or 0 for _, t in subclass.inner)
 
     @property

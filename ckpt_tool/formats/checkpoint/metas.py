@@ -143,6 +143,10 @@ def subclass_meta(key: str, obj: SubclassTensor, memory: MemorySource) -> Tensor
         raise InputError(f"tensor subclass {key!r} ({obj.qualname}) has an invalid shape, stride or offset")
     inner = tuple((name, to_meta(f"{key}.{name}", t, memory)) for name, t in obj.inner())
     sub = SubclassMeta(obj.qualname, inner, obj.layout, obj)
+    if obj.base is not None:  # a subclass over its own storage: that tensor, with the class and state beside it
+        base = to_meta(key, obj.base, memory)
+        return TensorMeta(key, base.dtype, base.shape, base.stride, base.storage_offset, base.storage, base.device,
+                          subclass=sub)
     return TensorMeta(key, obj.dtype.name, shape, stride, offset, None, obj.device, subclass=sub)
 
 

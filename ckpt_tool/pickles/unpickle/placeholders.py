@@ -123,9 +123,14 @@ class SubclassTensor:
     holds, by attribute (``qdata``, ``scale``, ``zero_point``). Nothing of T is
     imported or run: the class is a placeholder, the state is what the
     restricted unpickler built, and migrate writes the same call back.
+
+    A subclass that keeps its data in an ordinary storage (``as_subclass``, or a
+    plain tensor with attributes) pickles ``_rebuild_from_type_v2(_rebuild_tensor_v2,
+    T, args, state)`` instead: ``base`` is that tensor, and the rest describes it.
     """
 
-    __slots__ = ("cls", "device", "dtype", "layout", "requires_grad", "shape", "state", "storage_offset", "stride")
+    __slots__ = ("base", "cls", "device", "dtype", "layout", "requires_grad", "shape", "state", "storage_offset",
+                 "stride")
 
     def __init__(self, cls: type[Placeholder], dtype: dtypes.DType, shape: tuple[int, ...], stride: tuple[int, ...],
                  storage_offset: int, layout: str, device: str, requires_grad: bool, state: Any) -> None:
@@ -138,6 +143,15 @@ class SubclassTensor:
         self.device = device
         self.requires_grad = requires_grad
         self.state = state
+        self.base: LazyTensor | None = None  # the storage-backed tensor of a plain subclass
+
+    @classmethod
+    def of_tensor(cls, new_type: type[Placeholder], base: LazyTensor, state: Any) -> SubclassTensor:
+        """``_rebuild_from_type_v2(_rebuild_tensor_v2, T, args, state)``: ``base`` rebuilt, as class T."""
+        obj = cls(new_type, base.dtype, base.shape, base.stride, base.storage_offset, "torch.strided", base.device,
+                  base.requires_grad, state)
+        obj.base = base
+        return obj
 
     @property
     def qualname(self) -> str:

@@ -23,6 +23,7 @@ from .placeholders import (
     NumpyArray,
     Placeholder,
     StorageType,
+    SubclassTensor,
     numpy_scalar,
     placeholder_class,
 )
@@ -91,8 +92,11 @@ def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> An
             return func(*args)  # a jagged nested tensor (_rebuild_njt): a record of its values and offsets
         raise pickle.UnpicklingError("tensor subclass rebuilt by an unknown function")
     result = func(*args)
-    if isinstance(result, LazyTensor) and isinstance(new_type, type) and issubclass(new_type, Placeholder):
-        result.subclass = f"{new_type._ckpt_module}.{new_type._ckpt_name}"
+    if isinstance(result, LazyTensor) and isinstance(new_type, type) and issubclass(new_type, Placeholder) \
+            and result.quantizer is None and not result.is_parameter:
+        # a subclass over an ordinary storage (as_subclass), or a tensor with attributes: kept with its class
+        # and state, so that nothing is written back as a plain tensor in silence
+        return SubclassTensor.of_tensor(new_type, result, state)
     return result
 
 

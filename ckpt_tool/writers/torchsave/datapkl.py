@@ -265,14 +265,22 @@ class TorchPickler(_PurePickler):
             self._qtensor(t, storage, offset, stride, dt, requires_grad)
             self.memoize(ident)
             return
+        rebuild, args = self._tensor_call(t, storage, offset, stride, dt, requires_grad)
+        self.write(rebuild + args + _P.REDUCE)
+        self.memoize(ident)
+
+    def _tensor_call(self, t: OutTensor, storage: Storage, offset: int, stride: tuple[int, ...], dt: dtypes.DType,
+                     requires_grad: bool) -> tuple[bytes, bytes]:
+        """The rebuild function, and its argument tuple (REDUCE not included)."""
         v3 = dt.storage is None
         g = self._global
         numel = storage.nbytes if v3 else storage.nbytes // dt.itemsize
         key = storage.key.encode("ascii")
         # _rebuild_tensor_v2((('storage', torch.<X>Storage, key, 'cpu', numel)), offset, size, stride,
         #                    requires_grad, OrderedDict()[, dtype]); the persistent id is not memoized
-        self.write(b"".join((
-            g("torch._utils", "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2"), _P.MARK, _P.MARK,
+        rebuild = g("torch._utils", "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2")
+        return rebuild, b"".join((
+            _P.MARK, _P.MARK,
             self._constant("storage"),
             g("torch.storage", "UntypedStorage") if v3 else g("torch", dt.storage),  # type: ignore[arg-type]
             _P.BINUNICODE, _pack_I(len(key)), key,
@@ -281,9 +289,8 @@ class TorchPickler(_PurePickler):
             _int(offset), _int_tuple(tuple(t.shape)), _int_tuple(tuple(stride)),
             _P.NEWTRUE if requires_grad else _P.NEWFALSE,
             g("collections", "OrderedDict"), _P.EMPTY_TUPLE, _P.REDUCE,
-            g("torch", dt.name) if v3 else b"", _P.TUPLE, _P.REDUCE,
-        )))
-        self.memoize(ident)
+            g("torch", dt.name) if v3 else b"", _P.TUPLE,
+        ))
 
     def _qtensor(self, t: OutTensor, storage: Storage, offset: int, stride: tuple[int, ...], dt: dtypes.DType,
                  requires_grad: bool) -> None:
@@ -318,6 +325,19 @@ class TorchPickler(_PurePickler):
             self.write(self.get(found[0]))
             return
         g = self._global
+        if rec.base is not None:  # _rebuild_from_type_v2(_rebuild_tensor_v2, T, (storage, ...), state)
+            meta = _as_meta(rec.base)
+            t = OutTensor("", meta, meta.dtype)
+            storage, offset, stride = self.table.place(t)
+            dt = _BY_NAME.get(t.dtype) or dtypes.lookup(t.dtype)
+            rebuild, args = self._tensor_call(t, storage, offset, stride, dt, rec.requires_grad)
+            self.write(g("torch._tensor", "_rebuild_from_type_v2") + _P.MARK + rebuild)
+            self.save(rec.cls)
+            self.write(args)
+            self.save(rec.state)
+            self.write(_P.TUPLE + _P.REDUCE)
+            self.memoize(rec)
+            return
         self.write(g("torch._tensor", "_rebuild_from_type_v2") + _P.MARK
                    + g("torch._utils", "_rebuild_wrapper_subclass"))
         self.save(rec.cls)  # the class's global, refused where it can run code (writers/torchsave/inert.py)

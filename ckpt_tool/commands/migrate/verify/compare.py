@@ -304,7 +304,8 @@ class _TreeWalk:
         sub = exp.source.subclass
         if sub is not None and isinstance(sub.record, SubclassTensor) and isinstance(a, SubclassTensor):
             # the class, outer dtype and shape (compare_pairs), then its state as a tree: its tensors bit for bit
-            inner_pairs([(where, exp, act)], self.problems)  # class, dtype, shape; the bytes come from the state
+            # class, dtype and shape; a storage of its own compared here, the tensors of its state below
+            self.pairs.extend(p for p in inner_pairs([(where, exp, act)], self.problems) if p[0] == where)
             self.walk(sub.record.state, a.state, f"{where}<state>", 1)
             if sub.record.requires_grad != a.requires_grad or sub.record.device != a.device:
                 self.problems.append(f"{where}: requires_grad or device differs from the source")

@@ -31,5 +31,10 @@ def inner_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]],
         if [n for n, _ in e.inner] != [n for n, _ in a.inner]:
             problems.append(f"{label}: {e.qualname} holds {sorted(got)}, expected {[n for n, _ in e.inner]}")
             continue
+        if (exp.source.storage is None) != (act.storage is None):
+            problems.append(f"{label}: {e.qualname} holds its data otherwise than in the source")
+            continue
+        if exp.source.storage is not None:  # a subclass over its own storage: those bytes first
+            out.append((label, exp, act))
         out.extend((f"{label}.{n}", OutTensor(f"{label}.{n}", t, t.dtype), got[n]) for n, t in e.inner)
     return out

@@ -78,11 +78,25 @@ def test_outputs_that_cannot_hold_a_subclass_refuse_naming_keys(run_cli, files, 
     assert "2 dropped by your rules" in r.out
 
 
-def test_diff_of_a_subclass_file_and_its_pth_copy_is_equal(run_cli, files, tmp_path):
+def test_diff_compares_subclasses_by_their_inner_tensors(run_cli, files, tmp_path):
     src, out = files[0] / "int8_weight_only.pth", tmp_path / "copy.pth"
     assert run_cli("migrate", str(src), "-o", str(out)).code == 0
-    r = run_cli("diff", str(src), str(out))
+    r = run_cli("diff", str(src), str(out), "--values", "--json")
     assert r.code == 0, r
+    doc = json.loads(r.out)
+    assert doc["values_total"] == 8  # two biases, and qdata, scale, zero_point of each weight
+    assert {v["key"] for v in doc["values"]} >= {"0.weight.qdata", "0.weight.scale", "2.weight.zero_point"}
+    assert not any("hold no data" in w for w in doc["warnings"])
+
+
+def test_diff_says_when_a_subclass_meets_a_plain_tensor(run_cli, files, tmp_path):
+    import torch
+
+    plain = tmp_path / "float.pth"
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    torch.save(model.state_dict(), plain)
+    r = run_cli("diff", str(plain), str(files[0] / "int8_weight_only.pth"))
+    assert "hold another kind of data on each side" in r.out + r.err and "torchao.quantization.Int8Tensor" in r.out
 
 
 def test_verification_compares_the_inner_tensors(files, tmp_path):

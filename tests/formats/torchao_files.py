@@ -36,6 +36,8 @@ def write(out: str) -> None:
         quantize_(model, config())
         sd = model.state_dict()
         torch.save(sd, os.path.join(out, f"{name}.pth"))
+        if name == "int8_weight_only":  # the pre-zip format pickles the same records
+            torch.save(sd, os.path.join(out, f"{name}_legacy.pth"), _use_new_zipfile_serialization=False)
         expected[name] = {}
         for key, value in sd.items():
             if type(value) is torch.Tensor:

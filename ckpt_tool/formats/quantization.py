@@ -17,26 +17,47 @@ from ..model import Checkpoint
 
 # The last component of a key that is a quantized weight's companion, as the libraries name them:
 # FP8 block scales (DeepSeek-V3, Qwen FP8: weight_scale_inv), compressed-tensors and FP8 per-tensor
-# (weight_scale, weight_zero_point, weight_global_scale, weight_packed, input_scale), GPTQ/AWQ (qweight,
-# qzeros, scales, g_idx), bitsandbytes (SCB, absmax, nested_absmax, quant_map, quant_state.*),
-# optimum-quanto (_scale, input_scale, output_scale), MXFP4 (*_blocks with *_scales).
+# (weight_scale, weight_zero_point, weight_global_scale), GPTQ/AWQ (qweight, qzeros, g_idx), bitsandbytes
+# (SCB, absmax, nested_absmax, quant_map, quant_state.*). These names mean quantization on their own.
 COMPANIONS = frozenset({
-    "weight_scale_inv", "weight_scale", "weight_zero_point", "weight_global_scale", "weight_packed",
-    "weight_shape", "input_scale", "output_scale", "input_global_scale", "qweight", "qzeros", "scales", "g_idx",
-    "SCB", "absmax", "nested_absmax", "quant_map", "nested_quant_map", "_scale", "_data",
+    "weight_scale_inv", "weight_scale", "weight_zero_point", "weight_global_scale", "weight_packed", "qweight",
+    "qzeros", "g_idx", "SCB", "absmax", "nested_absmax", "quant_map", "nested_quant_map",
 })
-COMPANION_SUFFIXES = ("_scale_inv", "_scales", "_zero_point", "_absmax")
+COMPANION_SUFFIXES = ("_scale_inv", "_zero_point", "_absmax")
 _STATE_MARKER = ".quant_state."  # bitsandbytes 4-bit: weight.quant_state.bitsandbytes__nf4
+# Names that ordinary models use too: a companion only beside the sibling that makes it one (in the same
+# module): GPTQ's scales beside qweight, compressed-tensors' weight_shape beside weight_packed, static FP8's
+# activation scales beside weight_scale, optimum-quanto's weight._data beside weight._scale.
+_WITH_SIBLING = {
+    "scales": ("qweight", "qzeros"), "weight_shape": ("weight_packed",),
+    "input_scale": ("weight_scale", "weight_scale_inv"), "output_scale": ("weight_scale", "weight_scale_inv"),
+    "_data": ("_scale",), "_scale": ("_data",),
+}
 
 
-def is_companion(key: str) -> bool:
-    """``key`` names a scale, zero point or packed part of a quantized weight (by the libraries' names)."""
-    last = key.rsplit(".", 1)[-1]
-    return last in COMPANIONS or last.endswith(COMPANION_SUFFIXES) or _STATE_MARKER in key
+def _split(key: str) -> tuple[str, str]:
+    head, _, last = key.rpartition(".")
+    return head, last
+
+
+def is_companion(key: str, keys: frozenset[str] | set[str] = frozenset()) -> bool:
+    """``key`` names a scale, zero point or packed part of a quantized weight (by the libraries' names);
+    ``keys`` (all the checkpoint's keys) decides the names ordinary models use too."""
+    head, last = _split(key)
+    if last in COMPANIONS or last.endswith(COMPANION_SUFFIXES) or _STATE_MARKER in key:
+        return True
+    siblings = _WITH_SIBLING.get(last)
+    if siblings is None and last.endswith("_scales"):  # MXFP4 (gpt-oss): X_scales beside X_blocks
+        siblings = (last[: -len("_scales")] + "_blocks",)
+    prefix = f"{head}." if head else ""
+    return siblings is not None and any(prefix + s in keys for s in siblings)
 
 
 def companion_keys(keys: Iterable[str]) -> list[str]:
-    return [k for k in keys if is_companion(k)]
+    """The keys among ``keys`` that are companions of quantized weights, in order."""
+    listed = list(keys)
+    every = set(listed)
+    return [k for k in listed if is_companion(k, every)]
 
 
 def config_method(config: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]] | None:

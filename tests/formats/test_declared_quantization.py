@@ -11,6 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from ckpt_tool.formats.quantization import companion_keys
+
 FP8_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 W = "model.layers.0.mlp.down_proj.weight"
 
@@ -103,3 +105,23 @@ def test_a_plain_checkpoint_declares_nothing_and_casts(run_cli, tmp_path):
     assert json.loads(r.out)["quantization"] is None
     assert "quantized:" not in run_cli("inspect", str(path)).out
     assert run_cli("migrate", str(path), "-o", str(tmp_path / "o.safetensors"), "--dtype", "bf16").code == 0
+
+
+@pytest.mark.parametrize(("keys", "companions"), [
+    # the names that mean quantization on their own
+    (["l.weight", "l.weight_scale_inv"], ["l.weight_scale_inv"]),  # DeepSeek-V3 / Qwen FP8 blocks
+    (["l.weight", "l.weight_scale", "l.input_scale"], ["l.weight_scale", "l.input_scale"]),  # static FP8
+    (["l.weight", "l.SCB"], ["l.SCB"]),  # bitsandbytes int8
+    (["l.weight", "l.weight.absmax", "l.weight.quant_map", "l.weight.quant_state.bitsandbytes__nf4"],
+     ["l.weight.absmax", "l.weight.quant_map", "l.weight.quant_state.bitsandbytes__nf4"]),  # bitsandbytes nf4
+    (["l.weight_packed", "l.weight_shape", "l.weight_scale"], ["l.weight_packed", "l.weight_shape",
+                                                              "l.weight_scale"]),  # compressed-tensors
+    (["l.weight._data", "l.weight._scale", "l.bias"], ["l.weight._data", "l.weight._scale"]),  # optimum-quanto
+    (["e.gate_up_proj_blocks", "e.gate_up_proj_scales"], ["e.gate_up_proj_scales"]),  # MXFP4 (gpt-oss)
+    # names ordinary models use: not companions without the sibling that makes them one
+    (["clip.logit_scale", "vit.ls1.gamma", "enc.layer_scale"], []),
+    (["anchors.scales", "head.input_scale", "head.output_scale", "x._data", "y._scale"], []),
+    (["pyramid.anchor_scales", "norm.weight"], []),
+])
+def test_companions_by_the_libraries_names(keys, companions):
+    assert companion_keys(keys) == companions

@@ -7,7 +7,7 @@ for the few paths (stats, value diff, migrate) that need them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
@@ -176,6 +176,15 @@ class TensorMeta:
     def itemsize(self) -> int:
         return dtypes.lookup(self.dtype).itemsize
 
+    def no_data(self) -> str:
+        """Why this tensor has no bytes to read: saved on the meta device, or a subclass holding others."""
+        sub = self.subclass
+        if sub is not None:
+            names = ", ".join(f"{self.key}.{n}" for n, _ in sub.inner) or "none"
+            return (f"tensor {self.key!r} is a tensor subclass ({sub.qualname}) with no storage of its own; its "
+                    f"data are the tensors it holds ({names})")
+        return f"tensor {self.key!r} has no data (saved on the meta device?)"
+
     @property
     def is_floating(self) -> bool:
         return dtypes.lookup(self.dtype).is_floating
@@ -208,6 +217,20 @@ class TensorMeta:
             return (start, start + dt.nbytes(numel))
         last = sum((d - 1) * s for d, s in zip(self.shape, self.stride, strict=False))
         return (start, dt.nbytes(self.storage_offset + last + 1))
+
+
+def with_inner(tensors: Sequence[TensorMeta]) -> list[TensorMeta]:
+    """``tensors`` with each tensor subclass that has no storage of its own replaced by the tensors it holds
+    (``KEY.qdata``, ...): what a check that reads data reads."""
+    if all(t.subclass is None for t in tensors):
+        return list(tensors)
+    out: list[TensorMeta] = []
+    for t in tensors:
+        if t.subclass is not None and t.storage is None:
+            out.extend(m for _, m in t.subclass.inner)
+        else:
+            out.append(t)
+    return out
 
 
 @dataclass(frozen=True)

@@ -185,3 +185,10 @@ def test_torchao_files_scan_safe(run_cli, files, scheme):
     reviews them, scan names them as unreviewed (dangerous), which this expectation records."""
     r = run_cli("scan", str(files[0] / f"{scheme}.pth"))
     assert r.code == 0, r
+
+
+def test_gate_reads_the_inner_tensors_for_nan(run_cli, files):
+    r = run_cli("gate", str(files[0] / "int8_weight_only.pth"))
+    assert "no-nan-inf" in r.out and "4 floating tensors, all finite" in r.out, r  # 2 biases and 2 scales
+    r = run_cli("gate", str(files[0] / "int8_nan_scale.pth"))
+    assert r.code == 1 and "0.weight.scale (1 NaN)" in r.out, r

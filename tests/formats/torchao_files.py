@@ -29,15 +29,21 @@ def write(out: str) -> None:
     import torch
     from torchao.quantization import quantize_
 
-    expected: dict[str, dict[str, object]] = {}
-    for name, config in _schemes().items():
+    def quantized_copy(config):  # type: ignore[no-untyped-def]
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
         quantize_(model, config())
-        sd = model.state_dict()
+        return model.state_dict()
+
+    expected: dict[str, dict[str, object]] = {}
+    for name, config in _schemes().items():
+        sd = quantized_copy(config)
         torch.save(sd, os.path.join(out, f"{name}.pth"))
         if name == "int8_weight_only":  # the pre-zip format pickles the same records
             torch.save(sd, os.path.join(out, f"{name}_legacy.pth"), _use_new_zipfile_serialization=False)
+            nan_sd = quantized_copy(config)
+            nan_sd["0.weight"].scale[3] = float("nan")  # a scale gone bad: only the inner tensors can show it
+            torch.save(nan_sd, os.path.join(out, "int8_nan_scale.pth"))
         expected[name] = {}
         for key, value in sd.items():
             if type(value) is torch.Tensor:

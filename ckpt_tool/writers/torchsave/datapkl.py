@@ -14,7 +14,6 @@ pickler, which only happens for objects that --unsafe loaded.
 """
 from __future__ import annotations
 
-import functools
 import pickle
 import struct
 import sys
@@ -29,11 +28,11 @@ from ...model import StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, SubclassTensor
 from ..base import OutTensor
 from .inert import save_inert
+from .ints import _int, _int_tuple
+from .subclass import save_subclass
 
 _P = pickle  # opcode constants
 _pack_I = struct.Struct("<I").pack
-_pack_H = struct.Struct("<H").pack
-_pack_i = struct.Struct("<i").pack
 _BY_NAME = dtypes.BY_NAME
 
 
@@ -100,28 +99,6 @@ class _Global:
 
     def __call__(self, *args: Any) -> Any:  # pickle requires reduce functions to be callable
         raise TypeError(f"{self.module}.{self.name} is a name for pickling only")
-
-
-def _int(value: int) -> bytes:
-    if 0 <= value < 256:
-        return _P.BININT1 + bytes((value,))
-    if 0 <= value < 65536:
-        return _P.BININT2 + _pack_H(value)
-    if -(2 ** 31) <= value < 2 ** 31:
-        return _P.BININT + _pack_i(value)
-    encoded = pickle.encode_long(value)
-    return _P.LONG1 + bytes((len(encoded),)) + encoded
-
-
-@functools.lru_cache(maxsize=4096)
-def _int_tuple(values: tuple[int, ...]) -> bytes:
-    n = len(values)
-    if n == 0:
-        return _P.EMPTY_TUPLE
-    body = b"".join(_int(v) for v in values)
-    if n <= 3:
-        return body + (_P.TUPLE1, _P.TUPLE2, _P.TUPLE3)[n - 1]
-    return _P.MARK + body + _P.TUPLE
 
 
 # the pure-Python pickler: its save() dispatch can be extended, the C one's cannot
@@ -317,41 +294,16 @@ class TorchPickler(_PurePickler):
                    + g("collections", "OrderedDict") + _P.EMPTY_TUPLE + _P.REDUCE + _P.TUPLE + _P.REDUCE)
 
     def _subclass(self, rec: SubclassTensor) -> None:
-        """A wrapper tensor subclass exactly as ``Tensor.__reduce_ex__`` pickles it:
-        ``_rebuild_from_type_v2(_rebuild_wrapper_subclass, T, (T, dtype, size, stride, offset,
-        _get_layout(name), device(spec), requires_grad), state)``; the state's tensors are written like any."""
-        found = self.memo.get(id(rec))
-        if found is not None:
-            self.write(self.get(found[0]))
-            return
-        g = self._global
-        if rec.base is not None:  # _rebuild_from_type_v2(_rebuild_tensor_v2, T, (storage, ...), state)
-            meta = _as_meta(rec.base)
-            t = OutTensor("", meta, meta.dtype)
-            storage, offset, stride = self.table.place(t)
-            dt = _BY_NAME.get(t.dtype) or dtypes.lookup(t.dtype)
-            rebuild, args = self._tensor_call(t, storage, offset, stride, dt, rec.requires_grad)
-            self.write(g("torch._tensor", "_rebuild_from_type_v2") + _P.MARK + rebuild)
-            self.save(rec.cls)
-            self.write(args)
-            self.save(rec.state)
-            self.write(_P.TUPLE + _P.REDUCE)
-            self.memoize(rec)
-            return
-        self.write(g("torch._tensor", "_rebuild_from_type_v2") + _P.MARK
-                   + g("torch._utils", "_rebuild_wrapper_subclass"))
-        self.save(rec.cls)  # the class's global, refused where it can run code (writers/torchsave/inert.py)
-        self.write(_P.MARK)
-        self.save(rec.cls)
-        self.write(g("torch", rec.dtype.name) + _int_tuple(tuple(rec.shape)) + _int_tuple(tuple(rec.stride))
-                   + _int(rec.storage_offset) + g("torch.serialization", "_get_layout"))
-        self._str(rec.layout)
-        self.write(_P.TUPLE1 + _P.REDUCE + g("torch", "device"))
-        self._str(rec.device)
-        self.write(_P.TUPLE1 + _P.REDUCE + (_P.NEWTRUE if rec.requires_grad else _P.NEWFALSE) + _P.TUPLE)
-        self.save(rec.state)
-        self.write(_P.TUPLE + _P.REDUCE)
-        self.memoize(rec)
+        save_subclass(self, rec)
+
+    def base_call(self, base: LazyTensor, requires_grad: bool) -> tuple[bytes, bytes]:
+        """A subclass's own storage-backed tensor: its rebuild function and argument tuple (writers/torchsave/
+        subclass.py wraps them in ``_rebuild_from_type_v2``)."""
+        meta = _as_meta(base)
+        t = OutTensor("", meta, meta.dtype)
+        storage, offset, stride = self.table.place(t)
+        dt = _BY_NAME.get(t.dtype) or dtypes.lookup(t.dtype)
+        return self._tensor_call(t, storage, offset, stride, dt, requires_grad)
 
     def _numpy(self, arr: NumpyArray) -> None:
         """Re-emit a NumPy array the way NumPy pickles it (metadata only; never a state_dict tensor)."""

@@ -7,7 +7,7 @@ for the few paths (stats, value diff, migrate) that need them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
@@ -94,6 +94,31 @@ class StorageRef:
 _DTYPES = dtypes.BY_NAME
 
 
+@dataclass(frozen=True)
+class SubclassMeta:
+    """A tensor subclass (torchao's Int8Tensor, ...): its class and the tensors that hold its data.
+
+    The outer TensorMeta has the subclass's dtype and shape and no storage of
+    its own; ``inner`` are the tensors its state holds, by attribute name
+    (``qdata``, ``scale``, ``zero_point``), each with its storage. ``record``
+    is the record as pickled, which the torch writer writes back unchanged.
+    """
+
+    qualname: str
+    inner: tuple[tuple[str, TensorMeta], ...]
+    layout: str = "torch.strided"
+    record: Any = field(default=None, compare=False, repr=False)
+
+    def describe(self) -> str:
+        """inspect's note: the class and each inner tensor's dtype and shape."""
+        parts = ", ".join(f"{name} {t.dtype} {list(t.shape)}" for name, t in self.inner)
+        if self.qualname == "torch.Tensor":  # a plain tensor that carries attributes (t.tag = ...)
+            state = getattr(self.record, "state", None)
+            names = ", ".join(map(str, state)) if isinstance(state, dict) else ""
+            return f"tensor with attributes ({names})"
+        return f"subclass {self.qualname}" + (f" ({parts})" if parts else "")
+
+
 @dataclass(slots=True, init=False, unsafe_hash=True)
 class TensorMeta:
     """A tensor described by metadata alone (no bytes are held).
@@ -116,11 +141,13 @@ class TensorMeta:
     # a quantized tensor's quantizer as torch pickles it: (qscheme name, scale, zero_point) or
     # (qscheme name, scales TensorMeta, zero_points TensorMeta, axis); None otherwise
     quantizer: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    # a tensor subclass (no storage of its own; its data are subclass.inner), None for a plain tensor
+    subclass: SubclassMeta | None = field(default=None, repr=False)
 
     def __init__(
         self, key: str, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...] | None = None,
         storage_offset: int = 0, storage: StorageRef | None = None, device: str = "cpu",
-        quantizer: tuple[Any, ...] | None = None,
+        quantizer: tuple[Any, ...] | None = None, subclass: SubclassMeta | None = None,
     ) -> None:
         self.key = key
         self.dtype = dtype
@@ -141,10 +168,22 @@ class TensorMeta:
             self.nbytes = numel * dt.itemsize if dt.per_byte == 1 else dt.nbytes(numel)
         self.storage_id = None if storage is None else (id(storage.source), storage.key)
         self.quantizer = quantizer
+        self.subclass = subclass
+        if subclass is not None and storage is None:  # a wrapper: its bytes are those of the tensors it holds
+            self.nbytes = sum(t.nbytes or 0 for _, t in subclass.inner)
 
     @property
     def itemsize(self) -> int:
         return dtypes.lookup(self.dtype).itemsize
+
+    def no_data(self) -> str:
+        """Why this tensor has no bytes to read: saved on the meta device, or a subclass holding others."""
+        sub = self.subclass
+        if sub is not None:
+            names = ", ".join(f"{self.key}.{n}" for n, _ in sub.inner) or "none"
+            return (f"tensor {self.key!r} is a tensor subclass ({sub.qualname}) with no storage of its own; its "
+                    f"data are the tensors it holds ({names})")
+        return f"tensor {self.key!r} has no data (saved on the meta device?)"
 
     @property
     def is_floating(self) -> bool:
@@ -178,6 +217,20 @@ class TensorMeta:
             return (start, start + dt.nbytes(numel))
         last = sum((d - 1) * s for d, s in zip(self.shape, self.stride, strict=False))
         return (start, dt.nbytes(self.storage_offset + last + 1))
+
+
+def with_inner(tensors: Sequence[TensorMeta]) -> list[TensorMeta]:
+    """``tensors`` with each tensor subclass that has no storage of its own replaced by the tensors it holds
+    (``KEY.qdata``, ...): what a check that reads data reads."""
+    if all(t.subclass is None for t in tensors):
+        return list(tensors)
+    out: list[TensorMeta] = []
+    for t in tensors:
+        if t.subclass is not None and t.storage is None:
+            out.extend(m for _, m in t.subclass.inner)
+        else:
+            out.append(t)
+    return out
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from json.encoder import encode_basestring_ascii as _quote
 from operator import attrgetter
 from typing import Any
 
-from ..commands.inspect.command import InspectReport
+from ..commands.inspect.command import InspectReport, subclass_json
 from ..format_names import Format
 from .common import dumps, human_bytes, human_count, shape_str, simple_columns
 
@@ -53,7 +53,8 @@ def _tensor_rows(report: InspectReport) -> str:
             f'{{"key": {_quote(t.key)}, "dtype": {word(t.dtype)}, "shape": {as_list(t.shape)}, '
             f'"numel": {t.numel}, "nbytes": {"null" if t.nbytes is None else t.nbytes}, '
             f'"stride": {as_list(t.strides)}, "storage_offset": {t.storage_offset}, '
-            f'"device": {word(t.device)}, "notes": {json.dumps(list(note)) if note else "[]"}}}'
+            f'"device": {word(t.device)}, "notes": {json.dumps(list(note)) if note else "[]"}'
+            + (f', "subclass": {json.dumps(subclass_json(t.subclass))}}}' if t.subclass is not None else "}")
         )
     return "[" + ", ".join(rows) + "]"
 
@@ -114,6 +115,8 @@ def summary_lines(report: InspectReport) -> list[str]:
     )
     if report.dtype_counts:
         lines.append("dtypes:     " + ", ".join(f"{k} x{v}" for k, v in report.dtype_counts.items()))
+    if report.quantization is not None:
+        lines.append("quantized:  " + report.quantization.describe())
     if report.prefixes:
         lines.append("prefixes:   " + ", ".join(report.prefixes))
     if c.metadata:

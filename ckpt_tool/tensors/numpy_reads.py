@@ -18,7 +18,7 @@ from ..model import TensorMeta
 def c_order_bytes(meta: TensorMeta) -> bytes:
     """A tensor's elements in C order; a strided one is gathered byte-wise with NumPy (never torch)."""
     if meta.storage is None:
-        raise InputError(f"tensor {meta.key!r} has no data (saved on the meta device?)")
+        raise InputError(meta.no_data())
     if meta.numel == 0:
         return b""
     if meta.is_contiguous:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def tensor_bytes(t: TensorMeta) -> bytes:
     """The tensor's elements in C order, as raw little-endian bytes."""
     if t.storage is None:
-        raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+        raise InputError(t.no_data())
     if t.numel == 0:
         return b""
     itemsize = t.itemsize
@@ -84,7 +84,7 @@ def iter_chunks(t: TensorMeta, elements: int) -> Iterator[torch.Tensor]:
             yield flat[start:start + elements]
         return
     if t.storage is None:
-        raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+        raise InputError(t.no_data())
     itemsize = t.itemsize
     base = t.storage_offset * itemsize
     for start in range(0, t.numel, elements):
@@ -114,7 +114,7 @@ def iter_raw(t: TensorMeta, chunk_bytes: int = RAW_CHUNK, buffer: bytearray | No
     no allocation per chunk.
     """
     if t.storage is None:
-        raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+        raise InputError(t.no_data())
     if t.numel == 0:
         return
     if not t.is_contiguous:
@@ -239,7 +239,7 @@ def check_reads(reads: Sequence[tuple[Read, ...]], check: Callable[..., Any], *,
         t, offset, length = r
         view = memoryview(buf)[:length] if length <= len(buf) else memoryview(bytearray(length))
         if t.storage is None:
-            raise InputError(f"tensor {t.key!r} has no data (saved on the meta device?)")
+            raise InputError(t.no_data())
         t.storage.source.read_into(t.storage.key, t.storage_offset * t.itemsize + offset, view)
         return view
 

@@ -218,6 +218,8 @@ def _holds_tensor(obj: Any, depth: int) -> bool:
     if depth > 32:
         return False
     if isinstance(obj, Placeholder):
+        if obj._ckpt_module.startswith("torch") and obj._ckpt_name.startswith("_rebuild"):
+            return True  # a tensor torch rebuilds in a way ckpt keeps as a record (an unusual wrapper, sparse)
         obj = list(obj.__dict__.values())
     if isinstance(obj, Mapping):
         return any(_holds_tensor(v, depth + 1) for v in obj.values())

@@ -24,6 +24,7 @@ from ...tensors.values import compare_values
 from .metadata import content_metadata, mask_unread, metadata_diff
 from .report import PLAIN_VIEW, DiffReport, Mismatch, ValueView
 from .rollup import Metric, ordered, rollups, sort_key
+from .subclass import inner_value_pairs, kind_warnings
 
 if TYPE_CHECKING:
     from ...keys.rules import RuleSet
@@ -216,6 +217,7 @@ def diff(
 
                 direct = suggest(ckpt_a.tensors, b_tensors, target_prefixes=target_prefixes, lazy=lazy)
                 fix_rules = direct.rules if direct is not None else None
+        warnings.extend(kind_warnings(a_tensors, b_tensors))
         meta: dict[str, Any] = {"changed": [], "only_a": [], "only_b": []}
         if ckpt_b is not None:
             meta_a, meta_b, unread = mask_unread(content_metadata(ckpt_a), content_metadata(ckpt_b))
@@ -227,7 +229,8 @@ def diff(
         if values and ckpt_b is not None:
             bad_shape = {m.key for m in shape_mm}
             b_map = ckpt_b.by_key
-            pairs = [(t, b_map[t.key]) for t in a_tensors if t.key in b_map and t.key not in bad_shape]
+            pairs = inner_value_pairs([(t, b_map[t.key]) for t in a_tensors if t.key in b_map
+                                       and t.key not in bad_shape])
             rank = sort_key(view.sort or Metric.REL_L2)
             value_diffs, skipped = compare_values(
                 pairs, atol=atol, rtol=rtol, progress=progress, norms=view.needs_norms,

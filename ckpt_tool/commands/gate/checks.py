@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...io.paths import dirname, is_url, isdir, open_bytes, url_bytes
-from ...model import Checkpoint
+from ...model import Checkpoint, with_inner
 from ...pickles import severity
 from ...progress import Progress
 from ...tensors.nonfinite import nonfinite_counts
@@ -108,7 +108,7 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
 def check_no_nan_inf(path: str, ckpt: Checkpoint, pol: Policy, progress: Progress) -> Check:
     if not pol.nan_check:
         return skipped(CheckName.NO_NAN_INF, "--no-nan-check")
-    candidates = [t for t in ckpt.tensors if t.is_floating or t.dtype.startswith("complex")]
+    candidates = [t for t in with_inner(ckpt.tensors) if t.is_floating or t.dtype.startswith("complex")]
     if not candidates:
         return Check(CheckName.NO_NAN_INF, True, "no floating-point tensors")
     bad: list[str] = []

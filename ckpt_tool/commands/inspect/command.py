@@ -11,11 +11,12 @@ from typing import Any
 
 from ...errors import InputError
 from ...formats.dcp.deferred import unread
+from ...formats.quantization import DeclaredQuantization, declared
 from ...io.paths import is_url, url_bytes
 from ...io.remote.counts import counts_remote
 from ...keys.prefixes import detect_prefixes
 from ...limits import DEFAULT_LIMITS, Limits
-from ...model import Checkpoint, Deferred, TensorMeta, is_contiguous_layout, json_safe
+from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe
 from ...progress import NO_PROGRESS, Progress
 from ...tensors.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
@@ -33,6 +34,7 @@ class InspectReport:
     warnings: tuple[str, ...] = field(default=())
     weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (weights_only/verdict.py)
     remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
+    quantization: DeclaredQuantization | None = None  # what the checkpoint declares (formats/quantization.py)
 
     @property
     def not_read(self) -> list[tuple[str, Deferred]]:
@@ -52,6 +54,10 @@ class InspectReport:
             }
             for t in c.tensors
         ] if tensors else []
+        if rows:
+            for row, t in zip(rows, c.tensors, strict=True):
+                if t.subclass is not None:
+                    row["subclass"] = subclass_json(t.subclass)
         if self.stats is not None:
             for row in rows:
                 s = self.stats.get(row["key"])
@@ -82,11 +88,19 @@ class InspectReport:
             ],
             "warnings": list(self.warnings),
             "weights_only": self.weights_only.to_json() if self.weights_only is not None else None,
+            "quantization": self.quantization.to_json() if self.quantization is not None else None,
         }
         if self.remote is not None:
             out["remote"] = dict(self.remote)
         return out
 
+
+
+def subclass_json(sub: SubclassMeta) -> dict[str, Any]:
+    """A tensor subclass in inspect's JSON: its class, layout and inner tensors (by attribute name)."""
+    return {"class": sub.qualname, "layout": sub.layout, "inner": [
+        {"name": name, "dtype": t.dtype, "shape": list(t.shape), "numel": t.numel, "nbytes": t.nbytes}
+        for name, t in sub.inner]}
 
 
 _LAYOUT = attrgetter("shape", "stride")
@@ -109,9 +123,10 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
         # the common case: only odd layouts or devices get a note (each distinct layout checked once)
         odd = {ss for ss in set(map(_LAYOUT, tensors)) if not is_contiguous_layout(*ss)}
         if odd or set(map(_DEVICE, tensors)) != {"cpu"}:
-            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer]
+            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer
+                       or t.subclass]
         else:
-            tensors = [t for t in tensors if t.quantizer is not None]
+            tensors = [t for t in tensors if t.quantizer is not None or t.subclass is not None]
     notes: dict[str, tuple[str, ...]] = {}
     for t in tensors:
         n: list[str] = []
@@ -126,6 +141,8 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
             n.append(f"saved on {t.device}")
         if t.quantizer is not None:
             n.append(quantizer_note(t.quantizer))
+        if t.subclass is not None:
+            n.append(t.subclass.describe())
         if n:
             notes[t.key] = tuple(n)
     return notes
@@ -179,6 +196,7 @@ def inspect(
         file_bytes=size,
         warnings=ckpt.warnings,
         weights_only=assess(ckpt, torch_version),
+        quantization=declared(ckpt),
     )
 
 

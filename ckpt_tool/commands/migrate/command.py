@@ -36,6 +36,7 @@ from ...model import Checkpoint, TensorMeta
 from ...progress import NO_PROGRESS, Progress
 from ...writers.base import OutTensor, require_data
 from ...writers.payload import Payload
+from .exact import refuse_quantized_rewrites, refuse_subclasses
 from .job import WriteJob
 from .plan import Hooks, MigratePlan, build_rules, plan_migration
 from .report import MigrateReport, TargetCheck
@@ -253,9 +254,12 @@ def _plan_tensors(ck: Checkpoint, plan: MigratePlan, warnings: list[str]) -> tup
                     if e.output is not None)
     if not tensors:
         raise UsageError("the rules drop every tensor; nothing would be written")
-    for t in tensors:
-        require_data(t)
     fmt = plan.output.format
+    refuse_subclasses(tensors, fmt, plan.output.sanitize)
+    refuse_quantized_rewrites(ck, plan, tensors)
+    for t in tensors:
+        if t.source.subclass is None:
+            require_data(t)
     quantized = [t.key for t in tensors if dtypes.lookup(t.dtype).is_quantized]
     if quantized and fmt is not OutputFormat.TORCH_ZIP:
         shown = ", ".join(repr(k) for k in quantized[:5]) + (f" and {len(quantized) - 5} more" if len(quantized) > 5

@@ -14,8 +14,8 @@ from typing import Any
 
 from ...errors import InputError
 from ...io.source import MemorySource
-from ...model import StorageRef, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray
+from ...model import StorageRef, SubclassMeta, TensorMeta, contiguous_strides
+from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, SubclassTensor
 
 _KEY = attrgetter("key")
 _DEVICE = attrgetter("device")
@@ -113,8 +113,10 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
         quantizer = quantizer_meta(key, obj.quantizer, memory) if obj.quantizer is not None else None
         return TensorMeta(key, obj.dtype.name, shape, stride, offset, st.ref, st.location, quantizer)
     if isinstance(obj, TensorMeta):
-        return obj if obj.key == key else TensorMeta(key, obj.dtype, obj.shape, obj.stride,
-                                                      obj.storage_offset, obj.storage, obj.device, obj.quantizer)
+        return obj if obj.key == key else TensorMeta(key, obj.dtype, obj.shape, obj.stride, obj.storage_offset,
+                                                      obj.storage, obj.device, obj.quantizer, obj.subclass)
+    if isinstance(obj, SubclassTensor):
+        return subclass_meta(key, obj, memory)
     if isinstance(obj, NumpyArray):
         if obj.dtype is None:
             raise InputError(f"NumPy array {key!r} has an unsupported dtype {obj.type_string!r}")
@@ -132,6 +134,20 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
     from ...tensors.live import torch_tensor_meta  # only reached for --unsafe loads
 
     return torch_tensor_meta(key, obj, memory)
+
+
+def subclass_meta(key: str, obj: SubclassTensor, memory: MemorySource) -> TensorMeta:
+    """A tensor subclass: its outer dtype and shape, no storage, and its inner tensors (validated like any)."""
+    shape, stride, offset = obj.shape, obj.stride, obj.storage_offset
+    if not (len(stride) == len(shape) and offset >= 0 and _valid_dims(shape + stride)):
+        raise InputError(f"tensor subclass {key!r} ({obj.qualname}) has an invalid shape, stride or offset")
+    inner = tuple((name, to_meta(f"{key}.{name}", t, memory)) for name, t in obj.inner())
+    sub = SubclassMeta(obj.qualname, inner, obj.layout, obj)
+    if obj.base is not None:  # a subclass over its own storage: that tensor, with the class and state beside it
+        base = to_meta(key, obj.base, memory)
+        return TensorMeta(key, base.dtype, base.shape, base.stride, base.storage_offset, base.storage, base.device,
+                          subclass=sub)
+    return TensorMeta(key, obj.dtype.name, shape, stride, offset, None, obj.device, subclass=sub)
 
 
 def quantizer_meta(key: str, params: tuple[Any, ...], memory: MemorySource) -> tuple[Any, ...]:

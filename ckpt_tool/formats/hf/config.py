@@ -17,7 +17,7 @@ from ...limits import DEFAULT_LIMITS
 JsonObject = dict[str, object]
 
 CONFIG_FIELDS = ("architectures", "model_type", "dtype", "torch_dtype", "tie_word_embeddings",
-                 "transformers_version")
+                 "transformers_version", "quantization_config")
 ADAPTER_FIELDS = ("base_model_name_or_path", "peft_type", "task_type", "r", "lora_alpha", "target_modules",
                   "modules_to_save")
 DIFFUSERS_FIELDS = ("_class_name", "_diffusers_version")

@@ -112,6 +112,73 @@ class LazyTensor(metaclass=_FunctionStandIn):
         return f"LazyTensor({self.dtype.name}, {list(self.shape)})"
 
 
+class SubclassTensor:
+    """A tensor subclass as torch's own rebuild functions describe it, kept exactly as pickled.
+
+    ``torch.Tensor.__reduce_ex__`` of a wrapper subclass (torchao's Int8Tensor,
+    Float8Tensor, IntxUnpackedToInt8Tensor, ...) pickles
+    ``_rebuild_from_type_v2(_rebuild_wrapper_subclass, T, (T, dtype, size, stride,
+    offset, layout, device, requires_grad), state)``: the outer tensor has no
+    storage; its data are the tensors its ``state`` (the instance ``__dict__``)
+    holds, by attribute (``qdata``, ``scale``, ``zero_point``). Nothing of T is
+    imported or run: the class is a placeholder, the state is what the
+    restricted unpickler built, and migrate writes the same call back.
+
+    A subclass that keeps its data in an ordinary storage (``as_subclass``, or a
+    plain tensor with attributes) pickles ``_rebuild_from_type_v2(_rebuild_tensor_v2,
+    T, args, state)`` instead: ``base`` is that tensor, and the rest describes it.
+    """
+
+    __slots__ = ("base", "cls", "device", "dtype", "layout", "requires_grad", "shape", "state", "storage_offset",
+                 "stride")
+
+    def __init__(self, cls: type[Placeholder], dtype: dtypes.DType, shape: tuple[int, ...], stride: tuple[int, ...],
+                 storage_offset: int, layout: str, device: str, requires_grad: bool, state: Any) -> None:
+        self.cls = cls
+        self.dtype = dtype
+        self.shape = shape
+        self.stride = stride
+        self.storage_offset = storage_offset
+        self.layout = layout
+        self.device = device
+        self.requires_grad = requires_grad
+        self.state = state
+        self.base: LazyTensor | None = None  # the storage-backed tensor of a plain subclass
+
+    @classmethod
+    def of_tensor(cls, new_type: type[Placeholder], base: LazyTensor, state: Any) -> SubclassTensor:
+        """``_rebuild_from_type_v2(_rebuild_tensor_v2, T, args, state)``: ``base`` rebuilt, as class T."""
+        obj = cls(new_type, base.dtype, base.shape, base.stride, base.storage_offset, "torch.strided", base.device,
+                  base.requires_grad, state)
+        obj.base = base
+        return obj
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.cls._ckpt_module}.{self.cls._ckpt_name}"
+
+    def inner(self, depth: int = 0) -> list[tuple[str, Any]]:
+        """The tensors the state holds, by attribute name (a nested subclass's under ``name.inner``)."""
+        out: list[tuple[str, Any]] = []
+        if depth > 8:  # torchao nests one level (a packed layout in a wrapper); a deeper chain is not data
+            return out
+        state = self.state
+        attrs = state[0] if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict) else state
+        if not isinstance(attrs, dict):
+            return out
+        for name, value in attrs.items():
+            if isinstance(value, LazyTensor):
+                out.append((str(name), value))
+            elif isinstance(value, SubclassTensor):
+                out.extend((f"{name}.{sub}", t) for sub, t in value.inner(depth + 1))
+            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, LazyTensor) for v in value):
+                out.extend((f"{name}.{i}", v) for i, v in enumerate(value))
+        return out
+
+    def __repr__(self) -> str:
+        return f"SubclassTensor({self.qualname}, {self.dtype.name}, {list(self.shape)})"
+
+
 @dataclass
 class NumpyArray:
     """A NumPy array from a pickle: dtype, shape and its bytes (inline in the pickle)."""

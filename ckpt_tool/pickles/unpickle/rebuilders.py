@@ -23,9 +23,11 @@ from .placeholders import (
     NumpyArray,
     Placeholder,
     StorageType,
+    SubclassTensor,
     numpy_scalar,
     placeholder_class,
 )
+from .wrappers import distributed_tensor, wrapper_subclass
 
 # torch._utils._rebuild_tensor(storage, offset, size, stride) and _rebuild_tensor_v2(..., requires_grad,
 # backward_hooks, metadata=None): LazyTensor's constructor takes exactly these arguments.
@@ -78,43 +80,23 @@ def _rebuild_meta(dtype: Any, size: Any, stride: Any, requires_grad: Any = False
                            bool(requires_grad))
 
 
-# DTensor and ShardedTensor pickle themselves (torch/_tensor.py, __reduce_ex__ of a wrapper subclass) as
-# _rebuild_from_type_v2(_rebuild_wrapper_subclass, T, (T, dtype, size, stride, offset, layout, device,
-# requires_grad), state): the global dtype and shape, and in ``state`` the rank's local tensor(s) and placement.
-DISTRIBUTED_TENSORS = frozenset({
-    ("torch.distributed.tensor", "DTensor"), ("torch.distributed._shard.sharded_tensor.api", "ShardedTensor"),
-})
-_WRAPPER_REBUILD = ("torch._utils", "_rebuild_wrapper_subclass")
-
-
-def _distributed_tensor(func: Any, new_type: Any, args: Any, state: Any) -> Placeholder | None:
-    """A DTensor or ShardedTensor, exactly as pickled: a placeholder of its class holding the wrapper's
-    arguments (without the class) and its state; None for any other rebuild. Nothing is imported or run:
-    formats/ranks/ reads the placement from the record."""
-    if not (_is_placeholder(func, _WRAPPER_REBUILD) and isinstance(new_type, type) and issubclass(new_type, Placeholder)
-            and (new_type._ckpt_module, new_type._ckpt_name) in DISTRIBUTED_TENSORS
-            and isinstance(args, tuple) and len(args) == 8 and args[0] is new_type):
-        return None
-    obj = new_type.__new__(new_type, *args[1:])
-    obj.__setstate__(state)
-    return obj
-
-
-def _is_placeholder(obj: Any, key: tuple[str, str]) -> bool:
-    return isinstance(obj, type) and issubclass(obj, Placeholder) and (obj._ckpt_module, obj._ckpt_name) == key
-
-
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
-    dist = _distributed_tensor(func, new_type, args, state)
+    dist = distributed_tensor(func, new_type, args, state)
     if dist is not None:
         return dist
+    wrapped = wrapper_subclass(func, new_type, args, state)
+    if wrapped is not None:
+        return wrapped
     if func not in _REBUILDERS:
         if isinstance(func, type) and issubclass(func, Placeholder) and is_inert(func._ckpt_module, func._ckpt_name):
             return func(*args)  # a jagged nested tensor (_rebuild_njt): a record of its values and offsets
         raise pickle.UnpicklingError("tensor subclass rebuilt by an unknown function")
     result = func(*args)
-    if isinstance(result, LazyTensor) and isinstance(new_type, type) and issubclass(new_type, Placeholder):
-        result.subclass = f"{new_type._ckpt_module}.{new_type._ckpt_name}"
+    if isinstance(result, LazyTensor) and isinstance(new_type, type) and issubclass(new_type, Placeholder) \
+            and result.quantizer is None and not result.is_parameter:
+        # a subclass over an ordinary storage (as_subclass), or a tensor with attributes: kept with its class
+        # and state, so that nothing is written back as a plain tensor in silence
+        return SubclassTensor.of_tensor(new_type, result, state)
     return result
 
 

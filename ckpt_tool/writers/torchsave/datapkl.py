@@ -14,7 +14,6 @@ pickler, which only happens for objects that --unsafe loaded.
 """
 from __future__ import annotations
 
-import functools
 import pickle
 import struct
 import sys
@@ -26,14 +25,14 @@ from ... import dtypes
 from ...errors import UnsafeContentError
 from ...io.source import MemorySource
 from ...model import StorageRef, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray
+from ...pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, SubclassTensor
 from ..base import OutTensor
 from .inert import save_inert
+from .ints import _int, _int_tuple
+from .subclass import save_subclass
 
 _P = pickle  # opcode constants
 _pack_I = struct.Struct("<I").pack
-_pack_H = struct.Struct("<H").pack
-_pack_i = struct.Struct("<i").pack
 _BY_NAME = dtypes.BY_NAME
 
 
@@ -100,28 +99,6 @@ class _Global:
 
     def __call__(self, *args: Any) -> Any:  # pickle requires reduce functions to be callable
         raise TypeError(f"{self.module}.{self.name} is a name for pickling only")
-
-
-def _int(value: int) -> bytes:
-    if 0 <= value < 256:
-        return _P.BININT1 + bytes((value,))
-    if 0 <= value < 65536:
-        return _P.BININT2 + _pack_H(value)
-    if -(2 ** 31) <= value < 2 ** 31:
-        return _P.BININT + _pack_i(value)
-    encoded = pickle.encode_long(value)
-    return _P.LONG1 + bytes((len(encoded),)) + encoded
-
-
-@functools.lru_cache(maxsize=4096)
-def _int_tuple(values: tuple[int, ...]) -> bytes:
-    n = len(values)
-    if n == 0:
-        return _P.EMPTY_TUPLE
-    body = b"".join(_int(v) for v in values)
-    if n <= 3:
-        return body + (_P.TUPLE1, _P.TUPLE2, _P.TUPLE3)[n - 1]
-    return _P.MARK + body + _P.TUPLE
 
 
 # the pure-Python pickler: its save() dispatch can be extended, the C one's cannot
@@ -216,7 +193,11 @@ class TorchPickler(_PurePickler):
     def save(self, obj: Any, save_persistent_id: bool = True) -> None:
         t = type(obj)
         if t is OutTensor:
-            self._tensor(obj)
+            sub = obj.source.subclass
+            if sub is not None and isinstance(sub.record, SubclassTensor):
+                self._subclass(sub.record)
+            else:
+                self._tensor(obj)
             return
         if t is str:
             self._str(obj)
@@ -236,6 +217,9 @@ class TorchPickler(_PurePickler):
             return
         if isinstance(obj, NumpyArray):
             self._numpy(obj)
+            return
+        if t is SubclassTensor:
+            self._subclass(obj)
             return
         if save_inert(self, obj):
             return
@@ -258,14 +242,22 @@ class TorchPickler(_PurePickler):
             self._qtensor(t, storage, offset, stride, dt, requires_grad)
             self.memoize(ident)
             return
+        rebuild, args = self._tensor_call(t, storage, offset, stride, dt, requires_grad)
+        self.write(rebuild + args + _P.REDUCE)
+        self.memoize(ident)
+
+    def _tensor_call(self, t: OutTensor, storage: Storage, offset: int, stride: tuple[int, ...], dt: dtypes.DType,
+                     requires_grad: bool) -> tuple[bytes, bytes]:
+        """The rebuild function, and its argument tuple (REDUCE not included)."""
         v3 = dt.storage is None
         g = self._global
         numel = storage.nbytes if v3 else storage.nbytes // dt.itemsize
         key = storage.key.encode("ascii")
         # _rebuild_tensor_v2((('storage', torch.<X>Storage, key, 'cpu', numel)), offset, size, stride,
         #                    requires_grad, OrderedDict()[, dtype]); the persistent id is not memoized
-        self.write(b"".join((
-            g("torch._utils", "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2"), _P.MARK, _P.MARK,
+        rebuild = g("torch._utils", "_rebuild_tensor_v3" if v3 else "_rebuild_tensor_v2")
+        return rebuild, b"".join((
+            _P.MARK, _P.MARK,
             self._constant("storage"),
             g("torch.storage", "UntypedStorage") if v3 else g("torch", dt.storage),  # type: ignore[arg-type]
             _P.BINUNICODE, _pack_I(len(key)), key,
@@ -274,9 +266,8 @@ class TorchPickler(_PurePickler):
             _int(offset), _int_tuple(tuple(t.shape)), _int_tuple(tuple(stride)),
             _P.NEWTRUE if requires_grad else _P.NEWFALSE,
             g("collections", "OrderedDict"), _P.EMPTY_TUPLE, _P.REDUCE,
-            g("torch", dt.name) if v3 else b"", _P.TUPLE, _P.REDUCE,
-        )))
-        self.memoize(ident)
+            g("torch", dt.name) if v3 else b"", _P.TUPLE,
+        ))
 
     def _qtensor(self, t: OutTensor, storage: Storage, offset: int, stride: tuple[int, ...], dt: dtypes.DType,
                  requires_grad: bool) -> None:
@@ -301,6 +292,18 @@ class TorchPickler(_PurePickler):
         self.write(_P.TUPLE)
         self.write((_P.NEWTRUE if requires_grad else _P.NEWFALSE)
                    + g("collections", "OrderedDict") + _P.EMPTY_TUPLE + _P.REDUCE + _P.TUPLE + _P.REDUCE)
+
+    def _subclass(self, rec: SubclassTensor) -> None:
+        save_subclass(self, rec)
+
+    def base_call(self, base: LazyTensor, requires_grad: bool) -> tuple[bytes, bytes]:
+        """A subclass's own storage-backed tensor: its rebuild function and argument tuple (writers/torchsave/
+        subclass.py wraps them in ``_rebuild_from_type_v2``)."""
+        meta = _as_meta(base)
+        t = OutTensor("", meta, meta.dtype)
+        storage, offset, stride = self.table.place(t)
+        dt = _BY_NAME.get(t.dtype) or dtypes.lookup(t.dtype)
+        return self._tensor_call(t, storage, offset, stride, dt, requires_grad)
 
     def _numpy(self, arr: NumpyArray) -> None:
         """Re-emit a NumPy array the way NumPy pickles it (metadata only; never a state_dict tensor)."""

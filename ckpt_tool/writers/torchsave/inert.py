@@ -18,9 +18,10 @@ from typing import Any
 
 from ...errors import UnsafeContentError
 from ...pickles import severity
-from ...pickles.unpickle.placeholders import NumpyScalar, Placeholder
+from ...pickles.unpickle.placeholders import NumpyScalar, Placeholder, SubclassTensor
 from ...pickles.unpickle.rebuilders import NumpyDType
 from ...tensors.packed import is_tensor
+from ..base import OutTensor
 
 _MAX_DEPTH = 200
 _DILL = ("dill._dill", "dill.dill", "dill")
@@ -44,6 +45,16 @@ def unwritable(root: Any) -> list[tuple[str, str, str]]:
 
     def walk(obj: Any, where: str, depth: int) -> None:
         if depth > _MAX_DEPTH or id(obj) in seen or len(found) >= 5:
+            return
+        if isinstance(obj, OutTensor) and obj.source.subclass is not None:
+            obj = obj.source.subclass.record
+        if isinstance(obj, SubclassTensor):  # its class is written back, and the objects its state holds
+            seen.add(id(obj))
+            why = why_unwritable(obj.cls._ckpt_module, obj.cls._ckpt_name)
+            if why:
+                found.append((where or "<top>", obj.qualname, why))
+            else:
+                walk(obj.state, where, depth + 1)
             return
         if isinstance(obj, (str, bytes, int, float, bool)) or obj is None or is_tensor(obj):
             return

@@ -7,15 +7,16 @@
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ....io.source import pread_exact
+from ....io.source import MemorySource, pread_exact
 from ....model import TensorMeta
-from ....pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, Placeholder
+from ....pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, Placeholder, SubclassTensor
 from ....writers.base import CHUNK, OutTensor
 from ....writers.sourcebytes import Region, coalesced, file_location, small_location, tensor_data
 from ....writers.torchsave.datapkl import as_meta
+from .quantizer import same_quantizer
+from .subclass import inner_pairs
 
 MAX_REPORTED = 5
 Advance = Callable[[int], None]
@@ -59,6 +60,7 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
     again: verify/early.py), large tensors on ``workers`` threads (default: the cores). The first problems."""
     problems: list[str] = []
     checked: list[tuple[str, OutTensor, TensorMeta]] = []
+    pairs = inner_pairs(pairs, problems)
     for label, exp, act in pairs:
         if act.dtype != exp.dtype:
             problems.append(f"{label}: dtype is {act.dtype}, expected {exp.dtype}")
@@ -227,7 +229,7 @@ def _held(mapping: object) -> Mapping[str, object]:
 
 def tensor_keys(mapping: object) -> list[str]:
     """The keys of a re-read state_dict mapping that hold tensors."""
-    return [str(k) for k, val in _held(mapping).items() if isinstance(val, (LazyTensor, TensorMeta))]
+    return [str(k) for k, val in _held(mapping).items() if isinstance(val, (LazyTensor, TensorMeta, SubclassTensor))]
 
 
 def tensors_in(mapping: object) -> dict[str, TensorMeta]:
@@ -243,40 +245,14 @@ def tensors_in(mapping: object) -> dict[str, TensorMeta]:
 def _tensorish(obj: object) -> TensorMeta | None:
     if isinstance(obj, (LazyTensor, TensorMeta)):
         return as_meta(obj)
+    if isinstance(obj, SubclassTensor):
+        from ....formats.checkpoint.metas import subclass_meta
+
+        return subclass_meta("", obj, _NO_MEMORY)
     return None
 
 
-def _same_number(a: object, b: object) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return struct.pack("<d", a) == struct.pack("<d", b)  # bit for bit: NaN and -0.0 included
-    return bool(a == b)
-
-
-def same_quantizer(where: str, expected: tuple[object, ...] | None, actual: tuple[object, ...] | None,
-                   pairs: list[tuple[str, OutTensor, TensorMeta]]) -> str | None:
-    """A problem when a quantized tensor's scheme, scale, zero point or axis differ; per-channel
-    scales and zero points join ``pairs`` (compared bit for bit with the other tensors)."""
-    if expected is None and actual is None:
-        return None
-    if expected is None or actual is None or len(expected) != len(actual) or str(expected[0]) != str(actual[0]):
-        return f"{where}: quantizer is {_describe_q(actual)}, expected {_describe_q(expected)}"
-    for i, (e, a) in enumerate(zip(expected[1:], actual[1:], strict=True), 1):
-        if isinstance(e, TensorMeta):
-            if not isinstance(a, TensorMeta):
-                return f"{where}: quantizer part {i} is not a tensor"
-            pairs.append((f"{where}<{'scales' if i == 1 else 'zero_points'}>", OutTensor(where, e, e.dtype), a))
-        elif isinstance(e, list):
-            if not isinstance(a, list) or len(a) != len(e) or not all(map(_same_number, e, a)):
-                return f"{where}: quantizer part {i} differs"
-        elif not _same_number(e, a):
-            return f"{where}: quantizer {('scale', 'zero point', 'axis')[min(i, 3) - 1]} is {a!r}, expected {e!r}"
-    return None
-
-
-def _describe_q(q: tuple[object, ...] | None) -> str:
-    return "none (not quantized)" if q is None else f"{q[0]}"
+_NO_MEMORY = MemorySource("<subclass>")
 
 
 class _TreeWalk:
@@ -324,6 +300,15 @@ class _TreeWalk:
         act = _tensorish(a)
         if act is None:
             self.problems.append(f"{where}: expected a tensor, found {type(a).__name__}")
+            return
+        sub = exp.source.subclass
+        if sub is not None and isinstance(sub.record, SubclassTensor) and isinstance(a, SubclassTensor):
+            # the class, outer dtype and shape (compare_pairs), then its state as a tree: its tensors bit for bit
+            # class, dtype and shape; a storage of its own compared here, the tensors of its state below
+            self.pairs.extend(p for p in inner_pairs([(where, exp, act)], self.problems) if p[0] == where)
+            self.walk(sub.record.state, a.state, f"{where}<state>", 1)
+            if sub.record.requires_grad != a.requires_grad or sub.record.device != a.device:
+                self.problems.append(f"{where}: requires_grad or device differs from the source")
             return
         self.pairs.append((where, exp, act))
         problem = same_quantizer(where, exp.source.quantizer if not exp.cast else None, act.quantizer, self.pairs)

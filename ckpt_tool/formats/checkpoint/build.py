@@ -18,7 +18,7 @@ from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, NumpyScalar
 from ...tensors.packed import is_tensor, packed_items
 from .loaded import Loaded
 from .locate import all_tensors_str_keys, choose, is_real_module, module_tensors, tensors_of
-from .metas import layout_warnings, metas_of
+from .metas import layout_warnings, metas_of, record_warnings
 
 SUMMARY_NODES = 100_000  # values rendered by one summarize() call
 
@@ -185,6 +185,7 @@ def _checkpoint(
                         and packed_items(str(k), v) is None)  # packed params' tensors are in held
     warnings.extend(reference_warnings(loaded.references))
     warnings.extend(layout_warnings(tensors))
+    warnings.extend(record_warnings(root))
     sources = tuple(loaded.sources) + ((memory,) if memory.buffers else ())
     return Checkpoint(
         path=path, format=loaded.format, tensors=tuple(tensors), layout=layout,

@@ -15,7 +15,7 @@ from typing import Any
 from ...errors import InputError
 from ...io.source import MemorySource
 from ...model import StorageRef, SubclassMeta, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, SubclassTensor
+from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, Placeholder, SubclassTensor
 
 _KEY = attrgetter("key")
 _DEVICE = attrgetter("device")
@@ -206,3 +206,36 @@ def layout_warnings(tensors: list[TensorMeta]) -> list[str]:
         sample = "; ".join(" = ".join(ks[:3]) for ks in shared[:3])
         warnings.append(f"{sum(len(s) for s in shared)} tensors share storage ({sample})")
     return warnings
+
+
+def record_warnings(root: Any) -> list[str]:
+    """Tensors torch rebuilds in a layout ckpt keeps as records (sparse COO/CSR/CSC/BSR/BSC, other ``_rebuild_*``
+    calls): never dropped in silence. They are listed under metadata, not compared or checked for NaN; a .pth
+    output writes them back as pickled, flat outputs refuse them (writers/layout.py)."""
+    found: list[str] = []
+    _records(root, "", 0, found)
+    if not found:
+        return []
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    return [f"{len(found)} tensor(s) torch rebuilds in a layout ckpt keeps as a record ({shown}): listed under "
+            "metadata, not compared or checked for NaN; a .pth output writes them back as they are, .safetensors "
+            "and other flat outputs refuse them"]
+
+
+def _records(obj: Any, at: str, depth: int, found: list[str]) -> None:
+    if depth > 8:
+        return
+    if isinstance(obj, Placeholder) and obj._ckpt_module.startswith("torch") and obj._ckpt_name.startswith("_rebuild"):
+        found.append(f"{at or '<root>'}: {_describe_record(obj)}")
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _records(v, f"{at}.{k}" if at else str(k), depth + 1, found)
+
+
+def _describe_record(obj: Placeholder) -> str:
+    args = obj.args
+    if obj._ckpt_name == "_rebuild_sparse_tensor" and len(args) == 2 and isinstance(args[1], tuple):
+        layout = str(args[0]).removeprefix("torch.")
+        size = next((a for a in args[1] if isinstance(a, tuple) and all(type(d) is int for d in a)), None)
+        return f"{layout} {list(size)}" if size is not None else layout
+    return f"{obj._ckpt_module}.{obj._ckpt_name}"

@@ -247,6 +247,13 @@ class DTypeRef:
     name: str
 
 
+class LayoutRef(str):
+    """``torch.serialization._get_layout("torch.sparse_coo")``: the layout's name, which the torch writer writes
+    back as that call (a plain string would reach torch's rebuilds as a str, which they refuse)."""
+
+    __slots__ = ()
+
+
 @dataclass
 class StorageType:
     """``torch.FloatStorage`` and friends: a dtype for persistent ids."""

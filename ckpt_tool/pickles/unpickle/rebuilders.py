@@ -18,6 +18,7 @@ from ... import dtypes
 from ..inert import is_inert
 from .placeholders import (
     DTypeRef,
+    LayoutRef,
     LazyStorage,
     LazyTensor,
     NumpyArray,
@@ -144,8 +145,8 @@ def _torch_device(spec: Any, index: Any = None) -> str:
     return f"{spec}:{index}" if index is not None and ":" not in spec else spec
 
 
-def _get_layout(name: Any) -> str:
-    return str(name)
+def _get_layout(name: Any) -> LayoutRef:
+    return LayoutRef(str(name))
 
 
 class _NumpyDType:

@@ -25,7 +25,7 @@ from ... import dtypes
 from ...errors import UnsafeContentError
 from ...io.source import MemorySource
 from ...model import StorageRef, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, SubclassTensor
+from ...pickles.unpickle.placeholders import DTypeRef, LayoutRef, LazyTensor, NumpyArray, SubclassTensor
 from ..base import OutTensor
 from .inert import save_inert
 from .ints import _int, _int_tuple
@@ -201,6 +201,11 @@ class TorchPickler(_PurePickler):
             return
         if t is str:
             self._str(obj)
+            return
+        if t is LayoutRef:  # torch.serialization._get_layout(name), as torch.save wrote it
+            self.write(self._global("torch.serialization", "_get_layout"))
+            self._str(str(obj))
+            self.write(_P.TUPLE1 + _P.REDUCE)
             return
         if t is dict or t is OrderedDict:
             self._mapping(obj)

@@ -201,6 +201,25 @@ def test_strict_fails_on_a_compressed_member_torch_save_never_writes(tmp_path, r
     assert gate([str(src)], strict=True).passed  # what torch.save writes: no such warning
 
 
+def test_sparse_tensors_are_named_warned_under_strict_and_written_back_to_pth(tmp_path, run_cli):
+    """Sparse COO/CSR tensors: ckpt keeps them as records (never dropped in silence): inspect says so, --strict
+    fails on it, a .pth output loads in torch equal to the source, a .safetensors output is refused naming them."""
+    src = tmp_path / "sparse.pth"
+    dense = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, 3.0]])
+    torch.save({"w": torch.ones(2), "coo": dense.to_sparse(), "csr": dense.to_sparse_csr()}, src)
+    r = run_cli("inspect", str(src))
+    assert r.code == 0 and "coo: sparse_coo [2, 3]" in r.out and "csr: sparse_csr [2, 3]" in r.out, r.out
+    assert gate([str(src)]).passed
+    assert "sparse_coo" in check(gate([str(src)], strict=True), "warnings").detail
+    out = tmp_path / "out.pth"
+    assert run_cli("migrate", str(src), "-o", str(out)).code == 0
+    got, want = torch.load(out, weights_only=True), torch.load(src, weights_only=True)
+    for k in ("coo", "csr"):
+        assert got[k].layout == want[k].layout and torch.equal(got[k].to_dense(), want[k].to_dense()), k
+    r = run_cli("migrate", str(src), "-o", str(tmp_path / "out.safetensors"))
+    assert r.code == 2 and "'coo'" in r.err + r.out and not (tmp_path / "out.safetensors").exists()
+
+
 def test_unreadable_file_is_an_error_and_the_others_are_still_checked(tmp_path, clean, run_cli):
     broken = tmp_path / "broken.pth"
     broken.write_bytes(clean.read_bytes()[:300])

@@ -1,7 +1,6 @@
 """The walk's machine state and the opcodes that only move data: constants, containers, stack, memo.
 
-pickles/walk/walker.py adds what judges a pickle (globals, calls, objects) and
-the dispatch table; the split keeps each part readable on its own.
+walker.py adds what judges a pickle (globals, calls, objects) and the dispatch table.
 """
 from __future__ import annotations
 
@@ -60,10 +59,9 @@ class WalkState:
         self.memo: dict[int, object] = {}
         self.seen: set[tuple[str, str]] = set()
         self.misused: set[tuple[str, str]] = set()  # idiom globals used some other way
-        self.watching = False  # an idiom global has been named: track where it flows
+        self.watching = False  # an idiom global was named: track where it flows
         self.called: set[tuple[str, str]] = set()
-        # globals only met where torch's own rebuild vouches for them (a ShardedTensor without RPC state)
-        self.vouched: set[tuple[str, str]] = set()
+        self.vouched: set[tuple[str, str]] = set()  # met where a reviewed pattern vouches (vouch.py)
         self.plain: dict[tuple[str, str], Made] = {}  # callees the walk has nothing more to say about
         self.pid_glob: object = None  # the global the last persistent id named (judged already)
         self.opcodes = 0

@@ -23,7 +23,7 @@ from typing import BinaryIO, ClassVar
 
 from ...model import GlobalRef
 from .. import severity as levels
-from ..inert import SHALLOW, is_inert
+from ..inert import SHALLOW
 from .values import (
     BYTES_IO,
     DILL,
@@ -52,6 +52,7 @@ __all__ = ["NESTED_LOADERS", "BytesRef", "Finding", "Walk", "walk"]
 
 from .judging import PERSISTENT_LOAD, Judging
 from .state import WalkStop
+from .vouch import FROM_TYPE, SHARDED_TENSOR, catalogued_nested, only_vouched, sharded_tensor_rebuild
 
 
 def walk(
@@ -89,9 +90,10 @@ class _Walker(Judging):
             # A malformed argument: the real unpickler stops here too; what ran before is reported.
             w.error = f"malformed pickle: {exc} (near offset {self.f.tell()})"
         w.opcodes = self.opcodes
-        if self.vouched:
-            w.globals = [GlobalRef(g.module, g.name, levels.SAFE, g.where) if self._only_vouched(g) else g
-                         for g in w.globals]
+        if self.vouched:  # globals met only where a reviewed pattern vouches for them (walk/vouch.py)
+            sure = [only_vouched(g, self.vouched, self.called, self.misused) for g in w.globals]
+            w.globals = [GlobalRef(g.module, g.name, levels.SAFE, g.where) if ok else g
+                         for g, ok in zip(w.globals, sure, strict=True)]
         if any(g.module in DILL for g in w.globals):
             w.globals = [
                 GlobalRef(g.module, g.name, levels.SUSPICIOUS, g.where)
@@ -121,14 +123,14 @@ class _Walker(Judging):
 
     def call_global(self, func: Glob, args: object, how: str) -> object:
         key = (func.module, func.name)
-        if key in GETATTR and how == "call" and args.__class__ is tuple and _catalogued_nested(args):
+        if key in GETATTR and how == "call" and args.__class__ is tuple and catalogued_nested(args):
             # getattr(ShardedTensor, "ProcessGroupState"): how protocol 2 names a nested class; when the
             # dotted name is reviewed (the catalog), getattr only resolves a constant attribute: judged as that
             # name, and neither getattr nor the outer class counts as called
             outer, inner = args
             self.vouched.update((key, (outer.module, outer.name)))  # the outer class only spells the name
             return self.add_global(outer.module, f"{outer.name}.{inner}")
-        if key in FROM_TYPE and how == "call" and args.__class__ is tuple and _sharded_tensor_rebuild(args):
+        if key in FROM_TYPE and how == "call" and args.__class__ is tuple and sharded_tensor_rebuild(args):
             # torch.save's ShardedTensor: rebuilt by _rebuild_wrapper_subclass, then __setstate__ with
             # init_rrefs=False only checks ranks (with it True, it would join an RPC agent: judged as usual)
             self.vouched.add(SHARDED_TENSOR)
@@ -243,16 +245,6 @@ class _Walker(Judging):
         if not items:
             raise WalkStop("OBJ without a class")
         self.stack.append(self.call(items[0], tuple(items[1:]), "instantiation"))
-
-    def _only_vouched(self, g: GlobalRef) -> bool:
-        """Met only where a reviewed pattern vouches for it: getattr only ever resolving a catalogued nested class
-        (and flowing nowhere else), its outer class and ShardedTensor never called but there."""
-        key = (g.module, g.name)
-        if key not in self.vouched:
-            return False
-        if key in GETATTR:
-            return key not in self.misused and g.severity == levels.DANGEROUS
-        return key not in self.called and g.severity == levels.SUSPICIOUS
 
     def load_build(self) -> None:
         state = self.pop()
@@ -377,33 +369,6 @@ def _dill_getattr(argv: tuple[object, ...]) -> bool:
     if not (isinstance(mod, Glob) and (mod.module, mod.name) in DILL_MODULE):
         return False
     return len(argv) == 2 or (isinstance(argv[2], Glob) and (argv[2].module, argv[2].name) in SETATTR)
-
-
-FROM_TYPE = frozenset([("torch._tensor", "_rebuild_from_type_v2")])
-SHARDED_TENSOR = ("torch.distributed._shard.sharded_tensor.api", "ShardedTensor")
-_WRAPPER = ("torch._utils", "_rebuild_wrapper_subclass")
-
-
-def _sharded_tensor_rebuild(argv: tuple[object, ...]) -> bool:
-    """``_rebuild_from_type_v2(_rebuild_wrapper_subclass, ShardedTensor, (ShardedTensor, ...), state)`` with
-    the state torch.save writes and ``init_rrefs`` the constant False (ShardedTensor.__getstate__)."""
-    if len(argv) != 4:
-        return False
-    func, new_type, inner, state = argv
-    return (isinstance(func, Glob) and (func.module, func.name) == _WRAPPER and isinstance(new_type, Glob)
-            and (new_type.module, new_type.name) == SHARDED_TENSOR and isinstance(inner, tuple) and bool(inner)
-            and isinstance(inner[0], Glob) and (inner[0].module, inner[0].name) == SHARDED_TENSOR
-            and isinstance(state, tuple) and len(state) == 5 and state[4] is False)
-
-
-def _catalogued_nested(argv: tuple[object, ...]) -> bool:
-    """``getattr(Outer, "name")`` whose dotted name ``Outer.name`` the catalog reviewed (a nested class, or a
-    method mmengine's HistoryBuffer pickles by reference)."""
-    if len(argv) != 2:
-        return False
-    outer, inner = argv
-    return isinstance(outer, Glob) and isinstance(inner, str) and inner.isidentifier() \
-        and not inner.startswith("_") and is_inert(outer.module, f"{outer.name}.{inner}")
 
 
 def _nested_class(argv: tuple[object, ...]) -> bool:

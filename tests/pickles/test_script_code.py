@@ -262,3 +262,11 @@ def test_the_committed_operator_table_is_what_the_generator_writes_for_this_torc
                          timeout=300, check=True)
     committed = (root / "ckpt_tool" / "pickles" / "script" / "ops.txt").read_text(encoding="utf-8")
     assert run.stdout == committed, "regenerate: python tools/script_ops.py > ckpt_tool/pickles/script/ops.txt"
+
+
+def test_a_local_or_parameter_called_is_unreviewed_even_under_a_builtins_name() -> None:
+    code = ("class M(Module):\n  def __setstate__(self: __torch__.M, s: str, print: Any) -> NoneType:\n"
+            "    print(s)\n    return None\n")
+    assert [(f.spelled, f.judged.kind) for f in judge_code({"a/code/__torch__.py": code})] == [("print", "unreviewed")]
+    assert _judge_raw("    len = self.fn\n    y = len(s)\n")[0].spelled == "len"
+    assert _judge_raw("    y = len(s)\n    print(y)\n") == []

@@ -37,7 +37,7 @@ from .members import (
 )
 from .pt2_layout import archive_root
 from .pt2_scan import walk_export
-from .script import judge_code
+from .script import judge_code, read_code
 from .severity import Severity
 from .walk.walker import BytesRef, Finding, Walk, walk
 
@@ -338,22 +338,17 @@ class Scanner:
         see. An unknown callable is dangerous (an archive saved with only
         torch's own operators names none).
         """
+        texts, errors = read_code(blob, entries, self.limits.max_pickle_bytes)
+        for name, message in errors.items():
+            self.error(f"{where} > {name}" if where else name, message.replace(f"{self.path}: ", ""))
         calls: dict[tuple[str, str], str] = {}
-        texts: dict[str, str] = {}
-        for e in entries:
-            if not (e.name.endswith(".py") and ("/code/" in e.name or e.name.startswith("code/"))):
-                continue
-            label = f"{where} > {e.name}" if where else e.name
-            try:
-                code = member_blob(blob, e, self.limits.max_pickle_bytes)
-                text = code.read(0, code.length).decode("utf-8", "replace")
-            except CkptError as exc:
-                self.error(label, exc.message.replace(f"{self.path}: ", ""))
-                continue
-            texts[e.name] = text
+        for name, text in texts.items():
             for call in script_calls(text):
-                calls.setdefault(call, label)
-        self.load_time_code(texts, where)
+                calls.setdefault(call, f"{where} > {name}" if where else name)
+        for f in judge_code(texts):  # the code torch.jit.load runs, op by op (pickles/script/)
+            module, _, op = f.spelled.rpartition(".")
+            self.called(module or "TorchScript", op, f"{where} > {f.where}" if where else f.where)
+            self.finding(severity.DANGEROUS, f.message, where or "zip")
         for (module, name), label in sorted(calls.items()):
             self.called(module, name, label)
         if calls:
@@ -361,19 +356,6 @@ class Scanner:
             self.finding(severity.DANGEROUS, f"TorchScript code calls {shown}: operators outside torch's built-in "
                          f"namespaces ({', '.join(sorted(BUILTIN_OP_NAMESPACES))}), native code of whatever library "
                          "registered them, run at load (__setstate__) or on a call", where or "zip")
-
-    def load_time_code(self, texts: dict[str, str], where: str) -> None:
-        """The code torch.jit.load runs (``__setstate__`` and all it reaches): each operator outside the
-        reviewed table (ckpt_tool/pickles/script/ops.txt), or callee ckpt cannot resolve, is dangerous,
-        named with the method and line that reach it."""
-        for f in judge_code(texts):
-            module, _, name = f.spelled.rpartition(".")
-            at = f"{where} > {f.where}" if where else f.where
-            self.called(module or "TorchScript", name, at)
-            what = (f"{f.judged.op}: {f.judged.reason}" if f.judged.kind == "denied"
-                    else f"unreviewed: {f.judged.reason}")
-            self.finding(severity.DANGEROUS, f"TorchScript code that torch.jit.load runs calls {f.spelled} "
-                         f"({what}) at {f.where}", where or "zip")
 
     def member(self, blob: Blob, entry: Member, where: str, depth: int, *, lenient: bool) -> None:
         label = f"{where} > {entry.name}" if where else entry.name

@@ -262,3 +262,37 @@ def test_the_committed_operator_table_is_what_the_generator_writes_for_this_torc
                          timeout=300, check=True)
     committed = (root / "ckpt_tool" / "pickles" / "script" / "ops.txt").read_text(encoding="utf-8")
     assert run.stdout == committed, "regenerate: python tools/script_ops.py > ckpt_tool/pickles/script/ops.txt"
+
+
+def test_a_local_or_parameter_called_is_unreviewed_even_under_a_builtins_name() -> None:
+    code = ("class M(Module):\n  def __setstate__(self: __torch__.M, s: str, print: Any) -> NoneType:\n"
+            "    print(s)\n    return None\n")
+    assert [(f.spelled, f.judged.kind) for f in judge_code({"a/code/__torch__.py": code})] == [("print", "unreviewed")]
+    assert _judge_raw("    len = self.fn\n    y = len(s)\n")[0].spelled == "len"
+    assert _judge_raw("    y = len(s)\n    print(y)\n") == []
+
+
+REFUSED = {  # spellings torch's TorchScript compiler refuses in an archive's code (measured below)
+    "set_num_threads": ("torch.set_num_threads(1)", "torch.set_num_threads"),
+    "set_default_dtype": ("torch.set_default_dtype(torch.float64)", "torch.set_default_dtype"),
+    "load_library": ('torch.ops.load_library("/nonexistent/lib.so")', "torch.ops.load_library"),
+}
+
+
+def test_what_torch_refuses_to_compile_is_still_never_safe(tmp_path: Path) -> None:
+    """torch.jit.load refuses these (not TorchScript operators); ckpt, reading statically, names them
+    unreviewed: dangerous, never safe (the static reading does not depend on what this torch compiles)."""
+    paths = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = script_cases._save(script_cases.FromFile(str(tmp_path / "unused")), tmp_path / "base.pt")
+        for name, (line, _) in REFUSED.items():
+            paths[name] = script_cases._edit(base, tmp_path / f"{name}.pt", line + "\n    self.w = (s)[0]")
+    run = subprocess.run([sys.executable, "-c", _CHILD, *map(str, paths.values())], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path, check=True)
+    loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    for name, path in paths.items():
+        assert loaded[str(path)]["error"], name  # torch refuses to compile it
+        (f,) = scan([str(path)]).files
+        assert f.verdict == "dangerous"
+        assert any(g.qualname == REFUSED[name][1] and "__setstate__:" in g.where for g in f.globals), f.globals

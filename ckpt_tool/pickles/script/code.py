@@ -42,6 +42,12 @@ class CodeFinding:
         via = "" if self.entry == self.function else f", reached from {self.entry}"
         return f"{self.function}:{self.line} ({self.file}{via})"
 
+    @property
+    def message(self) -> str:
+        what = (f"{self.judged.op}: {self.judged.reason}" if self.judged.kind == "denied"
+                else f"unreviewed: {self.judged.reason}")
+        return f"TorchScript code that torch.jit.load runs calls {self.spelled} ({what}) at {self.where}"
+
 
 @dataclass
 class _Func:
@@ -49,6 +55,7 @@ class _Func:
     file: str
     node: ast.AST  # FunctionDef, or the module / class body outside functions
     cls: str | None = None
+    module: str = ""  # the code file's module (``__torch__.a.b``): where a bare name is looked up
 
 
 @dataclass
@@ -82,24 +89,26 @@ def _index(files: dict[str, str]) -> _Index:
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
                 q = f"{module}.{stmt.name}"
-                idx.functions.setdefault(q, []).append(_Func(q, member, stmt))
+                idx.functions.setdefault(q, []).append(_Func(q, member, stmt, None, module))
             elif isinstance(stmt, ast.ClassDef):
                 cq = f"{module}.{stmt.name}"
                 idx.classes.add(cq)
                 body: list[ast.stmt] = [ast.Expr(d) for d in stmt.decorator_list]
                 for item in stmt.body:
                     if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
-                        f = _Func(f"{cq}.{item.name}", member, item, cq)
+                        f = _Func(f"{cq}.{item.name}", member, item, cq, module)
                         idx.functions.setdefault(f.qualname, []).append(f)
                         idx.by_method.setdefault(item.name, []).append(f)
                     else:
                         body.append(item)
                 if body:
-                    idx.bodies.append(_Func(f"{cq} (class body)", member, ast.Module(body=body, type_ignores=[])))
+                    idx.bodies.append(_Func(f"{cq} (class body)", member, ast.Module(body=body, type_ignores=[]),
+                                              None, module))
             else:
                 loose.append(stmt)
         if loose:
-            idx.bodies.append(_Func(f"{module} (top level)", member, ast.Module(body=loose, type_ignores=[])))
+            idx.bodies.append(_Func(f"{module} (top level)", member, ast.Module(body=loose, type_ignores=[]),
+                                          None, module))
     return idx
 
 
@@ -166,16 +175,20 @@ class _Reader:
         elif called:
             self.flag(f, node, q, Judged("unreviewed", q, "code ckpt cannot find in the archive"), entry)
 
-    def call(self, f: _Func, node: ast.Call, aliases: dict[str, list[str]], entry: str) -> None:
+    def call(self, f: _Func, node: ast.Call, aliases: dict[str, list[str]], entry: str, local_names: set[str]) -> None:
         fn = node.func
         if isinstance(fn, ast.Name) and fn.id in aliases:
             chain: list[str] | None = aliases[fn.id]
+        elif isinstance(fn, ast.Name) and fn.id in local_names:  # a parameter or a local, perhaps shadowing a builtin
+            self.flag(f, node, fn.id, Judged("unreviewed", fn.id, "a call of a local value ckpt cannot resolve"),
+                      entry)
+            return
         elif isinstance(fn, ast.Name):
             if fn.id in ("getattr", "hasattr") and not (len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
                 self.flag(f, node, f"{fn.id}(..., <computed name>)",
                           Judged("unreviewed", fn.id, "a name built at run time"), entry)
                 return
-            local = f"{f.qualname.rsplit('.', 2 if f.cls else 1)[0]}.{fn.id}"
+            local = f"{f.module}.{fn.id}"
             if fn.id == "getattr":  # getattr(torch, "from_file"): a reference, maybe called later
                 chain = _chain(node)
                 if chain is not None:
@@ -214,6 +227,7 @@ class _Reader:
 
     def read(self, f: _Func, entry: str) -> None:
         aliases: dict[str, list[str]] = {}
+        local_names = _local_names(f.node)
         for node in _walk(f.node):
             if isinstance(node, ast.Assign | ast.AnnAssign):
                 value = node.value
@@ -228,14 +242,13 @@ class _Reader:
                     root = (node.module.split(".") if isinstance(node, ast.ImportFrom) and node.module else [])
                     aliases[(a.asname or a.name).split(".")[0]] = root + a.name.split(".") if root else [a.name]
             elif isinstance(node, ast.Call):
-                self.call(f, node, aliases, entry)
+                self.call(f, node, aliases, entry, local_names)
             elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 chain = _chain(node)
                 if chain is not None:
                     self.reference(f, node, chain, entry)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                local = f"{f.qualname.rsplit('.', 2 if f.cls else 1)[0]}.{node.id}"
-                for g in self.idx.functions.get(local, []):
+                for g in self.idx.functions.get(f"{f.module}.{node.id}", []):
                     self.reach(g, entry)
             elif isinstance(node, ast.With | ast.AsyncWith):
                 for name in ("__enter__", "__exit__"):
@@ -249,6 +262,17 @@ class _Reader:
         denied = denied_in_chain(chain)
         if denied is not None:
             self.flag(f, node, ".".join(chain), denied, entry)
+
+
+def _local_names(node: ast.AST) -> set[str]:
+    """Every name a function binds (parameters, assignments, loop and with targets): none is a builtin there."""
+    out: set[str] = set()
+    for n in _walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del):
+            out.add(n.id)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+    return out
 
 
 def _walk(node: ast.AST) -> Iterator[ast.AST]:

@@ -475,3 +475,14 @@ def test_weights_only_under_an_older_torch_needs_the_release_that_added_the_dtyp
         assert r.code == 0, r.err
         wo = json.loads(r.out)["weights_only"]
         assert (wo["loads"], wo["needs"]) == (loads, [] if loads else [f"torch.{dtype}"]), version
+
+
+@pytest.mark.parametrize(("key", "label", "numel"), [
+    ("bits8", "uint8", 4), ("bits16", "uint16", 4), ("bits4x2", "uint8", 4), ("float4_e2m1fn_x2", "float32", 8),
+    ("qint8", "float32", 4), ("quint4x2", "float32", 4), ("float8_e4m3fn", "float32", 4)])
+def test_diff_says_what_the_values_were_compared_as(pairs, key, label, numel):
+    """Identical pairs (the byte fast path) and differing ones (torch) report the same figures' basis."""
+    for b in pairs[key]:
+        r = cli("diff", "--values", "--json", str(pairs[key][0]), str(b))
+        (v,) = json.loads(r.out)["values"]
+        assert (v["compared_as"], v["numel"]) == (label, numel), b

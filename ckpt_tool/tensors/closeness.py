@@ -161,6 +161,16 @@ def compare_dtype(a: str, b: str) -> str:
     return "float32"
 
 
+def compared_as(a: str, b: str) -> str:
+    """What ValueDiff.compared_as says: compare_dtype's, or for two tensors read through bitwise.py (bits,
+    float4, quantized, sub-byte integers) of the same kind the dtype they were read as (uint8, float32)."""
+    from .bitwise import compared_dtype, needs_values
+
+    if (needs_values(a) or needs_values(b)) and compared_dtype(a) == compared_dtype(b):
+        return compared_dtype(a)
+    return compare_dtype(a, b)
+
+
 def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, histograms: bool = False,
                  _threads: list[int] | None = None) -> ValueDiff:
     """Max |a-b|, max |a-b|/|b|, the float64 sums, NaN/Inf counts and allclose(a, b, rtol, atol, equal_nan=True).
@@ -218,7 +228,7 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
             _finite_chunk(acc, ad, yb, atol, rtol)
         else:
             _general_chunk(acc, xs, ys, xa, yb, ad, not is_float, atol, rtol)
-    return acc.result(ta.key, numel, cd)
+    return acc.result(ta.key, numel, compared_as(ta.dtype, tb.dtype))
 
 
 @dataclass

@@ -16,7 +16,8 @@ from typing import Any
 
 from ..model import TensorMeta
 from ..progress import NO_PROGRESS, Progress
-from .closeness import CHUNK, Acc, ValueDiff, compare_dtype, compare_pair, worst
+from .bitwise import compared_numel
+from .closeness import CHUNK, Acc, ValueDiff, compare_dtype, compare_pair, compared_as, worst
 
 
 def compare_values(
@@ -337,7 +338,7 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float, rto
 
 def _zero_diff(ta: TensorMeta, tb: TensorMeta) -> ValueDiff:
     """The ValueDiff of a pair that holds the same bytes, none of them NaN or Inf."""
-    return ValueDiff(ta.key, 0.0, 0.0, 0, 0, 0, 0, True, 0, ta.numel, compare_dtype(ta.dtype, tb.dtype))
+    return ValueDiff(ta.key, 0.0, 0.0, 0, 0, 0, 0, True, 0, compared_numel(ta), compared_as(ta.dtype, tb.dtype))
 
 
 _SMALL_PAIR = 256 << 10  # bytes: pairs of smaller tensors are tested in batches, without the worker threads

@@ -475,3 +475,34 @@ def test_weights_only_under_an_older_torch_needs_the_release_that_added_the_dtyp
         assert r.code == 0, r.err
         wo = json.loads(r.out)["weights_only"]
         assert (wo["loads"], wo["needs"]) == (loads, [] if loads else [f"torch.{dtype}"]), version
+
+
+@pytest.mark.parametrize(("key", "label", "numel"), [
+    ("bits8", "uint8", 4), ("bits16", "uint16", 4), ("bits4x2", "uint8", 4), ("float4_e2m1fn_x2", "float32", 8),
+    ("qint8", "float32", 4), ("quint4x2", "float32", 4), ("float8_e4m3fn", "float32", 4)])
+def test_diff_says_what_the_values_were_compared_as(pairs, key, label, numel):
+    """Identical pairs (the byte fast path) and differing ones (torch) report the same figures' basis."""
+    for b in pairs[key]:
+        r = cli("diff", "--values", "--json", str(pairs[key][0]), str(b))
+        (v,) = json.loads(r.out)["values"]
+        assert (v["compared_as"], v["numel"]) == (label, numel), b
+
+
+@pytest.mark.parametrize("key", ALL)
+def test_scan_and_gate_of_each_dtype(pairs, key):
+    """Per dtype: scan calls it safe, the gate passes it; --strict fails only on a dtype outside the usual set,
+    naming it (the policy the contract states: a warning under --strict)."""
+    from ckpt_tool.commands.gate.checks import USUAL_DTYPES
+
+    path = str(pairs[key][0])
+    scan = cli("scan", "--json", path)
+    assert scan.code == 0 and json.loads(scan.out)["files"][0]["verdict"] == "safe", scan.err
+    gate = cli("gate", "--json", path)
+    assert gate.code == 0, gate.out
+    strict = cli("gate", "--strict", "--json", path)
+    checks = {c["name"]: c for c in json.loads(strict.out)["files"][0]["checks"]}
+    dtype = "qint8" if key == "qint8_per_channel" else key
+    if dtype in USUAL_DTYPES:
+        assert strict.code == 0, strict.out
+    else:
+        assert strict.code == 1 and f"unusual dtypes: {dtype} x1" in checks["warnings"]["detail"]

@@ -113,3 +113,14 @@ def test_an_autoep_run_is_refused_not_read_with_wrong_keys(tmp_path):
     torch.save(states, path)
     result = cli("inspect", str(tag.parent))
     assert result.code == 2 and "AutoEP" in result.err
+
+
+def test_an_expert_file_beyond_num_experts_is_judged_and_left_out(tmp_path):
+    torch = pytest.importorskip("torch")
+    tag = _copy("zero1_ep1", tmp_path)
+    torch.save({"moe2.deepspeed_moe.experts.deepspeed_experts.4.weight": torch.zeros(8, 8)},
+               tag / "layer_1_expert_4_mp_rank_00_model_states.pt")
+    doc = json.loads(cli("inspect", str(tag.parent), "--json").out)
+    info = json.loads((MOE / "zero1_ep1" / "expected.json").read_text())
+    assert {t["key"] for t in doc["tensors"]} == set(info["expected"])
+    assert any("beyond the states' num_experts [4, 4]" in w and "layer_1_expert_4" in w for w in doc["warnings"])

@@ -78,6 +78,22 @@ def test_deepspeed_run_folder_over_http(run_cli, server: RangeServer, run: str) 
     assert json.loads(remote.out)["remote"]["requests"] == len(log) == 4 + len(ranks)
 
 
+@pytest.mark.parametrize("run", ["zero0_ep2", "zero2_ep2"])
+def test_deepspeed_moe_run_over_http_reads_every_file_once(run_cli, server: RangeServer, run: str) -> None:
+    """A MoE run (issue 32): the same document as the local folder; every file DeepSpeed's loader opens (model
+    states, ZeRO or expp_rank optimizer files, every expert file) is requested, none twice."""
+    local = run_cli("inspect", "--json", str(FIXTURES / "deepspeed_moe" / run))
+    assert local.code == 0, local
+    server.clear()
+    remote = run_cli("inspect", "--json", f"{server.url}/deepspeed_moe/{run}/")
+    assert remote.code == 0, remote
+    assert training_doc(remote.out) == training_doc(local.out)
+    files = [r.path for r in _log(server) if r.path.endswith(".pt")]
+    assert sorted(set(files)) == sorted(f"/deepspeed_moe/{run}/global_step1/{n}"
+                                        for n in _rank_files(FIXTURES / "deepspeed_moe" / run / "global_step1"))
+    assert len(files) == len(set(files))
+
+
 def test_deepspeed_tag_folder_over_http(run_cli, server: RangeServer) -> None:
     folder = FIXTURES / "deepspeed" / "zero2_bf16" / "global_step1"
     local = run_cli("inspect", "--json", str(folder))
@@ -122,6 +138,8 @@ def _digest(path: Path) -> dict[str, str]:
     ("dcp_multi/fsdp2", "model.pth", []),  # the optimizer's non-tensor values read from their shards
     ("dcp_multi/model_only", "shards", ["--max-shard-size", "200B", "--workers", "2"]),
     ("dist_safetensors/run", "model.safetensors", []),  # torch's distributed safetensors: slices by header
+    ("deepspeed_moe/zero2_ep2", "model.safetensors", ["--workers", "2"]),  # MoE: every expert file (issue 32)
+    ("deepspeed_moe/zero0_ep2", "model.pth", []),
     ("ranks/fsdp2_tp", "shards", ["--max-shard-size", "200B", "--workers", "2"]),  # per-rank DTensor files
 ])
 def test_consolidating_a_url_gives_the_local_output(run_cli, server: RangeServer, tmp_path: Path, source: str,

@@ -80,20 +80,24 @@ def judge_strays(run: RunFiles, reader: _Reader) -> None:
                            "judged, their tensors not read as the model's")
 
 
-def _check_files(run: RunFiles, counts: list[int] | None, legacy: bool) -> None:
-    """Every expert file the loader would open is here (a missing one is an error, never a dropped expert)."""
+def _check_files(run: RunFiles, counts: list[int] | None, legacy: bool) -> set[tuple[int, int]]:
+    """Every expert file the loader would open is here (a missing one is an error, never a dropped expert);
+    returns the (layer, expert) pairs it opens."""
     if not counts:
-        return
+        return set()
     have = {(f.layer, f.expert) for f in run.experts}
     layers = [-1] if legacy else list(range(len(counts)))
+    wanted = set()
     for layer, count in zip(layers, counts, strict=True):
         for expert in range(count):
+            wanted.add((layer, expert))
             if (layer, expert) not in have:
                 name = (f"expert_{expert}_mp_rank_{run.mp:02d}_model_states.pt" if layer < 0 else
                         f"layer_{layer}_expert_{expert}_mp_rank_{run.mp:02d}_model_states.pt")
                 raise InputError(f"the model states name {count} experts in MoE layer {max(layer, 0)}, but {name} "
                                  "is missing: DeepSpeed's load_checkpoint opens it (not saved, or not copied)",
                                  run.folder)
+    return wanted
 
 
 def expert_tensors(run: RunFiles, m0: Mapping[Any, Any], reader: _Reader) -> dict[str, LazyTensor]:
@@ -108,10 +112,19 @@ def expert_tensors(run: RunFiles, m0: Mapping[Any, Any], reader: _Reader) -> dic
         raise InputError("an AutoEP MoE run (ds_autoep_layers in the model states): its fused expert tensors are "
                          "not consolidated yet", run.model[0][1])
     legacy = type(m0.get("num_experts")) is int
-    _check_files(run, counts, legacy)
+    wanted = _check_files(run, counts, legacy)
     out: dict[str, LazyTensor] = {}
     odd: list[str] = []
+    extra = [f for f in run.experts if (f.layer, f.expert) not in wanted]
+    for f in extra:  # judged all the same: a file beside the run is one a differently built model would open
+        reader.value(f.path)
+    if extra:
+        reader.warnings.append(f"expert file(s) beyond the states' num_experts {counts} are judged, their tensors "
+                               f"left out (DeepSpeed does not open them for this model): "
+                               f"{', '.join(paths.basename(f.path) for f in extra[:5])}")
     for f in run.experts:
+        if (f.layer, f.expert) not in wanted:
+            continue
         sd = reader.pickle(f.path)
         for name, value in sd.items():
             key = str(name)

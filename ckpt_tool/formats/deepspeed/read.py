@@ -69,7 +69,7 @@ def _shown(path: str, par: ParallelRun) -> str:
 def _read_zero(par: ParallelRun, options: ReadOptions) -> Loaded:
     run = par.ranks[0]
     if paths.is_url(run.folder):  # every rank file's first request at once, not one round trip after another
-        paths.open_together([p for _, p in run.model + run.optim])
+        paths.open_together([p for _, p in run.model + run.optim] + [f.path for f in run.experts])
     part = consolidate(run, options)
     pp, tp = parallel_sizes(part.m0, par)
     if pp * tp > 1:  # one rank's shards are not the model (AutoTP on CPU once wrote only mp_rank_00 files)

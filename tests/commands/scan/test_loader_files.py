@@ -195,9 +195,8 @@ def test_accelerate_folder_as_saved_has_no_alarm(written):
     assert not [w for w in json.loads(r.out)["warnings"] if "dangerous" in w]
 
 
-@pytest.mark.xfail(strict=True, reason="pending catalog review of TrainingArguments")
 def test_trainer_checkpoint_as_saved_has_no_alarm(written):
-    """training_args.bin (a TrainingArguments) is judged now; it stays dangerous until the catalog reviews it."""
+    """training_args.bin (a TrainingArguments) is judged by inspect; the catalog reviewed it (third_party.py)."""
     folder, _ = hf_folder(written, "trainer_checkpoint")
     r = cli("inspect", str(folder), "--json")
     assert r.code == 0, r.err

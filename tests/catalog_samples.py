@@ -93,6 +93,8 @@ _SPECIAL: dict[tuple[str, str], Callable[[], object]] = {
     ("omegaconf.nodes", "InterpolationResultNode"): lambda: _node("InterpolationResultNode", 4),
     ("omegaconf.nodes", "EnumNode"): lambda: importlib.import_module("omegaconf.nodes").EnumNode(
         enum_type=importlib.import_module("omegaconf").SCMode, value="DICT"),
+    **{("torchao.quantization", n): (lambda n=n: _torchao(n))
+       for n in ("Int8Tensor", "Float8Tensor", "IntxUnpackedToInt8Tensor")},
     ("mmengine.logging.history_buffer", "HistoryBuffer"): lambda: _history(),  # noqa: PLW0108 - defined below
     **{("mmengine.logging.history_buffer", f"HistoryBuffer.{m}"): (lambda m=m: getattr(
         importlib.import_module("mmengine.logging.history_buffer").HistoryBuffer, m))
@@ -109,6 +111,20 @@ def _without(cls: type, **fields: object) -> object:
     for name, value in fields.items():
         object.__setattr__(obj, name, value)
     return obj
+
+
+def _torchao(kind: str) -> object:
+    """The weight torchao's quantize_ makes of a small Linear (the tensor subclass named ``kind``)."""
+    q = importlib.import_module("torchao.quantization")
+    config = {"Int8Tensor": "Int8WeightOnlyConfig", "Float8Tensor": "Float8WeightOnlyConfig",
+              "IntxUnpackedToInt8Tensor": "IntxWeightOnlyConfig"}[kind]
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q.quantize_(model, getattr(q, config)())
+    weight = model[0].weight
+    assert type(weight).__name__ == kind, type(weight)
+    return weight
 
 
 def _history() -> object:

@@ -44,6 +44,11 @@ THIRD_PARTY = (
     "transformers.training_args", "transformers.training_args_seq2seq", "transformers.trainer_utils",
     "transformers.trainer_pt_utils", "transformers.debug_utils", "accelerate.utils.dataclasses",
     "omegaconf.base", "lightning_fabric.utilities.data",
+    "torchao.quantization.granularity", "torchao.quantization.quant_primitives",
+    "torchao.quantization.quantize_.common.kernel_preference",
+    "torchao.quantization.quantize_.workflows.int8.int8_tensor",
+    "torchao.quantization.quantize_.workflows.intx.intx_unpacked_to_int8_tensor",
+    "torchao.quantization.quantize_.workflows.float8.float8_tensor",
 )
 _OWN = ("__setstate__", "__reduce__", "__reduce_ex__", "__new__", "__getstate__")
 

@@ -120,11 +120,10 @@ def test_verification_compares_the_inner_tensors(files, tmp_path):
     assert any("0.weight" in f and "qdata" in f and "bytes differ" in f for f in report.failures), report.failures
 
 
-@pytest.mark.xfail(strict=True, reason="pending catalog review of torchao classes")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_torchao_files_scan_safe(run_cli, files, scheme):
-    """torch.load(weights_only=False) of these files imports torchao's classes and stores data; until the catalog
-    reviews them, scan names them as unreviewed (dangerous), which this expectation records."""
+    """torch.load(weights_only=False) of these files imports torchao's classes and stores data: the catalog
+    reviewed them (third_party.py, torchao 0.18.0)."""
     r = run_cli("scan", str(files[0] / f"{scheme}.pth"))
     assert r.code == 0, r
 

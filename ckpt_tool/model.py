@@ -112,10 +112,6 @@ class SubclassMeta:
     def describe(self) -> str:
         """inspect's note: the class and each inner tensor's dtype and shape."""
         parts = ", ".join(f"{name} {t.dtype} {list(t.shape)}" for name, t in self.inner)
-        if self.qualname == "torch.Tensor":  # a plain tensor that carries attributes (t.tag = ...)
-            state = getattr(self.record, "state", None)
-            names = ", ".join(map(str, state)) if isinstance(state, dict) else ""
-            return f"tensor with attributes ({names})"
         return f"subclass {self.qualname}" + (f" ({parts})" if parts else "")
 
 

@@ -55,21 +55,17 @@ def test_a_subclass_over_its_own_storage_keeps_class_and_attributes(run_cli, tmp
     assert r.code == 2 and "'w'" in r.err and "__main__.Tagged" in r.err, r
 
 
-def test_a_tensor_with_attributes_keeps_them_and_loads_weights_only(run_cli, tmp_path):
+def test_a_tensor_with_attributes_stays_a_tensor(run_cli, tmp_path):
+    """A plain torch.Tensor carrying attributes (DeepSpeed ZeRO-3's flat groups carry ds_* ones) is read as the
+    tensor every reader expects; its attributes are not kept by migrate (said in docs/migrate.md)."""
     t = torch.arange(4.0)
     t.tag = 7
     src, out = tmp_path / "attr.pth", tmp_path / "out.pth"
     torch.save({"t": t, "u": torch.ones(2)}, src)
-    r = run_cli("inspect", str(src))
-    assert r.code == 0 and "tensor with attributes (tag)" in r.out, r
+    doc = json.loads(run_cli("inspect", str(src), "--json").out)
+    assert [r["key"] for r in doc["tensors"]] == ["t", "u"] and "subclass" not in doc["tensors"][0]
     assert run_cli("migrate", str(src), "-o", str(out)).code == 0
-    back = torch.load(out, weights_only=True)
-    assert back["t"].tag == 7 and torch.equal(back["t"], t)
-    r = run_cli("migrate", str(src), "-o", str(tmp_path / "o.safetensors"))
-    assert r.code == 2 and "'t'" in r.err and "torch.Tensor with attributes" in r.err, r
-    sanitized = tmp_path / "sanitized.pth"  # torch's restricted loader takes it: --sanitize keeps it as it is
-    assert run_cli("migrate", str(src), "-o", str(sanitized), "--sanitize").code == 0
-    assert torch.load(sanitized, weights_only=True)["t"].tag == 7
+    assert torch.equal(torch.load(out, weights_only=True)["t"], t)
 
 
 def test_a_tensor_record_in_the_state_dict_is_never_dropped_by_a_flat_output(run_cli, tmp_path):

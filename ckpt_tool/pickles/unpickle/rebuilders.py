@@ -93,9 +93,11 @@ def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> An
         raise pickle.UnpicklingError("tensor subclass rebuilt by an unknown function")
     result = func(*args)
     if isinstance(result, LazyTensor) and isinstance(new_type, type) and issubclass(new_type, Placeholder) \
-            and result.quantizer is None and not result.is_parameter:
-        # a subclass over an ordinary storage (as_subclass), or a tensor with attributes: kept with its class
-        # and state, so that nothing is written back as a plain tensor in silence
+            and result.quantizer is None and not result.is_parameter \
+            and (new_type._ckpt_module, new_type._ckpt_name) != ("torch", "Tensor"):
+        # a subclass over an ordinary storage (as_subclass): kept with its class and state, so that it is never
+        # written back as a plain tensor in silence. A plain torch.Tensor carrying attributes (DeepSpeed ZeRO-3's
+        # flat groups) stays a tensor, as every reader expects it.
         return SubclassTensor.of_tensor(new_type, result, state)
     return result
 

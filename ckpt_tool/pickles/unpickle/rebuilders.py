@@ -102,6 +102,15 @@ def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> An
     return result
 
 
+def _rebuild_from_type(func: Any, new_type: Any, args: Any, state: Any) -> Any:
+    """The older ``_rebuild_from_type(func, type, args, dict)``: ``func(*args).as_subclass(type)`` with its
+    ``__dict__`` set, what ``_rebuild_from_type_v2`` does for a subclass over its own storage (migrate writes
+    it back as that)."""
+    if func not in _REBUILDERS:
+        raise pickle.UnpicklingError("tensor subclass rebuilt by an unknown function")
+    return _rebuild_from_type_v2(func, new_type, args, state)
+
+
 def _getattr_from(module: str) -> Callable[..., Any]:
     """``getattr(Outer, "Inner")``, how protocol 2 names a nested class (``ShardedTensor.ProcessGroupState``):
     the placeholder class ``Outer.Inner``, nothing looked up. Any other getattr stays a record of the call.
@@ -293,6 +302,7 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     ("torch._utils", "_rebuild_meta_tensor_no_storage"): _rebuild_meta,
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+    ("torch._tensor", "_rebuild_from_type"): _rebuild_from_type,
     ("torch", "Size"): _torch_size,
     ("torch", "device"): _torch_device,
     ("torch.serialization", "_get_layout"): _get_layout,

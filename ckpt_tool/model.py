@@ -111,11 +111,9 @@ class SubclassMeta:
 
     def describe(self) -> str:
         """inspect's note: the class and each inner tensor's dtype and shape."""
-        parts = ", ".join(f"{name} {t.dtype} {list(t.shape)}" for name, t in self.inner)
-        if self.qualname == "torch.Tensor":  # a plain tensor that carries attributes (t.tag = ...)
-            state = getattr(self.record, "state", None)
-            names = ", ".join(map(str, state)) if isinstance(state, dict) else ""
-            return f"tensor with attributes ({names})"
+        parts = ", ".join(f"{name} {t.dtype} {list(t.shape)}" for name, t in self.inner[:8])
+        if len(self.inner) > 8:  # torchao's hold two to six; a longer list is cut, never a megabyte of note
+            parts += f", ... ({len(self.inner)} tensors)"
         return f"subclass {self.qualname}" + (f" ({parts})" if parts else "")
 
 

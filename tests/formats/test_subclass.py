@@ -59,6 +59,7 @@ def test_pth_round_trip_loads_with_torchao_bit_for_bit(run_cli, files, tmp_path,
     r = run_cli("migrate", str(src), "-o", str(out))
     assert r.code == 0, r
     assert "verified" in r.out and "4 kept source tensors" in r.out
+    assert "2 tensor subclass(es) (torchao.quantization." in r.out and "their inner tensors compared" in r.out
     loaded = _run("check", str(src), str(out))
     assert loaded.returncode == 0 and "same" in loaded.stdout, loaded.stdout + loaded.stderr[-2000:]
 

@@ -33,24 +33,14 @@ def _drop_hint(keys: Sequence[str]) -> str:
     return " ".join(f"--drop '{k}'" for k in sorted(keys)[:3]) + (" ..." if len(keys) > 3 else "")
 
 
-_ATTRIBUTES = "torch.Tensor with attributes"
-
-
-def _label(t: OutTensor) -> str:
-    sub = t.source.subclass
-    name = sub.qualname if sub is not None else "torch.Tensor"
-    return _ATTRIBUTES if name == "torch.Tensor" else name
-
-
 def refuse_subclasses(tensors: Sequence[OutTensor], fmt: OutputFormat, sanitize: bool = False) -> None:
     """Raise (exit 2) naming the tensor subclasses the output would drop or rewrite."""
     subs = [t for t in tensors if t.source.subclass is not None]
     if not subs:
         return
-    classes = sorted({_label(t) for t in subs})
-    unsanitizable = [t.source.key for t in subs if _label(t) != _ATTRIBUTES]  # torch's loader takes the latter
-    if sanitize and unsanitizable:
-        keys = unsanitizable
+    classes = sorted({t.source.subclass.qualname for t in subs if t.source.subclass is not None})
+    if sanitize:
+        keys = [t.source.key for t in subs]
         raise UsageError(
             f"--sanitize cannot make tensor subclass(es) {_shown(keys)} ({', '.join(classes)}) load with "
             "torch.load(weights_only=True): their class is the tensor; migrate without --sanitize, or leave them "

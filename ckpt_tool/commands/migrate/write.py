@@ -218,6 +218,10 @@ def checks_done(report: MigrateReport) -> tuple[str, ...]:
     quantized = sum(1 for t in report.tensors if dtypes.lookup(t.dtype).is_quantized)
     if quantized:
         out.append(f"{quantized} quantized tensor(s) with their scales and zero points")
+    subclasses = [t.source.subclass.qualname for t in report.tensors if t.source.subclass is not None]
+    if subclasses:
+        out.append(f"{len(subclasses)} tensor subclass(es) ({', '.join(sorted(set(subclasses))[:3])}) written back "
+                   "as pickled, their inner tensors compared")
     losses = report.cast_loss
     if losses:
         bad = sum(c.loss.overflowed for c in losses)

@@ -94,11 +94,22 @@ def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> An
         raise pickle.UnpicklingError("tensor subclass rebuilt by an unknown function")
     result = func(*args)
     if isinstance(result, LazyTensor) and isinstance(new_type, type) and issubclass(new_type, Placeholder) \
-            and result.quantizer is None and not result.is_parameter:
-        # a subclass over an ordinary storage (as_subclass), or a tensor with attributes: kept with its class
-        # and state, so that nothing is written back as a plain tensor in silence
+            and result.quantizer is None and not result.is_parameter \
+            and (new_type._ckpt_module, new_type._ckpt_name) != ("torch", "Tensor"):
+        # a subclass over an ordinary storage (as_subclass): kept with its class and state, so that it is never
+        # written back as a plain tensor in silence. A plain torch.Tensor carrying attributes (DeepSpeed ZeRO-3's
+        # flat groups) stays a tensor, as every reader expects it.
         return SubclassTensor.of_tensor(new_type, result, state)
     return result
+
+
+def _rebuild_from_type(func: Any, new_type: Any, args: Any, state: Any) -> Any:
+    """The older ``_rebuild_from_type(func, type, args, dict)``: ``func(*args).as_subclass(type)`` with its
+    ``__dict__`` set, what ``_rebuild_from_type_v2`` does for a subclass over its own storage (migrate writes
+    it back as that)."""
+    if func not in _REBUILDERS:
+        raise pickle.UnpicklingError("tensor subclass rebuilt by an unknown function")
+    return _rebuild_from_type_v2(func, new_type, args, state)
 
 
 def _getattr_from(module: str) -> Callable[..., Any]:
@@ -292,6 +303,7 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     ("torch._utils", "_rebuild_meta_tensor_no_storage"): _rebuild_meta,
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+    ("torch._tensor", "_rebuild_from_type"): _rebuild_from_type,
     ("torch", "Size"): _torch_size,
     ("torch", "device"): _torch_device,
     ("torch.serialization", "_get_layout"): _get_layout,

@@ -30,7 +30,8 @@ WRITTEN_BY = {"bert": ("transformers", "save_pretrained"), "bert_bin": ("transfo
               "pipeline": ("diffusers", "pipeline"), "sentence_transformers": ("sentence-transformers", "modules"),
               "trainer_checkpoint": ("transformers", "trainer checkpoint"), "trainer_run": ("transformers", "run"),
               "accelerate": ("accelerate", "save_state")}
-# The Trainer pickles its TrainingArguments (training_args.bin): scan and gate flag the classes it constructs.
+# The Trainer pickles its TrainingArguments (training_args.bin): reviewed in the catalog (issue 32), so scan and
+# gate's loads-safely pass; torch.load(weights_only=True) refuses it, so gate's weights-only check fails.
 FLAGGED = {"trainer_checkpoint", "trainer_run"}
 
 
@@ -72,13 +73,12 @@ def test_diff_against_the_state_dict_finds_nothing(written, layout, run_cli):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_gate_and_scan_take_the_folder(written, layout, run_cli):
     folder, _ = _folder(written, layout)
-    want = 1 if layout in FLAGGED else 0
     scan = run_cli("scan", str(folder), "--json")
-    assert scan.code == want, scan.out
+    assert scan.code == 0, scan.out
     gate = run_cli("gate", str(folder), "--json")
-    assert gate.code == want, gate.out
+    assert gate.code == (1 if layout in FLAGGED else 0), gate.out
     failed = {c["name"] for c in json.loads(gate.out)["files"][0]["checks"] if c["passed"] is False}
-    assert failed == ({"loads-safely", "weights-only"} if layout in FLAGGED else set()), failed
+    assert failed == ({"weights-only"} if layout in FLAGGED else set()), failed
 
 
 def test_config_json_is_reported(written, run_cli):

@@ -272,3 +272,21 @@ def audited_load(paths: Mapping[str, Path], preload: Sequence[str] = ()) -> dict
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, str] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
+
+
+def judged_samples(entries: Sequence[Entry], folder: Path, preload: Sequence[str] = ()) -> tuple[
+        dict[str, Path], dict[str, str], dict[str, object]]:
+    """A sample of each entry saved in ``folder``; what the audited torch.load did with each, and ckpt's scan."""
+    from ckpt_tool import scan
+
+    paths: dict[str, Path] = {}
+    for e in entries:
+        obj = sample(e)
+        if obj is None:
+            continue
+        label = f"{e.module}.{e.name}"
+        paths[label] = folder / f"{len(paths)}.pt"
+        torch.save({"value": obj}, paths[label])
+    results = audited_load(paths, preload)
+    verdicts: dict[str, object] = dict(zip(paths, scan([str(p) for p in paths.values()]).files, strict=True))
+    return paths, results, verdicts

@@ -13,12 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from ckpt_tool import scan
 from ckpt_tool.pickles.catalog import CATALOG, stdlib, torch_lib
 from ckpt_tool.pickles.catalog.entry import Entry
-from tests.catalog_samples import audited_load, sample
+from tests.catalog_samples import judged_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -47,21 +45,8 @@ def test_every_entry_has_a_reason_and_a_named_review():
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    """(entry label -> path) for every entry with a sample, and what torch.load did with each."""
-    folder = tmp_path_factory.mktemp("catalog")
-    paths: dict[str, Path] = {}
-    for e in INERT:
-        obj = sample(e)
-        if obj is None:
-            continue
-        label = f"{e.module}.{e.name}"
-        path = folder / f"{len(paths)}.pt"
-        torch.save({"value": obj}, path)
-        paths[label] = path
-    results = audited_load(paths)
-    report = scan([str(p) for p in paths.values()])
-    verdicts = {label: f for label, f in zip(paths, report.files, strict=True)}
-    return paths, results, verdicts
+    """(entry label -> path) for every entry with a sample, what torch.load did with each, and ckpt's verdicts."""
+    return judged_samples(INERT, tmp_path_factory.mktemp("catalog"))
 
 
 @pytest.mark.parametrize("label", [f"{e.module}.{e.name}" for e in INERT])

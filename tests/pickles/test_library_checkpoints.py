@@ -177,3 +177,29 @@ def test_library_checkpoint_is_never_a_false_alarm(written, case):
         assert not [w for w in ck.warnings if "dangerous" in w], (p, ck.warnings)
     labels = {f"{case}.{i}": f for i, f in enumerate(files)}
     assert set(audited_load(labels, preload=PRELOAD.get(case, LIBRARIES[case])).values()) == {"loaded"}
+
+
+def _globals(path: str) -> dict[str, str]:
+    (f,) = scan([path]).files
+    return {g.qualname: g.severity.value for g in f.globals}
+
+
+def test_the_catalogued_library_classes_are_what_the_files_hold(written):
+    """The third-party reviews (catalog/third_party.py) cover what the libraries' own code pickles."""
+    if "transformers" in AVAILABLE:
+        judged = _globals(str(Path(written["transformers"][0]) / "training_args.bin"))
+        assert {"transformers.training_args.TrainingArguments", "accelerate.state.PartialState"} <= set(judged)
+    if "lightning" in AVAILABLE:
+        judged = _globals(written["lightning"][0])
+        assert {"omegaconf.dictconfig.DictConfig", "omegaconf.listconfig.ListConfig"} <= set(judged)
+    if "mmengine" in AVAILABLE:
+        assert "mmengine.logging.history_buffer.HistoryBuffer" in _globals(written["mmengine"][0])
+
+
+def test_gate_loads_safely_passes_and_weights_only_fails_on_training_args(written):
+    """loads-safely and weights-only stay separate questions: torch's restricted loader refuses these classes."""
+    if "transformers" not in AVAILABLE:
+        pytest.skip("needs transformers and accelerate (test-only)")
+    checks = {c.name.value: c for c in gate([str(Path(written["transformers"][0]) / "training_args.bin")]).files[0]
+              .checks}
+    assert checks["loads-safely"].passed and not checks["weights-only"].passed

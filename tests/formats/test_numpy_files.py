@@ -154,13 +154,7 @@ def test_inspect_lists_what_np_load_returns(run_cli, files, name, fmt):
     report = json.loads(r.out)
     assert report["format"] == fmt
     rows = {t["key"]: t for t in report["tensors"]}
-    loaded = np.load(files / name, allow_pickle=True)
-    if isinstance(loaded, np.lib.npyio.NpzFile):
-        expected = {k: loaded[k] for k in loaded.files}
-    elif loaded.dtype == object:
-        expected = loaded.item()
-    else:
-        expected = {"arr_0": loaded}
+    expected = _np_load(files / name)
     assert set(rows) == set(expected)
     for key, arr in expected.items():
         assert rows[key]["shape"] == list(arr.shape), key
@@ -174,13 +168,7 @@ def test_migrate_writes_the_values_np_load_reads(run_cli, files, tmp_path, name,
     r = run_cli("migrate", str(files / name), "-o", str(target))
     assert r.code == 0, r
     got = _load_out(target)
-    loaded = np.load(files / name, allow_pickle=True)
-    if isinstance(loaded, np.lib.npyio.NpzFile):
-        expected = {k: loaded[k] for k in loaded.files}
-    elif loaded.dtype == object:
-        expected = loaded.item()
-    else:
-        expected = {"arr_0": loaded}
+    expected = _np_load(files / name)
     assert set(got) == set(expected)
     for key, arr in expected.items():
         assert got[key].numpy().tobytes() == np.ascontiguousarray(arr).tobytes(), key
@@ -352,3 +340,13 @@ def test_weights_only_prediction_is_what_torch_load_does(run_cli, files):
     for name in names:
         pred = json.loads(run_cli("inspect", str(files / name), "--json").out)["weights_only"]
         assert pred["loads"] is False and "np.load" in pred["reason"], (name, pred)
+
+
+def _np_load(path) -> dict:
+    """What np.load gives, as ckpt names it: an archive's members, a pickled dict, or one array as arr_0."""
+    loaded = np.load(path, allow_pickle=True)
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        return {k: loaded[k] for k in loaded.files}
+    if loaded.dtype == object:
+        return loaded.item()
+    return {"arr_0": loaded}

@@ -134,3 +134,17 @@ def test_gate_reads_the_inner_tensors_for_nan(run_cli, files):
     assert "no-nan-inf" in r.out and "4 floating tensors, all finite" in r.out, r  # 2 biases and 2 scales
     r = run_cli("gate", str(files[0] / "int8_nan_scale.pth"))
     assert r.code == 1 and "0.weight.scale (1 NaN)" in r.out, r
+
+
+def test_a_wrapper_saved_on_a_gpu_is_written_on_the_cpu_with_its_data(run_cli, files, tmp_path):
+    """Its inner tensors are written as CPU tensors (as every tensor migrate writes), so the wrapper is too: the
+    output loads without map_location and equals the source loaded on the CPU."""
+    src, out = files[0] / "int8_cuda_device.pth", tmp_path / "out.pth"
+    doc = json.loads(run_cli("inspect", str(src), "--json").out)
+    assert {t["key"]: t["device"] for t in doc["tensors"]}["0.weight"] == "cuda:0"
+    r = run_cli("migrate", str(src), "-o", str(out))
+    assert r.code == 0, r
+    loaded = _run("check", str(src), str(out))
+    assert loaded.returncode == 0 and "same" in loaded.stdout, loaded.stdout + loaded.stderr[-2000:]
+    doc = json.loads(run_cli("inspect", str(out), "--json").out)
+    assert {t["key"]: t["device"] for t in doc["tensors"]}["0.weight"] == "cpu"

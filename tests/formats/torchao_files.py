@@ -25,6 +25,26 @@ def _schemes():  # type: ignore[no-untyped-def]
     }
 
 
+class _CudaDevice:
+    """A pickle module whose Pickler writes every torch.device as cuda:0: the wrappers of a model quantized on a
+    GPU, without one (the storages keep their own 'cpu' location strings)."""
+
+    import pickle as _pickle
+
+    Unpickler = _pickle.Unpickler
+    load = _pickle.load
+    dump = _pickle.dump
+    __name__ = "pickle"
+
+    class Pickler(_pickle.Pickler):
+        def reducer_override(self, obj):  # type: ignore[no-untyped-def]
+            import torch
+
+            if isinstance(obj, torch.device):
+                return (torch.device, ("cuda:0",))
+            return NotImplemented
+
+
 def write(out: str) -> None:
     import torch
     from torchao.quantization import quantize_
@@ -41,6 +61,7 @@ def write(out: str) -> None:
         torch.save(sd, os.path.join(out, f"{name}.pth"))
         if name == "int8_weight_only":  # the pre-zip format pickles the same records
             torch.save(sd, os.path.join(out, f"{name}_legacy.pth"), _use_new_zipfile_serialization=False)
+            torch.save(sd, os.path.join(out, "int8_cuda_device.pth"), pickle_module=_CudaDevice)
             nan_sd = quantized_copy(config)
             nan_sd["0.weight"].scale[3] = float("nan")  # a scale gone bad: only the inner tensors can show it
             torch.save(nan_sd, os.path.join(out, "int8_nan_scale.pth"))
@@ -67,7 +88,7 @@ def check(src: str, out: str) -> None:
     import torch
     import torchao.quantization  # noqa: F401  - the classes the files name
 
-    a, b = torch.load(src, weights_only=False), torch.load(out, weights_only=False)
+    a, b = torch.load(src, weights_only=False, map_location="cpu"), torch.load(out, weights_only=False)
     if list(a) != list(b):
         raise SystemExit(f"keys differ: {list(a)} vs {list(b)}")
     for key, x in a.items():

@@ -147,8 +147,9 @@ class TorchPickler(_PurePickler):
             return again
         encoded = s.encode("utf-8")
         idx = len(self.memo)
-        self._keepalive.append(s)
-        self.memo[id(s)] = idx, s
+        slot = object()  # a memo slot of its own: the same string object may be memoized by _str too
+        self._keepalive.append(slot)
+        self.memo[id(slot)] = idx, s
         self._const[s] = self.get(idx)
         opcode: bytes = _P.BINUNICODE + _pack_I(len(encoded)) + encoded + self.put(idx)
         return opcode

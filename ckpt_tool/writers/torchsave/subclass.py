@@ -19,6 +19,12 @@ from .ints import _int, _int_tuple
 _P = pickle
 
 
+def written_device(rec: SubclassTensor) -> str:
+    """The device a wrapper is written with: its tensors are written as CPU tensors (as every tensor migrate
+    writes), so a wrapper saved on a GPU is written on the CPU too, never a CUDA wrapper around CPU data."""
+    return rec.device if rec.device in ("cpu", "meta") else "cpu"
+
+
 def save_subclass(p: Any, rec: SubclassTensor) -> None:
     """Write ``rec`` with pickler ``p`` (writers/torchsave/datapkl.py TorchPickler), memoized like any object."""
     found = p.memo.get(id(rec))
@@ -38,9 +44,10 @@ def save_subclass(p: Any, rec: SubclassTensor) -> None:
         p.save(rec.cls)
         p.write(g("torch", rec.dtype.name) + _int_tuple(tuple(rec.shape)) + _int_tuple(tuple(rec.stride))
                 + _int(rec.storage_offset) + g("torch.serialization", "_get_layout"))
-        p._str(rec.layout)
-        p.write(_P.TUPLE1 + _P.REDUCE + g("torch", "device"))
-        p._str(rec.device)
+        # layout and device names through the pickler's constants: "cpu" is also the storages' location string,
+        # and one string object must have one memo entry
+        p.write(p._constant(rec.layout) + _P.TUPLE1 + _P.REDUCE + g("torch", "device")
+                + p._constant(written_device(rec)))
         p.write(_P.TUPLE1 + _P.REDUCE + (_P.NEWTRUE if rec.requires_grad else _P.NEWFALSE) + _P.TUPLE)
     p.save(rec.state)
     p.write(_P.TUPLE + _P.REDUCE)

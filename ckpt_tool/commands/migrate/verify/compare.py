@@ -15,6 +15,7 @@ from ....pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, 
 from ....writers.base import CHUNK, OutTensor
 from ....writers.sourcebytes import Region, coalesced, file_location, small_location, tensor_data
 from ....writers.torchsave.datapkl import as_meta
+from ....writers.torchsave.subclass import written_device
 from .quantizer import same_quantizer
 from .subclass import inner_pairs
 
@@ -307,7 +308,7 @@ class _TreeWalk:
             # class, dtype and shape; a storage of its own compared here, the tensors of its state below
             self.pairs.extend(p for p in inner_pairs([(where, exp, act)], self.problems) if p[0] == where)
             self.walk(sub.record.state, a.state, f"{where}<state>", 1)
-            if sub.record.requires_grad != a.requires_grad or sub.record.device != a.device:
+            if sub.record.requires_grad != a.requires_grad or written_device(sub.record) != a.device:
                 self.problems.append(f"{where}: requires_grad or device differs from the source")
             return
         self.pairs.append((where, exp, act))

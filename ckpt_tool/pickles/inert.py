@@ -17,7 +17,6 @@ called (pickles/walk/walker.py), so an inert function never launders a dangerous
 """
 from __future__ import annotations
 
-from .catalog import inert_entry
 from .weights_only.predict import NEWEST, TABLE
 
 Pair = tuple[str, str]
@@ -175,7 +174,11 @@ SHALLOW: frozenset[Pair] = frozenset(
 def is_inert(module: str, name: str) -> bool:
     """On the inert list: torch's weights_only defaults, the reviewed entries, torch's own classes and constants."""
     key = (module, name)
-    if key in WEIGHTS_ONLY or key in REVIEWED or inert_entry(module, name) is not None:
+    if key in WEIGHTS_ONLY or key in REVIEWED:
+        return True
+    from .catalog import inert_entry  # the reviewed catalog: loaded only for a global outside the fast tables
+
+    if inert_entry(module, name) is not None:
         return True
     return module == "torch" and (name.endswith(("Storage", "Tensor")) or name in TORCH_CONSTANTS or _dtype(name))
 
@@ -191,6 +194,8 @@ def reason(module: str, name: str) -> str:
     key = (module, name)
     if key in REVIEWED:
         return REVIEWED[key]
+    from .catalog import inert_entry
+
     entry = inert_entry(module, name)
     if entry is not None:
         return f"{entry.reason} (reviewed: {entry.reviewed})"

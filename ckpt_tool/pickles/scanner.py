@@ -37,7 +37,6 @@ from .members import (
 )
 from .pt2_layout import archive_root
 from .pt2_scan import walk_export
-from .script import judge_code, read_code
 from .severity import Severity
 from .walk.walker import BytesRef, Finding, Walk, walk
 
@@ -338,6 +337,8 @@ class Scanner:
         see. An unknown callable is dangerous (an archive saved with only
         torch's own operators names none).
         """
+        from .script import judge_code, read_code  # ast and the op table: only for TorchScript archives
+
         texts, errors = read_code(blob, entries, self.limits.max_pickle_bytes)
         for name, message in errors.items():
             self.error(f"{where} > {name}" if where else name, message.replace(f"{self.path}: ", ""))

@@ -185,7 +185,7 @@ def _checkpoint(
                         and packed_items(str(k), v) is None)  # packed params' tensors are in held
     warnings.extend(reference_warnings(loaded.references))
     warnings.extend(layout_warnings(tensors))
-    warnings.extend(record_warnings(root))
+    warnings.extend(record_warnings(root, loaded.references))
     sources = tuple(loaded.sources) + ((memory,) if memory.buffers else ())
     return Checkpoint(
         path=path, format=loaded.format, tensors=tuple(tensors), layout=layout,

@@ -7,15 +7,16 @@ storage once per distinct layout; then notes devices and shared storages.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from math import prod
 from operator import attrgetter
 from typing import Any
 
 from ...errors import InputError
 from ...io.source import MemorySource
-from ...model import StorageRef, SubclassMeta, TensorMeta, contiguous_strides
+from ...model import GlobalRef, StorageRef, SubclassMeta, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, Placeholder, SubclassTensor
+from ...pickles.unpickle.rebuilders import ALLOWED
 
 _KEY = attrgetter("key")
 _DEVICE = attrgetter("device")
@@ -208,10 +209,14 @@ def layout_warnings(tensors: list[TensorMeta]) -> list[str]:
     return warnings
 
 
-def record_warnings(root: Any) -> list[str]:
+def record_warnings(root: Any, references: Iterable[GlobalRef]) -> list[str]:
     """Tensors torch rebuilds in a layout ckpt keeps as records (sparse COO/CSR/CSC/BSR/BSC, other ``_rebuild_*``
     calls): never dropped in silence. They are listed under metadata, not compared or checked for NaN; a .pth
-    output writes them back as pickled, flat outputs refuse them (writers/layout.py)."""
+    output writes them back as pickled, flat outputs refuse them (writers/layout.py). Only a pickle that named
+    such a rebuild (``references``) is searched: a plain state dict costs nothing."""
+    if not any(r.name.startswith("_rebuild") and r.module.startswith("torch") and (r.module, r.name) not in ALLOWED
+               for r in references):
+        return []
     found: list[str] = []
     _records(root, "", 0, found)
     if not found:

@@ -125,3 +125,11 @@ def test_a_plain_checkpoint_declares_nothing_and_casts(run_cli, tmp_path):
 ])
 def test_companions_by_the_libraries_names(keys, companions):
     assert companion_keys(keys) == companions
+
+
+def test_every_companion_name_holds_a_prefilter_token():
+    """companion_keys rules a checkpoint out by substring tokens: each name it knows must contain one."""
+    from ckpt_tool.formats import quantization as q
+
+    names = {*q.COMPANIONS, *q._WITH_SIBLING, *q.COMPANION_SUFFIXES, q._STATE_MARKER, "w_scales"}
+    assert [n for n in names if not any(t in n for t in q.TOKENS)] == []

@@ -26,9 +26,9 @@ def lightning_ckpt(out: str) -> str:
     from torch.utils.data import DataLoader, TensorDataset
 
     class Tiny(pl.LightningModule):
-        def __init__(self, hidden: int = 8, lr: float = 0.01, name: str = "tiny") -> None:
+        def __init__(self, hidden: int = 8, lr: float = 0.01, name: str = "tiny", cfg: object = None) -> None:
             super().__init__()
-            self.save_hyperparameters()
+            self.save_hyperparameters()  # cfg: a Hydra/OmegaConf config, as Hydra users pass theirs
             self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
 
         def training_step(self, batch, _idx):  # type: ignore[no-untyped-def]
@@ -48,7 +48,14 @@ def lightning_ckpt(out: str) -> str:
     early = pl.callbacks.EarlyStopping(monitor="train_loss", mode="min", check_on_train_epoch_end=True)
     trainer = pl.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=[cb, early], default_root_dir=folder)
-    trainer.fit(Tiny(), data)
+    cfg = None
+    try:
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.create({"model": {"width": 8, "layers": [1, {"act": "relu"}], "tag": "${model.width}"}})
+    except ImportError:
+        pass
+    trainer.fit(Tiny(cfg=cfg), data)
     return folder
 
 
@@ -78,6 +85,18 @@ def accelerate_state(out: str) -> str:
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, 1)
     model, opt, sched = acc.prepare(model, opt, sched)
+
+    class Counter:  # an object registered for checkpointing: custom_checkpoint_0.pkl holds its state_dict()
+        def __init__(self) -> None:
+            self.n = 3
+
+        def state_dict(self) -> dict[str, int]:
+            return {"n": self.n}
+
+        def load_state_dict(self, sd: dict[str, int]) -> None:
+            self.n = sd["n"]
+
+    acc.register_for_checkpointing(Counter())
     for _ in range(2):
         loss = model(torch.randn(3, 4)).sum()
         acc.backward(loss)
@@ -89,8 +108,61 @@ def accelerate_state(out: str) -> str:
     return folder
 
 
-WRITERS = {"lightning": lightning_ckpt, "hf_trainer": hf_trainer, "accelerate": accelerate_state}
-NEEDS = {"lightning": "pytorch_lightning", "hf_trainer": "transformers", "accelerate": "accelerate"}
+def mmengine_runner(out: str) -> str:
+    """An mmengine Runner with its CheckpointHook (meta.message_hub holds HistoryBuffers)."""
+    import torch
+    from mmengine.model import BaseModel
+    from mmengine.runner import Runner
+
+    class M(BaseModel):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(2, 1)
+
+        def forward(self, x, y=None, mode="tensor"):  # type: ignore[no-untyped-def]
+            pred = self.fc(x)
+            return {"loss": ((pred - y) ** 2).mean()} if mode == "loss" else pred
+
+    folder = os.path.join(out, "mmengine")
+    data = [{"x": torch.ones(2), "y": torch.zeros(1)} for _ in range(4)]
+    Runner(model=M(), work_dir=folder,
+           train_dataloader={"dataset": data, "batch_size": 2, "collate_fn": {"type": "default_collate"},
+                             "sampler": {"type": "DefaultSampler", "shuffle": False}},
+           train_cfg={"by_epoch": True, "max_epochs": 1}, optim_wrapper={"optimizer": {"type": "SGD", "lr": 0.1}},
+           default_hooks={"checkpoint": {"type": "CheckpointHook", "interval": 1}}).train()
+    return folder
+
+
+def ignite_checkpoint(out: str) -> str:
+    """pytorch-ignite's Checkpoint handler: model, optimizer, engine and scheduler state dicts."""
+    import torch
+    from ignite.engine import Engine, Events
+    from ignite.handlers import Checkpoint, DiskSaver
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(engine, batch):  # type: ignore[no-untyped-def]
+        opt.zero_grad()
+        loss = model(batch).sum()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    trainer = Engine(step)
+    folder = os.path.join(out, "ignite")
+    to_save = {"model": model, "optimizer": opt, "trainer": trainer,
+               "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1)}
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint(to_save, DiskSaver(folder, require_empty=False),
+                                                                 n_saved=1))
+    trainer.run([torch.ones(2, 2)] * 2, max_epochs=1)
+    return folder
+
+
+WRITERS = {"lightning": lightning_ckpt, "hf_trainer": hf_trainer, "accelerate": accelerate_state,
+           "mmengine": mmengine_runner, "ignite": ignite_checkpoint}
+NEEDS = {"lightning": "pytorch_lightning", "hf_trainer": "transformers", "accelerate": "accelerate",
+         "mmengine": "mmengine", "ignite": "ignite"}
 
 
 def main(out: str) -> int:

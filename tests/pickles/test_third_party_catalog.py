@@ -2,7 +2,7 @@
 
 Every inert entry gets a sample built by the library's own constructors, unpickled for real in an audited child
 (no side effect) and judged safe by ckpt. The files the libraries' own training code writes (Trainer,
-Lightning, mmengine, ...) are tests/pickles/test_library_checkpoints.py. Without a library, these tests skip
+Lightning, mmengine, ignite, accelerate) are tests/formats/test_third_party.py. Without a library, these tests skip
 saying which.
 """
 from __future__ import annotations

@@ -26,6 +26,7 @@ from .cases_benign import add_benign
 from .cases_bypass import add_bypasses
 from .cases_more import add_more
 from .cases_readings import add_readings
+from .cases_libraries import add_libraries
 from .cases_torchscript import add_torchscript
 
 CLASSES = (
@@ -33,11 +34,12 @@ CLASSES = (
     "legacy/tar", "quantized", "folder/special-file", "weights-only-metadata", "clean-control",
     # issue 21: scanner-bypass techniques (tests/hostile/cases_bypass.py) and benign features (cases_benign.py)
     "constructor-call", "trampoline", "gadget", "other-loader", "benign-feature",
-    # issue 32: TorchScript code that torch.jit.load runs (tests/hostile/cases_torchscript.py)
-    "torchscript-code",
+    # issue 32: TorchScript code that torch.jit.load runs (tests/hostile/cases_torchscript.py), and files the
+    # training libraries' own code writes (tests/hostile/cases_libraries.py)
+    "torchscript-code", "benign-library",
 )
 # Classes whose cases are harmless by construction: ckpt must not flag them (issue 21).
-BENIGN_CLASSES = ("benign-feature",)
+BENIGN_CLASSES = ("benign-feature", "benign-library")
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,7 @@ def build(folder: str) -> list[Case]:
         add_bypasses(c)
         add_benign(c)
         add_torchscript(c)
+        add_libraries(c)
     return c.cases
 
 

@@ -189,7 +189,7 @@ def _headline(cases: list[Case], refs: dict[str, Any], rows: dict[str, dict[str,
 
     lines = [
         f"| scanner | issue-21 bypasses detected (of {len(new)}) | every payload detected (of {len(ran)}) | "
-        f"of those, errors instead | hidden calls named (of {len(hidden)}) | false alarms: benign features "
+        f"of those, errors instead | hidden calls named (of {len(hidden)}) | false alarms: benign files "
         f"(of {len(benign)}) | false alarms: other harmless files (of {len(harmless)}) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]

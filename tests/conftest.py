@@ -136,3 +136,16 @@ def assert_one_line_error(r, *needles):
     assert "Traceback" not in r.err
     for n in needles:
         assert n in r.err, r.err
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the xdist workers start: let yapf (imported by mmengine) write its grammar cache once.
+
+    yapf rebuilds ~/.cache/YAPF/*.pickle when its grammar file is newer (a fresh venv); two workers importing
+    mmengine at once then race, one reading the other's half-written pickle (EOFError)."""
+    if hasattr(config, "workerinput"):
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("yapf") is not None:
+        import yapf  # noqa: F401 - its import loads (and caches) the grammar

@@ -4,6 +4,10 @@ Class ``benign-library``: the Trainer's checkpoint folder files, accelerate's ``
 custom object), a Lightning ``.ckpt`` with an OmegaConf hyper-parameter, an mmengine Runner checkpoint and a
 pytorch-ignite ``Checkpoint``. None runs code; ckpt must not flag any (the other scanners' counts sit beside it
 in docs/security.md). A library that is not installed adds no case.
+
+The writers train with the libraries (seconds of imports), so the class is built only where ``CKPT_CORPUS_LIBRARIES``
+is set (``security_table --regenerate`` sets it); in the suite, tests/formats/test_third_party.py checks the same
+files (scan, gate, inspect, an audited torch.load).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ _WRITERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def add_libraries(c: Corpus) -> None:
+    if not os.environ.get("CKPT_CORPUS_LIBRARIES"):
+        return
     out = os.path.join(c.support, "libraries")
     os.makedirs(out, exist_ok=True)
     proc = subprocess.run([sys.executable, _WRITERS, out], capture_output=True, text=True, timeout=600, check=False,

@@ -254,8 +254,10 @@ def write_docs(text: str, path: str = str(ROOT / "docs" / "security.md")) -> Non
 def regenerate(venv: str | None) -> str:
     """Run the parity test (dumping its measurements) and the scanners; return the rendered part.
 
-    tests/hostile/DISAGREEMENTS.md is rewritten from the same measurements.
+    tests/hostile/DISAGREEMENTS.md is rewritten from the same measurements. The corpus includes the
+    benign-library class here (tests/hostile/cases_libraries.py).
     """
+    os.environ["CKPT_CORPUS_LIBRARIES"] = "1"
     with tempfile.TemporaryDirectory(prefix="ckpt-security-table-") as tmp:
         dump = os.path.join(tmp, "parity.json")
         env = dict(os.environ, PARITY_DUMP=dump)

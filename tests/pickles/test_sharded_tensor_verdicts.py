@@ -82,6 +82,8 @@ def test_getattr_of_anything_else_stays_dangerous(tmp_path):
             len(b"c__builtin__\ngetattr\n"):] + b"t.",
         # a name the catalog does not hold under the class
         "other": b"\x80\x02" + _getattr(ST, "Evil") + b".",
+        # the catalogued use beside a getattr of an unreviewed nested name: getattr is not vouched for
+        "mixed": b"\x80\x02(" + nested + _getattr(("mylab", "Outer"), "Inner") + b"t.",
     }
     for name, data in cases.items():
         path = tmp_path / f"{name}.pkl"

@@ -209,18 +209,26 @@ def layout_warnings(tensors: list[TensorMeta]) -> list[str]:
     return warnings
 
 
+# The function _rebuild_from_type_v2 applies: the unpickler turns the pair into a SubclassTensor or a DTensor /
+# ShardedTensor record (pickles/unpickle/wrappers.py), so naming it alone leaves no record to find.
+_APPLIED = frozenset({"torch._utils._rebuild_wrapper_subclass"})
+
+
 def record_warnings(root: Any, references: Iterable[GlobalRef]) -> list[str]:
     """Tensors torch rebuilds in a layout ckpt keeps as records (sparse COO/CSR/CSC/BSR/BSC, other ``_rebuild_*``
     calls): never dropped in silence. They are listed under metadata, not compared or checked for NaN; a .pth
     output writes them back as pickled, flat outputs refuse them (writers/layout.py). Only a pickle that named
     such a rebuild (``references``) is searched: a plain state dict costs nothing."""
-    if not any(r.name.startswith("_rebuild") and r.module.startswith("torch") and (r.module, r.name) not in ALLOWED
-               for r in references):
+    named = sorted({r.qualname for r in references if r.name.startswith("_rebuild")
+                    and r.module.startswith("torch") and (r.module, r.name) not in ALLOWED})
+    if not named:
         return []
     found: list[str] = []
     _records(root, "", 0, found)
-    if not found:
-        return []
+    if not found:  # named but not located (held where the search does not reach): say so, never nothing
+        lost = [n for n in named if n not in _APPLIED]
+        return [f"the pickle calls {', '.join(lost)}, which rebuilds a tensor ckpt keeps as a record, but ckpt "
+                "did not locate it: it is not listed, compared or checked for NaN"] if lost else []
     shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
     return [f"{len(found)} tensor(s) torch rebuilds in a layout ckpt keeps as a record ({shown}): listed under "
             "metadata, not compared or checked for NaN; a .pth output writes them back as they are, .safetensors "
@@ -228,13 +236,20 @@ def record_warnings(root: Any, references: Iterable[GlobalRef]) -> list[str]:
 
 
 def _records(obj: Any, at: str, depth: int, found: list[str]) -> None:
-    if depth > 8:
+    """Depth as writers/layout.py's search for held tensors; into mappings, sequences and objects' state."""
+    if depth > 32:
         return
-    if isinstance(obj, Placeholder) and obj._ckpt_module.startswith("torch") and obj._ckpt_name.startswith("_rebuild"):
-        found.append(f"{at or '<root>'}: {_describe_record(obj)}")
-    elif isinstance(obj, Mapping):
+    if isinstance(obj, Placeholder):
+        if obj._ckpt_module.startswith("torch") and obj._ckpt_name.startswith("_rebuild"):
+            found.append(f"{at or '<root>'}: {_describe_record(obj)}")
+            return
+        obj = obj.attributes
+    if isinstance(obj, Mapping):
         for k, v in obj.items():
             _records(v, f"{at}.{k}" if at else str(k), depth + 1, found)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _records(v, f"{at}.{i}" if at else str(i), depth + 1, found)
 
 
 def _describe_record(obj: Placeholder) -> str:

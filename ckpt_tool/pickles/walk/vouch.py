@@ -48,6 +48,6 @@ def only_vouched(g: GlobalRef, vouched: set[tuple[str, str]], called: set[tuple[
     key = (g.module, g.name)
     if key not in vouched:
         return False
-    if key in GETATTR:
-        return key not in misused and g.severity == levels.DANGEROUS
+    if key in GETATTR:  # any other getattr call (dill's idiom, an unreviewed nested name) marks it called
+        return key not in misused and key not in called and g.severity == levels.DANGEROUS
     return key not in called and g.severity == levels.SUSPICIOUS

@@ -206,9 +206,11 @@ def test_sparse_tensors_are_named_warned_under_strict_and_written_back_to_pth(tm
     fails on it, a .pth output loads in torch equal to the source, a .safetensors output is refused naming them."""
     src = tmp_path / "sparse.pth"
     dense = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, 3.0]])
-    torch.save({"w": torch.ones(2), "coo": dense.to_sparse(), "csr": dense.to_sparse_csr()}, src)
+    torch.save({"w": torch.ones(2), "coo": dense.to_sparse(), "csr": dense.to_sparse_csr(),
+                "group": [dense.to_sparse_csc()]}, src)
     r = run_cli("inspect", str(src))
     assert r.code == 0 and "coo: sparse_coo [2, 3]" in r.out and "csr: sparse_csr [2, 3]" in r.out, r.out
+    assert "group.0: sparse_csc [2, 3]" in r.out, r.out  # inside a list too
     assert gate([str(src)]).passed
     assert "sparse_coo" in check(gate([str(src)], strict=True), "warnings").detail
     out = tmp_path / "out.pth"

@@ -22,6 +22,7 @@ from ..pickles.weights_only import inputs as wo_input
 from . import detect as _detect
 from .checkpoint.loaded import Loaded, ReadOptions
 from .deepspeed.tprules import TpRules
+from .options import DEFAULT_SOURCE, SourceOptions
 
 Reader = Callable[[str, ReadOptions], Loaded]
 
@@ -179,27 +180,34 @@ def load(
     shards of a DeepSpeed run merge (formats/deepspeed/tprules.py). ``unstack_layers`` gives a Megatron
     torch_dist checkpoint's stacked layers their per-layer names (formats/dcp/megatron.py).
     """
+    source = SourceOptions(key=key, unsafe=unsafe, limits=limits, tp_rules=tp_rules, unstack_layers=unstack_layers)
+    return read_checkpoint(path, source, read_values=read_values)
+
+
+def read_checkpoint(path: str | os.PathLike[str], source: SourceOptions = DEFAULT_SOURCE, *,
+                    read_values: bool = False) -> Checkpoint:
+    """``load`` for the commands: the source options as one value (formats/options.py)."""
     from .checkpoint.build import build
 
     p = os.fspath(path)
     if not is_url(p) and not os.path.lexists(p):
         raise InputError("no such file or folder", p)
     with gc_paused():
-        loaded = read_file(p, ReadOptions(limits=limits, unsafe=unsafe, tp_rules=tp_rules))
+        loaded = read_file(p, ReadOptions(limits=source.limits, unsafe=source.unsafe, tp_rules=source.tp_rules))
         try:
-            if unstack_layers:
+            if source.unstack_layers:
                 from .dcp.megatron import unstack
 
                 unstack(loaded, p)
-            ck = build(loaded, p, key, limits)
+            ck = build(loaded, p, source.key, source.limits)
             if read_values and loaded.deferred:  # walking 200,000 entries of any other file would find none
                 from .dcp.deferred import with_values
 
-                ck = with_values(ck, limits)
+                ck = with_values(ck, source.limits)
             return ck
         except BaseException:
-            for source in loaded.sources:  # a long-running caller must not leak a descriptor per bad file
-                source.close()
+            for s in loaded.sources:  # a long-running caller must not leak a descriptor per bad file
+                s.close()
             raise
 
 
@@ -220,4 +228,4 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-__all__ = ["Loaded", "ReadOptions", "load", "read_file"]
+__all__ = ["DEFAULT_SOURCE", "Loaded", "ReadOptions", "SourceOptions", "load", "read_checkpoint", "read_file"]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from .. import dtypes
 from ..errors import RuleConflict
-from ..tensors.dcpsave import load_for_save, save_dcp
+from ..tensors.runtime import load_for_save, save_dcp
 from .base import OutTensor
 
 DCP_SUFFIXES = (".distcp", ".metadata")

@@ -25,7 +25,7 @@ from conftest import ROOT, run_subprocess
 from torch import nn
 
 from ckpt_tool import load
-from ckpt_tool.tensors.tensordata import tensor_bytes, to_torch
+from ckpt_tool.tensors.data import tensor_bytes, to_torch
 
 
 def torch_view(sd):

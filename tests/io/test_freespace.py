@@ -113,7 +113,7 @@ def fake_statvfs(free: int, block: int = 4096):
 def tripwires(monkeypatch):
     """Fail loudly if anything reads a tensor byte, starts a writer or creates the output."""
     from ckpt_tool.io.atomic import write as atomic
-    from ckpt_tool.tensors import tensordata
+    from ckpt_tool.tensors.data import tensordata
     from ckpt_tool.writers import dcp, output, sourcebytes
     from ckpt_tool.writers.safetensors import sharded
     from ckpt_tool.writers.safetensors import single as safetensors

@@ -463,7 +463,7 @@ def test_api_on_urls(served: Path, server: RangeServer) -> None:
     assert counted.requests == len(_gets(server)) == 2
     import torch
 
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     want = torch.load(served / "big.pth")["head.bias"].numpy().tobytes()
     assert tensor_bytes(ckpt.by_key["head.bias"]) == want  # data read after the session ended

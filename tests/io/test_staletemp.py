@@ -240,7 +240,7 @@ def drive(point: str, sig: str, args: list[str], wait: bool = True):
 
 def assert_out_complete(out: Path, src: Path) -> None:
     from ckpt_tool.formats import load
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     a, b = load(src), load(out)
     try:

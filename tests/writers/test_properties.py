@@ -32,7 +32,7 @@ from ckpt_tool.errors import RuleConflict
 from ckpt_tool.formats import load
 from ckpt_tool.keys.rules import RuleSet, make_plan
 from ckpt_tool.model import TensorMeta
-from ckpt_tool.tensors.tensordata import tensor_bytes
+from ckpt_tool.tensors.data import tensor_bytes
 
 EXAMPLES = int(os.environ.get("CKPT_PROPERTY_EXAMPLES", "20"))
 PROFILE = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 50,

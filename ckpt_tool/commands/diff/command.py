@@ -18,9 +18,8 @@ from ...io.remote.counts import counts_remote
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, TensorMeta, shapes_compatible
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.closeness import ValueDiff
-from ...tensors.ties import filled_by_ties, tie_advice, tied_groups
-from ...tensors.values import compare_values
+from ...tensors.numerics import ValueDiff, compare_values
+from ...tensors.target import filled_by_ties, tie_advice, tied_groups
 from .metadata import content_metadata, mask_unread, metadata_diff
 from .report import PLAIN_VIEW, DiffReport, Mismatch, ValueView
 from .rollup import Metric, ordered, rollups, sort_key

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...io.remote.counts import with_remote
-from ...tensors.closeness import ValueDiff
-from ...tensors.ties import TiedKey
+from ...tensors.numerics import ValueDiff
+from ...tensors.target import TiedKey
 from .rollup import AGGREGATION, Metric, Rollup
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from ...keys.prefixes import detect_prefixes
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.stats import TensorStats, compute_stats
+from ...tensors.numerics import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
 from ..weights_only.verdict import WeightsOnlyReport, assess
 

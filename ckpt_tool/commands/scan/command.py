@@ -41,7 +41,7 @@ from ...model import GlobalRef
 from ...pickles import severity
 from ...pickles.scanner import ERROR, Found, ScanFormat, Scanner, Verdict
 from ...pickles.walk.walker import Finding
-from ...tensors.numpy_reads import npy_pickle_offset
+from ...tensors.data import npy_pickle_offset
 
 
 @dataclass(frozen=True)

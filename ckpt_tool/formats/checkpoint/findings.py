@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def walk_file(path: str, limits: Limits) -> Scanner | None:
     """The static walk of one regular file or URL (None for folders and unreadable paths)."""
     from ...pickles.scanner import Scanner  # the walker is a 20 ms import: only when a file gives reason
-    from ...tensors.numpy_reads import npy_pickle_offset
+    from ...tensors.data import npy_pickle_offset
 
     if not is_url(path) and not os.path.isfile(path):
         return None

@@ -132,7 +132,7 @@ def to_meta(key: str, obj: Any, memory: MemorySource) -> TensorMeta:
     if torch is None or not isinstance(obj, torch.Tensor):
         # a corrupt module's _parameters can hold anything: never import torch to say so
         raise InputError(f"{key!r} is a {type(obj).__name__}, not a tensor")
-    from ...tensors.live import torch_tensor_meta  # only reached for --unsafe loads
+    from ...tensors.data import torch_tensor_meta  # only reached for --unsafe loads
 
     return torch_tensor_meta(key, obj, memory)
 

@@ -20,7 +20,7 @@ from ...errors import UnsafeContentError
 from ...pickles import severity
 from ...pickles.unpickle.placeholders import NumpyScalar, Placeholder, SubclassTensor
 from ...pickles.unpickle.rebuilders import NumpyDType
-from ...tensors.packed import is_tensor
+from ...tensors.data import is_tensor
 from ..base import OutTensor
 
 _MAX_DEPTH = 200

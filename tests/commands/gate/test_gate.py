@@ -93,7 +93,7 @@ def test_nan_or_inf_fails_naming_the_tensor(tmp_path, bad):
 def test_nan_check_reads_large_tensors_in_chunks(tmp_path, monkeypatch):
     import importlib
 
-    g = importlib.import_module("ckpt_tool.tensors.nonfinite")  # the NaN/Inf counting behind the check
+    g = importlib.import_module("ckpt_tool.tensors.numerics.nonfinite")  # the NaN/Inf counting behind the check
     monkeypatch.setattr(g, "_CHUNK", 64)  # 16 floats per read: the chunked path on a tiny file
     x = torch.arange(100, dtype=torch.float32)
     x[97] = float("nan")

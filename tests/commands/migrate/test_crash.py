@@ -104,7 +104,7 @@ def kill_points(events: list[str]) -> list[str]:
 def assert_out_complete(out: Path, src: Path) -> None:
     """OUT is a whole checkpoint holding exactly SRC's tensors, bit for bit."""
     from ckpt_tool.formats import load
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     a, b = load(src), load(out)
     try:

@@ -19,10 +19,10 @@ from safetensors.torch import save_file
 from ckpt_tool.formats import load
 from ckpt_tool.io.zip.archive import ZipArchive
 from ckpt_tool.render.common import simple_table
-from ckpt_tool.tensors.tensordata import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
+from ckpt_tool.tensors.data import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
 
-diff_mod = importlib.import_module("ckpt_tool.tensors.values")
-nonfinite_mod = importlib.import_module("ckpt_tool.tensors.nonfinite")
+diff_mod = importlib.import_module("ckpt_tool.tensors.numerics.values")
+nonfinite_mod = importlib.import_module("ckpt_tool.tensors.numerics.nonfinite")
 
 FLOATS = ["float16", "bfloat16", "float32", "float64", "complex64", "complex128",
           "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz"]

@@ -119,7 +119,7 @@ def _unproven_large(checked: list[tuple[str, OutTensor, TensorMeta]], advance: A
     stays in the list: the tensor-by-tensor pass then names its first
     differing byte.
     """
-    from ....tensors.tensordata import check_reads, group_reads, same_bytes
+    from ....tensors.data import check_reads, group_reads, same_bytes
 
     large = [i for i, (_, exp, act) in enumerate(checked)
              if exp.nbytes >= _LARGE and exp.streamable and act.is_contiguous and act.nbytes == exp.nbytes]

@@ -77,7 +77,7 @@ def verify_output(path: str, fmt: OutputFormat, tensors: Sequence[OutTensor], *,
                 problems = compare_keys(tensors, keys)
             actual = tensors_in(held) if list(devices) != ["cpu"] or target else {}
             if target:
-                from ....tensors.quantized import load_extras
+                from ....tensors.data import load_extras
 
                 extras = load_extras(held)
         else:
@@ -109,7 +109,7 @@ def prove_on_devices(actual: Mapping[str, TensorMeta], tensors: Sequence[OutTens
                      cpu_only: bool = False) -> tuple[dict[str, bool], list[str]]:
     """The output, already re-read and compared on the CPU, copied to each device and back and loaded into
     the target there (on the CPU only when ``cpu_only``); stops at the first device that fails."""
-    from ....tensors.devices import load_into_target
+    from ....tensors.runtime import load_into_target
 
     module = None
     p = progress

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import dtypes
-from ..model import TensorMeta
+from ... import dtypes
+from ...model import TensorMeta
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,9 @@ def compute_stats(t: TensorMeta) -> TensorStats:
     """min/max/mean/std over the finite values, and NaN/Inf counts (None figures where there are none)."""
     import torch
 
+    from ..data import to_torch
     from .bitwise import comparable, needs_values
     from .nonfinite import tensor_nonfinite
-    from .tensordata import to_torch
 
     kind = dtypes.lookup(t.dtype).kind
     if kind == "bits":  # bit patterns, not numbers: no meaningful figures

@@ -14,8 +14,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..model import TensorMeta
-from ..progress import NO_PROGRESS, Progress
+from ...model import TensorMeta
+from ...progress import NO_PROGRESS, Progress
 from .bitwise import compared_numel
 from .closeness import CHUNK, Acc, ValueDiff, compare_dtype, compare_pair, compared_as, worst
 
@@ -166,7 +166,7 @@ class _NumpyCompare:
         """
         import numpy as np
 
-        from .tensordata import all_finite, same_bytes
+        from ..data import all_finite, same_bytes
 
         acc = Acc(histograms=self.histograms)
         fa, fb, ct = self.fa, self.fb, self.ct
@@ -249,7 +249,7 @@ def _square_sum(values: Any, acc: Acc | None) -> float:
 def _numpy_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, norms: bool = False,
                 histograms: bool = False, bin_identical: bool = False) -> ValueDiff | None:
     """compare_pair's result for finite float16/32/64 values (_NumpyCompare), reading the pair here."""
-    from .tensordata import iter_raw
+    from ..data import iter_raw
 
     compare = _NumpyCompare(ta, tb, atol=atol, rtol=rtol, norms=norms, histograms=histograms,
                             bin_identical=bin_identical)
@@ -292,7 +292,7 @@ def _quick_diffs(pairs: list[tuple[TensorMeta, TensorMeta]], *, atol: float, rto
     read twice. A pair with NaN/Inf, or of another dtype, that differs gets
     None at its first such chunk (its remaining chunks are passed over).
     """
-    from .tensordata import all_finite, check_reads, group_reads, same_bytes
+    from ..data import all_finite, check_reads, group_reads, same_bytes
 
     # Small pairs (200,000 of them in some files) are read here and bit-tested in
     # batches: a thread hand-off and a NumPy call per pair would cost more than the bytes.
@@ -346,7 +346,7 @@ _SMALL_PAIR = 256 << 10  # bytes: pairs of smaller tensors are tested in batches
 
 def _small_verdicts(pairs: list[tuple[TensorMeta, TensorMeta]]) -> dict[tuple[int, int], bool]:
     """Per (id(a), id(b)) of small pairs: True if the bytes are the same and none is NaN/Inf (tested per batch)."""
-    from .tensordata import RAW_CHUNK, all_finite, tensor_bytes
+    from ..data import RAW_CHUNK, all_finite, tensor_bytes
 
     out: dict[tuple[int, int], bool] = {}
     pending: dict[str, list[tuple[tuple[int, int], bytes]]] = {}  # dtype -> identical pairs awaiting the bit test

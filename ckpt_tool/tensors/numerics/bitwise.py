@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .. import dtypes
-from ..errors import InputError
-from ..model import TensorMeta
+from ... import dtypes
+from ...errors import InputError
+from ...model import TensorMeta
 
 if TYPE_CHECKING:
     import torch
@@ -56,7 +56,7 @@ def comparable(t: TensorMeta) -> torch.Tensor:
     """The tensor's values as one flat CPU tensor of ``compared_dtype(t.dtype)`` (read whole: inspect --stats)."""
     import torch
 
-    from .tensordata import torch_dtype
+    from ..data import torch_dtype
 
     parts = list(comparable_chunks(t, max(t.numel, 1)))  # one chunk: the whole tensor
     return torch.cat(parts) if parts else torch.empty(0, dtype=torch_dtype(compared_dtype(t.dtype)))
@@ -68,7 +68,7 @@ def comparable_chunks(t: TensorMeta, elements: int) -> Iterator[torch.Tensor]:
     float4 tensor never sits in memory as float32 whole); quantized ones rebuilt whole, then sliced."""
     import torch
 
-    from .tensordata import iter_chunks, torch_dtype
+    from ..data import iter_chunks, torch_dtype
 
     dt = dtypes.lookup(t.dtype)
     if dt.kind == "quantized":
@@ -91,7 +91,7 @@ def _dequantized(t: TensorMeta) -> torch.Tensor:
     """torch.load's own rebuild of a quantized tensor (torch._utils._rebuild_qtensor), dequantized."""
     import torch
 
-    from .tensordata import to_torch, torch_dtype
+    from ..data import to_torch, torch_dtype
 
     q, storage = t.quantizer, t.storage
     if q is None or storage is None or not q or not hasattr(torch, str(q[0])):

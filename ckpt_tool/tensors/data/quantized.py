@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InputError
-from ..model import TensorMeta
+from ...errors import InputError
+from ...model import TensorMeta
 from .tensordata import to_torch
 
 _INT_REPR = {"qint8": "int8", "quint8": "uint8", "qint32": "int32"}
@@ -86,7 +86,7 @@ def load_extras(mapping: Any) -> tuple[dict[str, Any], Any]:
     """
     import torch
 
-    from ..pickles.unpickle.placeholders import DTypeRef
+    from ...pickles.unpickle.placeholders import DTypeRef
 
     if not isinstance(mapping, Mapping):
         return {}, None

@@ -12,9 +12,9 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import dtypes
-from ..errors import UsageError
-from ..model import TensorMeta
+from ... import dtypes
+from ...errors import UsageError
+from ...model import TensorMeta
 
 if TYPE_CHECKING:
     import torch
@@ -158,7 +158,7 @@ def cast_with_loss(x: Any, dtype: Any, count: bool = True) -> tuple[Any, CastLos
 
 def cast_tensor(meta: TensorMeta, dtype: str, *, count: bool = True) -> tuple[torch.Tensor, CastLoss]:
     """The tensor's data read into a CPU tensor and cast to ``dtype`` (any name dtypes.lookup knows: bf16, fp32)."""
-    from .tensordata import to_torch, torch_dtype
+    from ..data import to_torch, torch_dtype
 
     return cast_with_loss(to_torch(meta), torch_dtype(dtypes.lookup(dtype).name), count=count)
 

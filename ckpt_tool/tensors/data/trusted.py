@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 
-from .. import dtypes
-from ..errors import InputError
-from ..pickles.unpickle.placeholders import NumpyArray
+from ... import dtypes
+from ...errors import InputError
+from ...pickles.unpickle.placeholders import NumpyArray
 from .live import remember_locations
 
 _MAX_DEPTH = 64

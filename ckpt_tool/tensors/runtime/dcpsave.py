@@ -8,13 +8,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 
-from ..model import TensorMeta
-from .castloss import CastLoss, cast_tensor
+from ...model import TensorMeta
+from ..numerics import CastLoss, cast_tensor
 
 
 def load_for_save(meta: TensorMeta, cast: str | None) -> tuple[object, CastLoss | None]:
     """A CPU torch tensor holding ``meta``'s data, cast to ``cast`` when given (and what the cast lost)."""
-    from .tensordata import to_torch
+    from ..data import to_torch
 
     if cast is None:
         return to_torch(meta), None

@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ..errors import TargetError, UsageError
-from ..model import TensorMeta
+from ...errors import TargetError, UsageError
+from ...model import TensorMeta
+from .kwargs import KwargsCallFailed, build_kwargs, plan_kwargs
 from .specs import binding_error, describe, first_line, import_spec_module, resolve, split_spec, user_code
-from .target_kwargs import KwargsCallFailed, build_kwargs, plan_kwargs
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -223,7 +223,7 @@ def state_dict_meta(module: Any) -> tuple[list[TensorMeta], list[str], list[str]
     tensors: list[TensorMeta] = []
     lazy: list[str] = []
     extra: list[str] = []
-    from .quantized import flat_state
+    from ..data import flat_state
 
     state = module.state_dict(keep_vars=True)
     for key, value in flat_state(state).items():  # packed params' tensors under KEY.0, KEY.1 (as ckpt reads them)

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..model import TensorMeta
+from ...model import TensorMeta
 
 if TYPE_CHECKING:
     import torch
@@ -28,7 +28,7 @@ def nonfinite_counts(tensors: list[TensorMeta]) -> Iterator[tuple[TensorMeta, in
     core, each bit-testing the chunk it read (tensordata.check_reads), so the
     check runs at about the speed of reading the file.
     """
-    from .tensordata import all_finite, check_reads, group_reads
+    from ..data import all_finite, check_reads, group_reads
 
     # Small tensors (200,000 of them in some files) are read in the calling thread and
     # bit-tested a batch at a time: a thread hand-off and a NumPy call per tensor cost more
@@ -68,7 +68,7 @@ _SMALL_TENSOR = 256 << 10  # bytes: smaller contiguous tensors are checked in ba
 
 def _small_nonfinite_counts(tensors: list[TensorMeta]) -> dict[int, tuple[int, int]]:
     """id(tensor) -> (NaN count, Inf count) for small contiguous tensors, batched by dtype."""
-    from .tensordata import all_finite, tensor_bytes
+    from ..data import all_finite, tensor_bytes
 
     out: dict[int, tuple[int, int]] = {}
     by_dtype: dict[str, list[TensorMeta]] = {}
@@ -119,7 +119,7 @@ def count_raw_nonfinite(raw: Any, dtype: str) -> tuple[int, int]:
     The bit test (tensordata.all_finite) answers most chunks without torch;
     only a chunk that holds a NaN or Inf is counted, with torch (tensor_nonfinite).
     """
-    from .tensordata import all_finite, torch_dtype
+    from ..data import all_finite, torch_dtype
 
     if all_finite(raw, dtype) is not False:
         return 0, 0
@@ -135,7 +135,7 @@ def count_nonfinite(t: TensorMeta, buffer: bytearray | None = None) -> tuple[int
     torch import); only a chunk that holds a NaN or Inf is counted with torch
     (torch.isfinite runs at ~0.4 GB/s).
     """
-    from .tensordata import all_finite, iter_raw
+    from ..data import all_finite, iter_raw
 
     nan = inf = 0
     if buffer is None or len(buffer) < min(_CHUNK, t.nbytes):

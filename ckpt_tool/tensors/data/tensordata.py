@@ -10,8 +10,8 @@ import os
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
-from ..model import TensorMeta
+from ...errors import InputError
+from ...model import TensorMeta
 
 if TYPE_CHECKING:
     import torch

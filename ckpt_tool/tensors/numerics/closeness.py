@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import TensorMeta
+from ...model import TensorMeta
 
 # Elements per step of the value comparison: bounds the temporaries (~25 MiB in all) at any tensor size.
 CHUNK = 1 << 18
@@ -147,7 +147,7 @@ def json_float(x: float) -> float | str:
 
 def compare_dtype(a: str, b: str) -> str:
     """bf16 vs fp32 compares in fp32; anything with fp64 or an integer in fp64; complex in complex128."""
-    from .. import dtypes
+    from ... import dtypes
 
     kinds = {dtypes.lookup(a).kind, dtypes.lookup(b).kind}
     if kinds & {"quantized"} and kinds <= {"quantized", "float"}:  # dequantized values (tensors/bitwise.py)
@@ -186,10 +186,10 @@ def compare_pair(ta: TensorMeta, tb: TensorMeta, *, atol: float, rtol: float, hi
     """
     import torch
 
-    from .. import dtypes
+    from ... import dtypes
+    from ..data import iter_chunks
     from .bitwise import comparable_chunks, compared_dtype, compared_numel, needs_values
     from .nonfinite import tensor_nonfinite
-    from .tensordata import iter_chunks
 
     if _threads is not None and not _threads:
         # One thread: on chunks this small, OpenMP workers spin-waiting for a busy

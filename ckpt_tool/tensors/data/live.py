@@ -11,10 +11,10 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .. import dtypes
-from ..errors import InputError
-from ..io.source import MemorySource
-from ..model import StorageRef, TensorMeta
+from ... import dtypes
+from ...errors import InputError
+from ...io.source import MemorySource
+from ...model import StorageRef, TensorMeta
 
 if TYPE_CHECKING:
     from torch.nn import Module

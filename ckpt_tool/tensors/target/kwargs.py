@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CkptError, TargetError
+from ...errors import CkptError, TargetError
 from .specs import binding_error, describe, first_line, import_spec_module, split_spec, user_code
 
 CALL_KEY = "()"

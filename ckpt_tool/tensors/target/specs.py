@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..errors import TargetError
+from ...errors import TargetError
 
 
 def split_spec(spec: str) -> tuple[str, str]:

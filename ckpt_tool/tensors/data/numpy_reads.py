@@ -9,10 +9,10 @@ from __future__ import annotations
 import io
 import warnings
 
-from ..errors import InputError
-from ..io.containers import literal_npy_offset, npy_header
-from ..io.regions import Blob
-from ..model import TensorMeta
+from ...errors import InputError
+from ...io.containers import literal_npy_offset, npy_header
+from ...io.regions import Blob
+from ...model import TensorMeta
 
 
 def c_order_bytes(meta: TensorMeta) -> bytes:

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..model import TensorMeta
+from ...model import TensorMeta
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +51,7 @@ def roundtrip_bytes(meta: TensorMeta, device: str) -> bytes:
     """The bytes of ``meta``'s values after a copy to ``device`` and back to the CPU."""
     import torch
 
-    from .tensordata import to_torch
+    from ..data import to_torch
 
     x = to_torch(meta).to(device)
     if device.startswith("cuda"):
@@ -82,7 +82,7 @@ def load_into_target(module: torch.nn.Module, actual: Mapping[str, TensorMeta], 
     """
     import torch
 
-    from .quantized import flat_state, packed_layout, torch_state, value_bytes
+    from ..data import flat_state, packed_layout, torch_state, value_bytes
 
     module.to(device)
     layout = packed_layout(module.state_dict())

@@ -11,7 +11,7 @@ from ...pickles.unpickle.unpickler import BlobReader
 from ...pickles.weights_only.inputs import WeightsOnlyInput
 
 if TYPE_CHECKING:
-    from ..deepspeed.tprules import TpRules
+    from ..tp import TpRules
 
 
 @dataclass

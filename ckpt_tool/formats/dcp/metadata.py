@@ -66,7 +66,7 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     if version is not None:
         loaded.metadata["dcp_version"] = str(version)
     if _may_be_megatron(folder, flat) and paths.isfile(paths.join(folder, "metadata.json")):  # common.pt beside it
-        from .megatron import describe
+        from ..megatron import describe
 
         describe(loaded, folder, options)
     return loaded

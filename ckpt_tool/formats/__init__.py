@@ -20,7 +20,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
 from ..pickles.weights_only import inputs as wo_input
 from . import detect as _detect
-from .checkpoint.loaded import Loaded, ReadOptions
+from .interface import Loaded, ReadOptions
 from .options import DEFAULT_SOURCE, SourceOptions
 from .tp import TpRules
 

@@ -25,8 +25,8 @@ from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
-from ..checkpoint.loaded import Loaded, ReadOptions
 from ..hf.index import outside_folder
+from ..interface import Loaded, ReadOptions
 from .items import BytesItem, nest
 from .stream import Chunk, DcpStreamSource
 

@@ -27,7 +27,7 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import LazyTensor
 from ..checkpoint.build import summarize
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 from ..tp import UC_INFO, TpRules, from_universal_info, merge_ranks
 from .files import ParallelRun
 from .ranks import RankPart, StatesReader, consolidate

@@ -38,7 +38,7 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import Placeholder
 from ..checkpoint.build import build, file_danger, summarize
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 from ..tp import merge_ranks
 
 LATEST = "latest_checkpointed_iteration.txt"

@@ -18,7 +18,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint
 
 if TYPE_CHECKING:
-    from ..formats.deepspeed import TpRules
+    from ..formats.tp import TpRules
     from ..tensors.data import InMemoryState
 
 # A checkpoint argument: a path or URL, or (Python API) a state dict, a container of one, or an nn.Module.

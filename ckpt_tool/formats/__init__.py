@@ -20,9 +20,9 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
 from ..pickles.weights_only import inputs as wo_input
 from . import detect as _detect
-from .checkpoint.loaded import Loaded, ReadOptions
-from .deepspeed.tprules import TpRules
+from .interface import Loaded, ReadOptions
 from .options import DEFAULT_SOURCE, SourceOptions
+from .tp import TpRules
 
 Reader = Callable[[str, ReadOptions], Loaded]
 
@@ -38,7 +38,7 @@ _READERS: dict[Format, str] = {
     Format.DCP: "dcp.metadata:read_dcp",
     Format.TORCH_TAR: "torchsave.tar:read_legacy_tar",
     Format.DEEPSPEED: "deepspeed.read:read_deepspeed",
-    Format.MEGATRON_LEGACY: "deepspeed.megatron:read_megatron_legacy",
+    Format.MEGATRON_LEGACY: "megatron.legacy_folder:read_megatron_legacy",
     Format.TORCH_EXPORT: "torchsave.export:read_export",
     Format.DIST_SAFETENSORS: "safetensors.distributed:read_distributed",
     Format.RANKS: "ranks.read:read_ranks",
@@ -177,8 +177,8 @@ def load(
     bytes items: an optimizer's ``lr``, a step count) are left unread and
     described (model.Deferred) unless ``read_values`` asks for them, as
     migrate and ``diff --values`` do. ``tp_rules`` says how the tensor-parallel
-    shards of a DeepSpeed run merge (formats/deepspeed/tprules.py). ``unstack_layers`` gives a Megatron
-    torch_dist checkpoint's stacked layers their per-layer names (formats/dcp/megatron.py).
+    shards of a DeepSpeed run merge (formats/tp/tprules.py). ``unstack_layers`` gives a Megatron
+    torch_dist checkpoint's stacked layers their per-layer names (formats/megatron/torch_dist.py).
     """
     source = SourceOptions(key=key, unsafe=unsafe, limits=limits, tp_rules=tp_rules, unstack_layers=unstack_layers)
     return read_checkpoint(path, source, read_values=read_values)
@@ -196,7 +196,7 @@ def read_checkpoint(path: str | os.PathLike[str], source: SourceOptions = DEFAUL
         loaded = read_file(p, ReadOptions(limits=source.limits, unsafe=source.unsafe, tp_rules=source.tp_rules))
         try:
             if source.unstack_layers:
-                from .dcp.megatron import unstack
+                from .megatron import unstack
 
                 unstack(loaded, p)
             ck = build(loaded, p, source.key, source.limits)

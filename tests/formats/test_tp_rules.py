@@ -18,7 +18,7 @@ from conftest import ROOT, assert_one_line_error
 
 from ckpt_tool.errors import UsageError
 from ckpt_tool.format_names import TpMerge
-from ckpt_tool.formats.deepspeed.tprules import TpRule, from_universal_info, parse_rules
+from ckpt_tool.formats.tp.tprules import TpRule, from_universal_info, parse_rules
 
 RUN = tp.TP_RUN
 RULES = tp.TP_RULES

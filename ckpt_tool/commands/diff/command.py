@@ -158,7 +158,7 @@ def diff(
                          "--values figures: add --values")
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
         raise UsageError("--atol and --rtol must be non-negative numbers")
-    from ...formats.deepspeed import load_rules
+    from ...formats.tp import load_rules
 
     rules_tp = load_rules(tp_rules) if tp_rules else None  # before either side is read: a bad file is exit 2
     ckpt_a = open_input(a, key=key, unsafe=unsafe, limits=limits, read_values=values,  # --values: DCP bytes items

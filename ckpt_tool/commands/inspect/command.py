@@ -165,11 +165,11 @@ def inspect(
 
     ``torch_version`` picks the torch whose weights_only rules the prediction
     applies (default: the installed torch, else the newest known). ``tp_rules`` names a TOML file
-    saying how tensor-parallel shards merge (formats/deepspeed/tprules.py, docs/consolidate.md).
+    saying how tensor-parallel shards merge (formats/tp/tprules.py, docs/consolidate.md).
     """
     if is_path(path):
         _refuse_unread(os.fspath(path))
-    from ...formats.deepspeed import load_rules
+    from ...formats.tp import load_rules
 
     ckpt = open_input(path, key=key, unsafe=unsafe, limits=limits,  # a path, or (Python) a state dict or module
                       tp_rules=load_rules(tp_rules) if tp_rules else None, unstack_layers=unstack_layers)

@@ -27,9 +27,8 @@ from typing import Any
 from ...errors import CkptError, InputError
 from ...exit_codes import outcome_code
 from ...format_names import Format
-from ...formats import read_file
+from ...formats import ReadOptions, read_file
 from ...formats.checkpoint.build import build
-from ...formats.checkpoint.loaded import ReadOptions
 from ...formats.dcp.metadata import ItemRegion, dcp_regions
 from ...formats.hf.index import read_index
 from ...io.paths import basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes

@@ -16,7 +16,7 @@ from ...model import Candidate, Checkpoint, Deferred, GlobalRef, TensorMeta
 from ...pickles import severity
 from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, NumpyScalar, Placeholder, is_module_placeholder
 from ...tensors.data import is_tensor, packed_items
-from .loaded import Loaded
+from ..interface import Loaded
 from .locate import all_tensors_str_keys, choose, is_real_module, module_tensors, tensors_of
 from .metas import layout_warnings, metas_of, record_warnings
 

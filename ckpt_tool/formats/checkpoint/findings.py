@@ -24,7 +24,7 @@ from ...limits import Limits
 from ...model import GlobalRef
 from ...pickles import severity
 from ...pickles.weights_only.inputs import SMALL_PICKLE
-from .loaded import Loaded
+from ..interface import Loaded
 
 if TYPE_CHECKING:
     from ...pickles.scanner import Scanner

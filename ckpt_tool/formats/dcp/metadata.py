@@ -25,8 +25,8 @@ from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
-from ..checkpoint.loaded import Loaded, ReadOptions
 from ..hf.index import outside_folder
+from ..interface import Loaded, ReadOptions
 from .items import BytesItem, nest
 from .stream import Chunk, DcpStreamSource
 
@@ -66,7 +66,7 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
     if version is not None:
         loaded.metadata["dcp_version"] = str(version)
     if _may_be_megatron(folder, flat) and paths.isfile(paths.join(folder, "metadata.json")):  # common.pt beside it
-        from .megatron import describe
+        from ..megatron import describe
 
         describe(loaded, folder, options)
     return loaded

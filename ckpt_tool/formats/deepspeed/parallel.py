@@ -11,7 +11,7 @@ them ``XX.weight`` with XX the global layer index (no zero padding), which is
 what ``PipelineModule.state_dict()`` calls them (it registers layer XX as the
 submodule ``str(XX)``) and what the model states' ``param_shapes`` and
 ``buffer_names`` already say. The stages are then joined in stage order and
-the tensor-parallel ranks merged by the rules (tprules.py): the user's rules
+the tensor-parallel ranks merged by the rules (formats/tp/): the user's rules
 file first, else the run's ``universal_checkpoint_info``, else an error that
 says what was found and what is missing.
 """
@@ -27,11 +27,10 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import LazyTensor
 from ..checkpoint.build import summarize
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
+from ..tp import UC_INFO, TpRules, from_universal_info, merge_ranks
 from .files import ParallelRun
 from .ranks import RankPart, StatesReader, consolidate
-from .tpmerge import merge_ranks
-from .tprules import UC_INFO, TpRules, from_universal_info
 
 
 def parallel_sizes(m0: Mapping[Any, Any], par: ParallelRun) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
 from ..checkpoint.build import file_danger
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 from .files import ParallelRun, find_parallel
 from .meta import describe
 from .opened import opened

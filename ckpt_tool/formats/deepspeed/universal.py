@@ -24,11 +24,11 @@ from ...io.segments import SegmentSource
 from ...model import TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import LazyTensor
 from ..checkpoint.build import summarize
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
+from ..tp import UC_INFO
 from .files import ParallelRun
 from .meta import training_dtype
 from .ranks import StatesReader, TensorBuilder
-from .tprules import UC_INFO
 
 STATES = ("fp32.pt", "exp_avg.pt", "exp_avg_sq.pt", "step.pt")
 

@@ -12,8 +12,8 @@ from ...format_names import Format
 from ...io import paths
 from ...limits import DEFAULT_LIMITS
 from ...model import TensorMeta
-from ..checkpoint.loaded import Loaded, ReadOptions
 from ..detect import find_index
+from ..interface import Loaded, ReadOptions
 from ..safetensors.header import restore_aliases
 
 

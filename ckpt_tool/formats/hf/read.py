@@ -20,7 +20,7 @@ from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ..checkpoint.build import file_danger
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 from .folders import Folder, Layout, has_weights, identify
 from .opened import opened
 

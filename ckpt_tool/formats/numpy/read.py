@@ -25,7 +25,7 @@ from ...io.zip.archive import ZipArchive
 from ...model import DataSource, StorageRef, TensorMeta
 from ...pickles.unpickle.placeholders import NumpyArray
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 from .header import MLX_BFLOAT16, NpyHeader, header_length, parse_header
 
 SINGLE_KEY = "arr_0"

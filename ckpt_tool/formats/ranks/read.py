@@ -23,7 +23,7 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.weights_only import inputs as wo_input
 from ..checkpoint.findings import join_walk, needs_walk
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 from ..torchsave.archive import read_torch_zip
 from .files import RankFiles, rank_files
 from .placement import PLAIN, Block, Piece, global_shards, is_distributed, piece

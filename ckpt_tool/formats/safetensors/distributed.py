@@ -25,8 +25,8 @@ from ...errors import InputError, LimitExceeded
 from ...format_names import Format
 from ...io import paths
 from ...model import StorageRef, TensorMeta, contiguous_strides
-from ..checkpoint.loaded import Loaded, ReadOptions
 from ..dcp.stream import Chunk, DcpStreamSource
+from ..interface import Loaded, ReadOptions
 from .header import checked_entries, read_header
 
 SHARDING_KEY = "DCP_SHARDING_INFO"

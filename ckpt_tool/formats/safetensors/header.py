@@ -16,8 +16,8 @@ from ...format_names import Format
 from ...io.paths import dirname, open_bytes
 from ...io.source import storage_source
 from ...model import StorageRef, TensorMeta
-from ..checkpoint.loaded import Loaded, ReadOptions
 from ..detect import is_distributed_shard
+from ..interface import Loaded, ReadOptions
 
 
 class _Duplicates(dict):  # type: ignore[type-arg]

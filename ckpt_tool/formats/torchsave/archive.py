@@ -20,7 +20,7 @@ from ...pickles.advisories import CVE_2025_32434_SCRIPT
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import restricted_loads
 from ...pickles.weights_only import inputs as wo_input
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 
 _UINT8 = dtypes.BY_NAME["uint8"]
 _ODD_MEMBER = re.compile(r"(^/|\.\.|\\|^$)")

@@ -38,7 +38,7 @@ from ...pickles.pt2_layout import (
     parse_config,
 )
 from ...pickles.weights_only import inputs as wo_input
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 from .archive import archive_prefix, check_version
 
 # torch._export.serde.schema.ScalarType -> ckpt's dtype names

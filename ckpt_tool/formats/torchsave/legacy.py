@@ -27,7 +27,7 @@ from ...model import DataSource, GlobalRef
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import BlobReader, restricted_load_stream
 from ...pickles.weights_only import inputs as wo_input
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001

@@ -27,7 +27,7 @@ from ...model import DataSource, GlobalRef
 from ...pickles.advisories import CVE_2025_32434_TAR
 from ...pickles.unpickle.placeholders import LazyStorage, LazyTensor, StorageType
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 
 _COUNT = struct.Struct("<q")
 

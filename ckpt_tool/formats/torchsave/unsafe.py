@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import InputError
 from ...format_names import Format
 from ...tensors.data import numpy_arrays_as_records, one_line, torch_load_trusted, torchscript_state
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 
 
 def read_unsafe(path: str, fmt: Format, options: ReadOptions) -> Loaded:

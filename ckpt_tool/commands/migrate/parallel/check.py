@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 def check_whole(job: WriteJob, path: str) -> tuple[dict[str, bool], list[str]]:
     """(device -> passed, first problems) for the complete temporary output at ``path``."""
     from ....errors import CkptError
-    from ....formats import read_file
-    from ....formats.checkpoint.loaded import ReadOptions
+    from ....formats import ReadOptions, read_file
     from ..verify.verify import missing_from_output, prove_on_devices
 
     try:

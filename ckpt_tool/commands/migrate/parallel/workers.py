@@ -93,8 +93,7 @@ def write_share(path: str, units: Sequence[Unit], indices: Sequence[int],
 def verify_share(path: str, fmt: OutputFormat, units: Sequence[Unit], indices: Sequence[int],
                  limits: Limits) -> list[str]:
     """Each tensor of the share re-read from the output and compared bit for bit with the source."""
-    from ....formats import read_file
-    from ....formats.checkpoint.loaded import ReadOptions
+    from ....formats import ReadOptions, read_file
     from ..verify.compare import MAX_REPORTED, compare_pairs
 
     problems: list[str] = []

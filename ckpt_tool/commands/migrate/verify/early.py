@@ -75,8 +75,7 @@ class EarlyCheck:
 
     def started(self) -> None:
         """Parse the header just written (the reader verify.py uses) and start the comparing thread."""
-        from ....formats import read_file
-        from ....formats.checkpoint.loaded import ReadOptions
+        from ....formats import ReadOptions, read_file
 
         try:
             loaded = read_file(self.path, ReadOptions(limits=self.limits, walk=False))

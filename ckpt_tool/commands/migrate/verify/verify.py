@@ -50,9 +50,8 @@ def verify_output(path: str, fmt: OutputFormat, tensors: Sequence[OutTensor], *,
     when the reader places them where they were compared.
     """
     from ....errors import CkptError
-    from ....formats import read_file
+    from ....formats import ReadOptions, read_file
     from ....formats.checkpoint.build import build
-    from ....formats.checkpoint.loaded import ReadOptions
     from ....formats.checkpoint.locate import resolve_key
 
     p = progress

@@ -38,8 +38,8 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import Placeholder
 from ..checkpoint.build import build, file_danger, summarize
-from ..checkpoint.loaded import Loaded, ReadOptions
-from .tpmerge import merge_ranks
+from ..interface import Loaded, ReadOptions
+from ..tp import merge_ranks
 
 LATEST = "latest_checkpointed_iteration.txt"
 _RANK = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")

@@ -35,8 +35,8 @@ from ... import dtypes
 from ...errors import CkptError, InputError, UsageError
 from ...io import paths
 from ...model import DataSource, StorageRef, TensorMeta, contiguous_strides
-from ..checkpoint.loaded import Loaded, ReadOptions
-from .items import BytesItem
+from ..dcp.items import BytesItem
+from ..interface import Loaded, ReadOptions
 
 COMMON, METADATA_JSON = "common.pt", "metadata.json"
 _MAX_JSON = 1 << 20

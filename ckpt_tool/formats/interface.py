@@ -4,14 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...format_names import Format
-from ...limits import DEFAULT_LIMITS, Limits
-from ...model import DataSource, GlobalRef, TensorMeta
-from ...pickles.unpickle.unpickler import BlobReader
-from ...pickles.weights_only.inputs import WeightsOnlyInput
+from ..format_names import Format
+from ..limits import DEFAULT_LIMITS, Limits
+from ..model import DataSource, GlobalRef, TensorMeta
+from ..pickles.unpickle.unpickler import BlobReader
+from ..pickles.weights_only.inputs import WeightsOnlyInput
 
 if TYPE_CHECKING:
-    from ..deepspeed.tprules import TpRules
+    from .tp import TpRules
 
 
 @dataclass

@@ -17,8 +17,8 @@ from ....errors import CkptError, UsageError, WriteError
 from ....format_names import OutputFormat
 from ....io.atomic import renames
 from ....io.atomic import write as atomic
-from ....writers.parallel import Unit, assign
 from ....writers.payload import SafetensorsPayload
+from ....writers.shares import Unit, assign
 from ..verify.casts import CastReport, apply_losses, cast_findings, share_losses
 from . import workers as pool
 from .workers import Spec, Workers, fingerprint, plan_units, verify_share

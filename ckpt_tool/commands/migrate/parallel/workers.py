@@ -1,7 +1,7 @@
 """Writing one migrate output from several processes: ``--workers N``, or every rank under ``torchrun``.
 
 The output (one ``.safetensors`` file, or a sharded set) is cut into units
-fixed before any byte is written (writers/parallel.py) and the units are
+fixed before any byte is written (writers/shares.py) and the units are
 shared out. The process that owns the output (the migrate process, or rank
 0) creates the temporary output and its header; every process writes its
 share with its own descriptors and fsyncs it, then, once all have written,
@@ -34,7 +34,7 @@ from ....limits import Limits
 from ....model import Checkpoint, TensorMeta
 from ....tensors.numerics import CastLoss
 from ....writers.base import OutTensor
-from ....writers.parallel import Unit, assign, safetensors_units, shard_units, write_unit
+from ....writers.shares import Unit, assign, safetensors_units, shard_units, write_unit
 from ..verify.casts import share_losses
 
 if TYPE_CHECKING:

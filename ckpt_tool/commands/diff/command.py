@@ -9,18 +9,19 @@ built on the meta device (tensors/target.py), which of course imports torch.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ...errors import UsageError
+from ...formats.options import SourceOptions
 from ...io.remote.counts import counts_remote
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, TensorMeta, shapes_compatible
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.numerics import ValueDiff, compare_values
-from ...tensors.target import filled_by_ties, tie_advice, tied_groups
+from ...tensors.closeness import ValueDiff
+from ...tensors.ties import filled_by_ties, tie_advice, tied_groups
+from ...tensors.values import compare_values
 from .metadata import content_metadata, mask_unread, metadata_diff
+from .plan import NO_HOOKS, DiffHooks, DiffOptions, DiffPlan, check_options, diff_plan
 from .report import PLAIN_VIEW, DiffReport, Mismatch, ValueView
 from .rollup import Metric, ordered, rollups, sort_key
 from .subclass import inner_value_pairs, kind_warnings
@@ -142,25 +143,27 @@ def diff(
     ``tp_rules`` names a TOML file saying how tensor-parallel shards merge (a Megatron-LM ``mp_rank_XX``
     folder, a DeepSpeed run without universal_checkpoint_info), on either side, as ``ckpt migrate`` reads it.
     """
+    from ...formats.deepspeed import load_rules
+
+    options = DiffOptions(target=target, target_kwargs=target_kwargs, key_b=key_b, values=values, atol=atol,
+                          rtol=rtol, fail_on_metadata=fail_on_metadata, rules=rules, auto=auto, view=view)
+    check_options(b is not None, options)
+    # before either side is read: a bad file is exit 2
+    source = SourceOptions(key=key, unsafe=unsafe, limits=limits, tp_rules=load_rules(tp_rules) if tp_rules else None,
+                           torch_version=torch_version)
+    return run_diff(diff_plan(a, b, source, options), DiffHooks(progress))
+
+
+def run_diff(plan: DiffPlan, hooks: DiffHooks = NO_HOOKS) -> DiffReport:
+    """Run the diff ``plan``: read both sides, rewrite A's keys, compare keys, metadata and values, suggest the fix."""
     from ..inputs import label_of, open_input
     from ..weights_only.verdict import assess
 
-    if (b is None) == (target is None):
-        raise UsageError("give either a second checkpoint B or --target SPEC (exactly one)")
-    if values and target is not None:
-        raise UsageError("--values compares two checkpoints; a --target module built on the meta device "
-                         "holds no values")
-    if key_b is not None and target is not None:
-        raise UsageError("--key-b selects inside a second checkpoint B; a --target module has no container")
-    if (view.sort is not None or view.top is not None or view.rollup_depth is not None or view.rollup_layers
-            or view.histograms) and not values:
-        raise UsageError("--sort, --top, --rollup-depth, --rollup-layers and --html order or summarise the "
-                         "--values figures: add --values")
-    if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
-        raise UsageError("--atol and --rtol must be non-negative numbers")
-    from ...formats.tp import load_rules
-
-    rules_tp = load_rules(tp_rules) if tp_rules else None  # before either side is read: a bad file is exit 2
+    a, b, source, options = plan.a, plan.b, plan.source, plan.options
+    target, target_kwargs, key_b, values = options.target, options.target_kwargs, options.key_b, options.values
+    key, unsafe, limits, rules_tp = source.key, source.unsafe, source.limits, source.tp_rules
+    atol, rtol, view, rules, auto = options.atol, options.rtol, options.view, options.rules, options.auto
+    progress, fail_on_metadata, torch_version = hooks.progress, options.fail_on_metadata, source.torch_version
     ckpt_a = open_input(a, key=key, unsafe=unsafe, limits=limits, read_values=values,  # --values: DCP bytes items
                         tp_rules=rules_tp)
     a = label_of(a, ckpt_a)

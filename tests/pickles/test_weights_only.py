@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_tool.pickles.weights_only.predict import (
+from ckpt_tool.pickles.torch_rules.predict import (
     PickleFacts,
     WeightsOnlyVerdict,
     facts_from_pickle,

@@ -143,7 +143,7 @@ def diff(
     folder, a DeepSpeed run without universal_checkpoint_info), on either side, as ``ckpt migrate`` reads it.
     """
     from ..inputs import label_of, open_input
-    from ..weights_only.verdict import assess
+    from ..loads_check.verdict import assess
 
     if (b is None) == (target is None):
         raise UsageError("give either a second checkpoint B or --target SPEC (exactly one)")

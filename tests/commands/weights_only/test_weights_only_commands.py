@@ -152,7 +152,7 @@ def test_a_dangerous_global_is_never_offered_for_allowlisting(tmp_path, run_cli)
 def test_cheap_facts_decide_a_large_state_dict_without_keeping_its_pickle(tmp_path):
     """The fast path: a 3,000-tensor state_dict (a 300 KB data.pkl) is decided without the symbolic walk."""
     from ckpt_tool.formats import load
-    from ckpt_tool.pickles.weights_only.inputs import SMALL_PICKLE, predict_input
+    from ckpt_tool.pickles.torch_rules.inputs import SMALL_PICKLE, predict_input
 
     sd = {f"layer.{i}.w": torch.zeros(2) for i in range(3000)}
     torch.save(sd, tmp_path / "big.pth")

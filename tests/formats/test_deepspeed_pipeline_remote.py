@@ -16,7 +16,7 @@ from conftest import FIXTURES
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
 
-from remote_servers import RangeServer  # noqa: E402
+from remote_servers import RangeServer
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from . import builders as b
 from .cases_benign import add_benign
 from .cases_bypass import add_bypasses
+from .cases_libraries import add_libraries
 from .cases_more import add_more
 from .cases_readings import add_readings
-from .cases_libraries import add_libraries
 from .cases_torchscript import add_torchscript
 
 CLASSES = (

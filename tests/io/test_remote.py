@@ -17,7 +17,7 @@ pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("aiohttp")
 
-from remote_servers import RangeServer, comparable_doc  # noqa: E402
+from remote_servers import RangeServer, comparable_doc
 
 # Each format of the committed fixtures, with the request limits the issue sets (metadata only).
 FORMATS = {

@@ -16,7 +16,7 @@ from conftest import FIXTURES, assert_one_line_error
 pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 
-from remote_servers import RangeServer, comparable_doc  # noqa: E402
+from remote_servers import RangeServer, comparable_doc
 
 FILES = ("tiny_mlp.safetensors", "tiny_mlp.pth", "legacy.pth", "training.pth")
 FOLDERS = ("sharded", "sharded_bin", "dcp")

@@ -21,7 +21,7 @@ pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("aiohttp")
 
-from remote_servers import RangeServer, comparable_doc  # noqa: E402
+from remote_servers import RangeServer, comparable_doc
 
 DS_RUNS = ["zero1_bf16", "zero2_fp32", "zero3_fp32", "zero3_bf16"]
 DCP_FOLDERS = ["fsdp2", "model_only", "accelerate/optimizer_0", "accelerate/pytorch_model_fsdp_0"]

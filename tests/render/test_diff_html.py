@@ -19,7 +19,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "commands" / "diff"))
-from diff_training import train  # noqa: E402 - the diff tests' trained model, shared
+from diff_training import train
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium found on PATH (Debian: apt-get install "

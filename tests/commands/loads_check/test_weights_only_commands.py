@@ -304,17 +304,17 @@ def test_sanitize_is_for_torch_outputs(training, tmp_path, run_cli):
 def test_a_whole_model_pickle_gets_the_advice_that_works(fixtures_dir, tmp_path, run_cli, monkeypatch):
     """Issue 23: `safe_globals([__main__.WholeModel, ...])` cannot work outside the script that saved the model
     (torch raises "module '__main__' has no attribute 'WholeModel'"); extracting the state_dict does."""
+    import importlib.util
     import shlex
 
     import torch
-    import importlib.util
 
     # fixtures/generate.py, by path: benchmarks/generate.py is also a "generate" on sys.path (the generator tests)
     spec = importlib.util.spec_from_file_location("fixtures_generate", fixtures_dir / "generate.py")
     assert spec is not None and spec.loader is not None
     fixture_generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fixture_generate)
-    WholeModel = fixture_generate.WholeModel  # noqa: N806 - the class, named as in the file
+    WholeModel = fixture_generate.WholeModel
     from safetensors.torch import load_file
 
     src = fixtures_dir / "whole_model.pth"

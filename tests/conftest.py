@@ -123,7 +123,7 @@ def run_subprocess(*args: str, cwd: str | None = None, timeout: float = 120, env
     if env:
         full_env.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "ckpt_tool", *args], capture_output=True, text=True, cwd=cwd,
+        [sys.executable, "-m", "ckpt_tool", *args], check=False, capture_output=True, text=True, cwd=cwd,
         timeout=timeout, env=full_env,
     )
 

@@ -10,8 +10,9 @@ line, so a test can pick points across the whole run. The process sends
 SIGNAL (SIGKILL, SIGINT, SIGTERM) to itself at the point, once: SIGKILL
 ends it on the spot (no cleanup can run), the others go through ckpt's
 interrupt handling. SIGNAL ``PAUSE:FILE`` instead waits at the point until
-FILE exists (after creating FILE.paused), to line two runs up on purpose. Nothing in ckpt is changed: the CLI's progress-bar class
-is swapped for this one before main() runs.
+FILE exists (after creating FILE.paused), to line two runs up on purpose.
+Nothing in ckpt is changed: the CLI's progress-bar class is swapped for
+this one before main() runs.
 """
 from __future__ import annotations
 

@@ -62,9 +62,8 @@ def _compare(got, expected, dtype: str | None) -> str:  # type: ignore[no-untype
     import torch
 
     problems = []
-    for key, want in expected.items():
-        if dtype is not None and want.is_floating_point():
-            want = want.to(getattr(torch, dtype))
+    for key, saved in expected.items():
+        want = saved.to(getattr(torch, dtype)) if dtype is not None and saved.is_floating_point() else saved
         have = got.get(key)
         if have is None:
             problems.append(f"{key} missing")

@@ -41,7 +41,7 @@ def assert_same_tree(a, b, path="") -> None:
             assert_same_tree(a[k], b[k], f"{path}.{k}")
     elif isinstance(a, (list, tuple)):
         assert type(a) is type(b) and len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             assert_same_tree(x, y, f"{path}.{i}")
     else:
         assert a == b and type(a) is type(b), path

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.path.join(ROOT, "fixtures", "deepspeed")
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-import generate_training as gt
+import generate_training as gt  # noqa: E402 - benchmarks/ is put on sys.path just above
 
 RUNS = [f"zero{s}_{d}" for s in (1, 2, 3) for d in ("fp32", "bf16")]
 

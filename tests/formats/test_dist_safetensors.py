@@ -177,7 +177,7 @@ def test_the_benchmarks_generator_writes_what_torchs_writer_writes(saved, tmp_pa
     real = sorted((saved / "one").glob("*.safetensors"))
     made = sorted((tmp_path / "gen").glob("*.safetensors"))
     assert [p.name for p in made] == [p.name for p in real]
-    for r, m in zip(real, made):
+    for r, m in zip(real, made, strict=True):
         (rh, rm), (mh, mm) = _header(r), _header(m)
         assert set(mm) == set(rm)
         rinfo, minfo = json.loads(rm["DCP_SHARDING_INFO"]), json.loads(mm["DCP_SHARDING_INFO"])

@@ -118,7 +118,8 @@ def test_safetensors_header_claims_2_63_bytes(tmp_path):
 
 def test_shard_index_over_max_header_bytes(tmp_path, fixtures_dir):
     folder = str(fixtures_dir / "sharded")
-    assert_one_line_error(run_main(["inspect", "--max-header-bytes", "64", folder]), "shard index", "--max-header-bytes")
+    assert_one_line_error(run_main(["inspect", "--max-header-bytes", "64", folder]), "shard index",
+                          "--max-header-bytes")
 
 
 @pytest.mark.parametrize("fmt", ["torch-zip", "legacy", "pickle"])

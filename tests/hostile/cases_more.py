@@ -276,8 +276,8 @@ def _deepspeed_moe_payload(c: Corpus, base: str) -> None:
     sd = torch.load(expert, weights_only=True)
     with open(expert, "wb") as f:
         f.write(b.tsave({**sd, "x": b.Reduce(os.system, c.touch(name))}))
-    c.add(name, "folder/special-file", None, "a DeepSpeed MoE run (ZeRO-0, ep 2) whose expert file calls posix.system", path=d,
-          kind="folder", payload=True, calls=("posix.system", "os.system"))
+    c.add(name, "folder/special-file", None, "a DeepSpeed MoE run (ZeRO-0, ep 2) whose expert file calls posix.system",
+          path=d, kind="folder", payload=True, calls=("posix.system", "os.system"))
 
 
 def _folders(c: Corpus) -> None:

@@ -83,7 +83,7 @@ def test_planned_sizes_match_what_is_written(tmp_path, source, plans, kind, dtyp
     if kind == "pth":
         assert planned == written  # replayed exactly
     else:
-        for p, w in zip(planned, written):
+        for p, w in zip(planned, written, strict=True):
             assert w <= p <= w + 64 * 1024 + 2048 * 20, (planned, written)  # an upper bound, and a close one
     total, files = plans["bound"][0]
     assert total >= sum(planned) and files >= len(planned)  # the quick bound never says less than the plan

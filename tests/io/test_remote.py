@@ -475,7 +475,8 @@ def test_local_commands_import_nothing_remote() -> None:
     code = ("import sys, contextlib, io; from ckpt_tool.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['inspect', sys.argv[1]])\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 'huggingface_hub', 's3fs', "
-            "'aiohttp') or m in ('ckpt_tool.io.remote.session', 'ckpt_tool.io.remote.file', 'ckpt_tool.io.remote.protocols', "
+            "'aiohttp') or m in ('ckpt_tool.io.remote.session', 'ckpt_tool.io.remote.file', "
+            "'ckpt_tool.io.remote.protocols', "
             "'ckpt_tool.io.remote.fetchers')))")
     out = subprocess.run([sys.executable, "-c", code, str(FIXTURES / "tiny_mlp.pth")], capture_output=True,
                          text=True, cwd=str(FIXTURES.parent), check=True).stdout

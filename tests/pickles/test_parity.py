@@ -113,7 +113,7 @@ def _ckpt(*args: str) -> dict[str, Any]:
 def _ckpt_subprocess(*args: str) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
-        p = subprocess.run([sys.executable, "-m", "ckpt_tool", *args], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-m", "ckpt_tool", *args], check=False, capture_output=True, text=True,
                            timeout=CKPT_TIMEOUT_S, env=env, cwd=tempfile.gettempdir())
         res: dict[str, Any] = {"code": p.returncode, "out": p.stdout, "err": p.stderr}
     except subprocess.TimeoutExpired:

@@ -134,7 +134,8 @@ def test_the_policy_file_builds_objects_too(lib, tmp_path):
     path = tmp_path / "net.pth"
     torch.save(net.state_dict(), path)
     policy = tmp_path / "ci.toml"
-    policy.write_text(f'[gate]\ntarget = "{lib}:Net"\ntarget_kwargs = {{ cfg = {{ "()" = "{lib}:Cfg", width = 2 }} }}\n')
+    policy.write_text(f'[gate]\ntarget = "{lib}:Net"\n'
+                      f'target_kwargs = {{ cfg = {{ "()" = "{lib}:Cfg", width = 2 }} }}\n')
     report = gate([str(path)], policy=load_policy(policy))
     (match,) = [c for c in report.files[0].checks if c.name == "matches-target"]
     assert match.passed and not match.skipped, match

@@ -76,10 +76,10 @@ def tensors(draw, dtypes=SHARED_DTYPES, layouts=LAYOUTS):
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shp)
 
     if layout == "transposed":
-        base = filled((shape[1], shape[0]) + shape[2:])
+        base = filled((shape[1], shape[0], *shape[2:]))
         return base.transpose(0, 1)
     if layout == "strided" and rank >= 1:
-        base = filled((shape[0] * 2,) + shape[1:])
+        base = filled((shape[0] * 2, *shape[1:]))
         return base[::2]
     if layout == "channels_last":
         return filled(shape).contiguous(memory_format=torch.channels_last)

@@ -80,7 +80,7 @@ def _same(a, b, where="") -> list[str]:
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return [f"{where}: lengths differ"]
-        return [p for i, (x, y) in enumerate(zip(a, b)) for p in _same(x, y, f"{where}.{i}")]
+        return [p for i, (x, y) in enumerate(zip(a, b, strict=True)) for p in _same(x, y, f"{where}.{i}")]
     if isinstance(a, argparse.Namespace):
         return _same(vars(a), vars(b), where)
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]
@@ -92,7 +92,7 @@ def _fresh_load(path: Path, code: str, extra_path: str | None = None) -> subproc
         env["PYTHONPATH"] = extra_path
     else:
         env.pop("PYTHONPATH", None)
-    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True, text=True, env=env,
                           timeout=300, cwd=str(path.parent))
 
 
@@ -219,7 +219,8 @@ def test_gate_weights_only_check_pass_fail_and_policy(training, fixtures_dir, tm
     assert wo(off).skipped and off.passed is (all(c.passed for c in off.files[0].checks))
     old = gate([str(training)], nan_check=False, torch_version="2.5")
     assert wo(old).passed and "defaults to weights_only=False" in wo(old).detail
-    r = run_cli("gate", str(training), "--no-nan-check", "--json", *sum((["--allow-global", n] for n in needs), []))
+    r = run_cli("gate", str(training), "--no-nan-check", "--json",
+                *[arg for n in needs for arg in ("--allow-global", n)])
     check = next(c for c in json.loads(r.out)["files"][0]["checks"] if c["name"] == "weights-only")
     assert check["passed"]
     r = run_cli("gate", str(training), "--no-nan-check", "--no-weights-only-check", "--json")

@@ -324,7 +324,7 @@ def test_tied_weights_round_trip_through_safetensors(tmp_path, run_cli):
         assert f.metadata()["lm_head.weight"] == "embed.weight"
     # a reader using load_model gets the tie back from the model itself
     fresh = Tied()
-    missing, unexpected = load_model(fresh, str(st), strict=True)
+    load_model(fresh, str(st), strict=True)  # strict: raises on a missing or unexpected key
     assert fresh.lm_head.weight is fresh.embed.weight and raw(fresh.embed.weight) == raw(model.embed.weight)
     # ckpt restores the tie: both keys, one storage
     r = run_cli("inspect", str(st), "--json")
@@ -638,7 +638,7 @@ def test_failed_verification_exits_1_on_the_command_line(tmp_path, fixtures_dir)
     root = Path(MODELS).parent.parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(Path(__file__).parent), str(root / "fixtures")]))
     r = subprocess.run([sys.executable, "-c", code, "migrate", str(fixtures_dir / "tiny_mlp.pth"), "-o", str(out)],
-                       capture_output=True, text=True, env=env, timeout=120)
+                       check=False, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 1, r.stderr
     assert "VERIFICATION FAILED" in r.stdout and "bytes differ" in r.stdout
     assert not out.exists()
@@ -651,8 +651,8 @@ def test_plain_migrate_does_not_import_torch(tmp_path, fixtures_dir):
     import subprocess
 
     env = dict(os.environ, PYTHONPATH=str(Path(MODELS).parent.parent))
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "o.safetensors")], capture_output=True, text=True,
-                       env=env, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "o.safetensors")], check=False, capture_output=True,
+                       text=True, env=env, timeout=120)
     assert r.stdout.split() == ["True", "False"], r.stderr
 
 
@@ -751,7 +751,7 @@ def test_disk_full_is_one_clear_error_and_leaves_nothing(tmp_path, fixtures_dir)
     out.parent.mkdir()
     env = dict(os.environ, PYTHONPATH=str(Path(MODELS).parent.parent))
     r = subprocess.run([sys.executable, "-c", code, "migrate", str(fixtures_dir / "training.pth"), "-o", str(out),
-                        "--state-dict-only"], capture_output=True, text=True, env=env, timeout=120)
+                        "--state-dict-only"], check=False, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "cannot write" in r.stderr and "nothing was left behind" in r.stderr
     assert list(out.parent.iterdir()) == []
@@ -933,7 +933,7 @@ def test_a_flipped_byte_among_many_small_tensors_names_that_tensor(tmp_path):
         from safetensors import safe_open
 
         with safe_open(path, "np") as f:
-            assert "t1234" in f.keys()
+            assert "t1234" in set(f.keys())
         with open(path, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
             header = json.loads(f.read(n))

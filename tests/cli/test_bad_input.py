@@ -7,7 +7,8 @@ import struct
 
 import pytest
 import torch
-from conftest import assert_one_line_error
+
+from tests.helpers.errors import assert_one_line_error
 
 
 def write_safetensors(path, header, data=b""):

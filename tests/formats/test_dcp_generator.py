@@ -15,6 +15,8 @@ import zipfile
 import pytest
 from conftest import ROOT
 
+from tests.helpers.bits import bits
+
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import generate_dcp as gd  # noqa: E402
@@ -74,7 +76,6 @@ def test_torch_and_ckpt_read_it_the_same(tmp_path, world):
     assert list(ours) == list(theirs) and list(ours["model"]) == list(theirs["model"])
     for k, v in theirs["model"].items():
         if isinstance(v, torch.Tensor):
-            assert v.dtype == ours["model"][k].dtype and torch.equal(v.view(-1).view(torch.uint8),
-                                                                    ours["model"][k].view(-1).view(torch.uint8)), k
+            assert v.dtype == ours["model"][k].dtype and torch.equal(bits(v), bits(ours["model"][k])), k
         else:
             assert ours["model"][k] == v

@@ -17,8 +17,11 @@ from collections import OrderedDict
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_one_line_error
-from outputs import bits, read_output
+from conftest import ROOT
+
+from tests.helpers.bits import bits
+from tests.helpers.errors import assert_one_line_error
+from tests.helpers.outputs import read_output
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")

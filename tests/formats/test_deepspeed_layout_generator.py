@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.bits import raw_bytes
+
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
@@ -169,10 +171,6 @@ def consolidate(run: str) -> OrderedDict[str, Any]:
     return out
 
 
-def _bits(t: Any) -> bytes:
-    return t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-
-
 @pytest.mark.parametrize("run", RUNS)
 def test_layout_algorithm_reproduces_deepspeed_consolidation(run: str) -> None:
     expected = safetensors_torch.load_file(os.path.join(FIXTURES, run, "expected.safetensors"))
@@ -180,7 +178,7 @@ def test_layout_algorithm_reproduces_deepspeed_consolidation(run: str) -> None:
     assert sorted(got) == sorted(expected)
     for k, v in expected.items():
         assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert _bits(got[k]) == _bits(v), k
+        assert raw_bytes(got[k]) == raw_bytes(v), k
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -192,4 +190,4 @@ def test_synthetic_zero3_consolidates_to_expected(tmp_path: Any, world: int) -> 
     got, expected = consolidate(str(tmp_path)), gt.expected_state_dict(spec)
     assert list(got) == list(expected)
     for k, v in expected.items():
-        assert _bits(got[k]) == _bits(v), k
+        assert raw_bytes(got[k]) == raw_bytes(v), k

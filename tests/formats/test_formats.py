@@ -26,6 +26,8 @@ from torch import nn
 
 from ckpt_tool import load
 from ckpt_tool.tensors.data import tensor_bytes, to_torch
+from tests.helpers.bits import raw_bytes
+from tests.helpers.errors import assert_one_line_error
 
 
 def torch_view(sd):
@@ -42,18 +44,8 @@ def assert_same_values(ckpt, sd):
         got = to_torch(t)
         assert got.dtype == want.dtype and got.shape == want.shape, t.key
         # bit-exact: compare the raw bytes, not values (NaN, -0.0)
-        assert _raw(got) == _raw(want), t.key
+        assert raw_bytes(got) == raw_bytes(want), t.key
 
-
-def _raw(t):
-    return t.contiguous().reshape(-1).view(torch.uint8).tolist()
-
-
-def one_error_line(r):
-    assert r.code == 2, r
-    lines = r.err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.err, r.err
-    return lines[0]
 
 
 def mixed_state_dict():
@@ -209,7 +201,7 @@ def test_truncated_legacy_is_one_line(tmp_path, run_cli, cut):
     bad.write_bytes(data[:at])
     with pytest.raises((EOFError, IndexError, RuntimeError, struct.error, pickle.UnpicklingError)):
         torch.load(bad, weights_only=True)  # torch refuses it too
-    line = one_error_line(run_cli("inspect", str(bad)))
+    line = assert_one_line_error(run_cli("inspect", str(bad)))
     assert "truncated" in line and str(bad) in line
 
 
@@ -256,7 +248,7 @@ def test_tar_without_its_members_is_refused(tmp_path, run_cli):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    line = one_error_line(run_cli("inspect", str(path)))
+    line = assert_one_line_error(run_cli("inspect", str(path)))
     assert "storage views" in line or "not a readable pickle" in line
 
 
@@ -334,7 +326,7 @@ def test_torchscript_missing_member_is_one_line(tmp_path, fixtures_dir, run_cli,
         for name in names:
             if name != victim:
                 out.writestr(name, src.read(name))
-    line = one_error_line(run_cli("inspect", str(bad)))
+    line = assert_one_line_error(run_cli("inspect", str(bad)))
     assert "missing" in line or "no 'torchscript/data.pkl'" in line
     assert str(bad) in line
 
@@ -615,7 +607,7 @@ def test_dcp_inspected_from_metadata_alone(tmp_path, run_cli):
     doc = json.loads(r.out)
     assert {t["key"]: (t["dtype"], tuple(t["shape"])) for t in doc["tensors"]} == torch_view(real["model"])
     assert any("metadata only" in w for w in doc["warnings"])
-    line = one_error_line(run_cli("inspect", str(folder), "--stats"))
+    line = assert_one_line_error(run_cli("inspect", str(folder), "--stats"))
     assert "__0_0.distcp" in line and "missing" in line
 
 
@@ -625,13 +617,13 @@ def test_dcp_missing_one_shard_or_metadata_is_one_line(tmp_path, run_cli):
     shards = sorted(n for n in os.listdir(folder) if n.endswith(".distcp"))
     assert len(shards) == 2
     os.remove(folder / shards[1])
-    line = one_error_line(run_cli("inspect", str(folder)))
+    line = assert_one_line_error(run_cli("inspect", str(folder)))
     assert shards[1] in line and "missing" in line
     # the metadata file given directly still lists everything
     r = run_cli("inspect", str(folder / ".metadata"))
     assert r.code == 0 and "metadata only" in r.out
     os.remove(folder / ".metadata")
-    line = one_error_line(run_cli("inspect", str(folder)))
+    line = assert_one_line_error(run_cli("inspect", str(folder)))
     assert ".metadata" in line
 
 

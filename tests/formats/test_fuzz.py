@@ -22,7 +22,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from reliability_helpers import ROOT, assert_one_line_error, problems, run_ckpt, run_main, watchdog
+
+from tests.helpers.errors import assert_one_line_error
+from tests.helpers.reliability import ROOT, problems, run_ckpt, run_main, watchdog
 
 sys.path.insert(0, str(ROOT / "fuzz"))
 import engine

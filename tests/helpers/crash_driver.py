@@ -1,6 +1,6 @@
 """Run ``ckpt ARGS`` and signal it at a named point of migrate's progress (test harness only).
 
-    python tests/crash_driver.py POINT SIGNAL EVENTS_FILE -- migrate SRC -o OUT ...
+    python tests/helpers/crash_driver.py POINT SIGNAL EVENTS_FILE -- migrate SRC -o OUT ...
 
 Points are the progress events migrate reports, numbered per stage:
 ``writing:start``, ``writing:advance:3``, ``writing:done``,
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ckpt_tool.cli import (
     main,

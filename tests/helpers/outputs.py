@@ -1,17 +1,7 @@
-"""An output as a user's loader reads it, and bit-for-bit comparison of tensors (used by several test modules).
-
-torch.equal is not bitwise (NaN, -0.0), so tensors are compared as their bytes.
-"""
+"""An output as a user's loader reads it (bit-for-bit comparison: bits.py)."""
 from __future__ import annotations
 
 from pathlib import Path
-
-
-def bits(t):  # a torch.Tensor (torch is imported by the tests only)
-    """A tensor's bytes as a flat uint8 tensor: torch.equal on them is bit equality (NaN and -0.0 included)."""
-    import torch
-
-    return t.contiguous().reshape(-1).view(torch.uint8)
 
 
 def read_output(path: Path) -> dict:
@@ -29,13 +19,3 @@ def read_output(path: Path) -> dict:
         meta = f.metadata() or {}
     out.update({k: out[v] for k, v in meta.items() if v in out and k not in out})
     return out
-
-
-def assert_bit_equal(got: dict, expected: dict) -> None:
-    """The same keys, and per key the same dtype, shape and bytes."""
-    import torch
-
-    assert sorted(got) == sorted(expected)
-    for k, v in expected.items():
-        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert torch.equal(bits(got[k]), bits(v)), k

@@ -1,6 +1,6 @@
 """What the real loaders do with each file: the reference side of the parity harness.
 
-Usage: ``python tests/reference_loaders.py MANIFEST.json RESULTS.jsonl``
+Usage: ``python tests/helpers/reference_loaders.py MANIFEST.json RESULTS.jsonl``
 
 MANIFEST is a JSON list of ``{"name", "path", "kind", "marker", "cls"}``. torch
 is imported once; each case then runs in a forked child (so one hanging or

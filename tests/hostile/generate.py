@@ -221,7 +221,7 @@ def _pickle_opcodes(c: Corpus) -> None:
           calls=("os.system",))
     c.add("opcode_stack_global", "pickle-opcode", b.stack_global_call("os", "system", c.touch("opcode_stack_global")),
           "STACK_GLOBAL, protocol 4", ext=".pkl", payload=True, calls=("os.system",))
-    from tests.malicious import computed_stack_global, memo_stack_global, tuple_hidden_stack_global
+    from tests.helpers.malicious import computed_stack_global, memo_stack_global, tuple_hidden_stack_global
 
     c.add("opcode_memo_stack_global", "pickle-opcode",
           memo_stack_global("os", "system", c.touch("opcode_memo_stack_global")),

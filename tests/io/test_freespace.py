@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_helpers import assert_one_line_error, run_ckpt, run_main
 
 from ckpt_tool.io.atomic import freespace, staletemp
 from ckpt_tool.writers import sizes
+from tests.helpers.errors import assert_one_line_error
+from tests.helpers.reliability import run_ckpt, run_main
 
 OUTPUTS = {  # kind -> (OUT name, extra migrate options)
     "pth": ("out.pth", []),

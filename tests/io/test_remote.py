@@ -1,6 +1,6 @@
 """URLs wherever a path is accepted: the same answers as local files, in a few range requests.
 
-Every server runs on 127.0.0.1, started here and stopped here (tests/remote_servers.py);
+Every server runs on 127.0.0.1, started here and stopped here (tests/helpers/remote_servers.py);
 request and byte counts are asserted from the server's own log, never from ckpt's report.
 """
 from __future__ import annotations
@@ -11,13 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, assert_one_line_error
+from conftest import FIXTURES
+
+from tests.helpers.errors import assert_one_line_error
 
 pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("aiohttp")
 
-from remote_servers import RangeServer, comparable_doc
+from tests.helpers.remote_servers import RangeServer, comparable_doc
 
 # Each format of the committed fixtures, with the request limits the issue sets (metadata only).
 FORMATS = {

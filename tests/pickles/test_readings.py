@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 
 from ckpt_tool.commands.scan.command import scan
 from ckpt_tool.formats import detect
-from tests.conftest import assert_one_line_error
+from tests.helpers.errors import assert_one_line_error
 from tests.hostile import builders as b
 from tests.hostile.cases_readings import (
     legacy_magic_bytes,

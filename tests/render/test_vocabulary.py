@@ -5,13 +5,12 @@ import json
 import os
 import pickle
 
-from malicious import Reduce
-
 from ckpt_tool.commands.gate.names import CheckName
 from ckpt_tool.format_names import Format
 from ckpt_tool.pickles import severity
 from ckpt_tool.pickles.scanner import Found
 from ckpt_tool.render.common import dumps
+from tests.helpers.malicious import Reduce
 
 
 def test_enums_serialise_as_their_names():

@@ -118,7 +118,7 @@ def test_cli_builds_objects_and_the_fix_command_repeats_them(run_cli, lib, tmp_p
 
 
 def test_cli_error_is_one_line_exit_2(run_cli, lib, tmp_path):
-    from conftest import assert_one_line_error
+    from tests.helpers.errors import assert_one_line_error
 
     path = tmp_path / "x.pth"
     torch.save({"w": torch.zeros(1)}, path)

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import ROOT, assert_one_line_error
+from conftest import ROOT
 from models import Stack, TinyMLP, TinyMLPv2
 from safetensors.torch import save_file
 
@@ -21,6 +21,7 @@ from ckpt_tool.commands.diff.command import compare_tensors
 from ckpt_tool.keys.infer import suggest
 from ckpt_tool.model import TensorMeta
 from ckpt_tool.render.common import fold_keys, fold_labeled
+from tests.helpers.errors import assert_one_line_error
 
 MODELS = str(ROOT / "fixtures" / "models.py")
 

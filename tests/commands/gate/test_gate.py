@@ -149,7 +149,7 @@ def test_size_limit(clean):
 
 
 def test_dangerous_checkpoint_fails_loads_safely(tmp_path):
-    from malicious import Reduce
+    from tests.helpers.malicious import Reduce
 
     path = tmp_path / "evil.pth"
     torch.save({"model": sd(), "args": Reduce(os.system, "true")}, path)

@@ -156,7 +156,7 @@ def test_argparse_namespace_with_strict_and_allow_global_passes(tmp_path, run_cl
 
 
 def test_allowing_a_call_that_runs_code_never_passes(tmp_path):
-    from malicious import Reduce
+    from tests.helpers.malicious import Reduce
 
     path = tmp_path / "evil.pth"
     torch.save({"model": TinyMLP().state_dict(), "args": Reduce(os.system, "true")}, path)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.bits import raw_bytes
+
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
@@ -64,10 +66,7 @@ def _same(a, b, where="") -> list[str]:
     if type(a) is not type(b):
         return [f"{where}: {type(a).__name__} != {type(b).__name__}"]
     if isinstance(a, torch.Tensor):
-        def raw(t):
-            return t.contiguous().reshape(-1).view(torch.uint8).tolist()
-
-        ok = a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and raw(a) == raw(b)
+        ok = a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and raw_bytes(a) == raw_bytes(b)
         return [] if ok else [f"{where}: tensors differ"]
     if isinstance(a, np.ndarray):
         return [] if a.dtype == b.dtype and np.array_equal(a, b) else [f"{where}: arrays differ"]

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from malicious import Reduce
+
+from tests.helpers.malicious import Reduce
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "fixtures"

@@ -18,7 +18,7 @@ from ..format_names import Format
 from ..io.bytesource import is_url
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint, TensorMeta
-from ..pickles.weights_only import inputs as wo_input
+from ..pickles.torch_rules import inputs as wo_input
 from . import detect as _detect
 from .interface import Loaded, ReadOptions
 from .options import DEFAULT_SOURCE, SourceOptions

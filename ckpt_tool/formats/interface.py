@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from ..format_names import Format
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import DataSource, GlobalRef, TensorMeta
+from ..pickles.torch_rules.inputs import WeightsOnlyInput
 from ..pickles.unpickle.unpickler import BlobReader
-from ..pickles.weights_only.inputs import WeightsOnlyInput
 
 if TYPE_CHECKING:
     from .tp import TpRules

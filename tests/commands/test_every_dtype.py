@@ -1,6 +1,6 @@
 """Every dtype torch 2.13 saves, through every command: inspect, scan, gate, diff and migrate.
 
-The checkpoints are real torch.save files of tests/dtype_samples.py's tensors (one per dtype, quantized
+The checkpoints are real torch.save files of tests/helpers/dtype_samples.py's tensors (one per dtype, quantized
 per tensor and per channel included); the expectations come from torch itself, loaded in a subprocess.
 """
 from __future__ import annotations
@@ -12,8 +12,11 @@ import warnings
 
 import pytest
 import torch
-from conftest import ROOT, assert_one_line_error, cli
-from dtype_samples import QUANTIZED, all_samples, per_channel_qint8, plain_names
+from conftest import ROOT, cli
+
+from tests.helpers.bits import bits
+from tests.helpers.dtype_samples import QUANTIZED, all_samples, per_channel_qint8, plain_names
+from tests.helpers.errors import assert_one_line_error
 
 ALL = [*plain_names(), *QUANTIZED, "qint8_per_channel"]
 
@@ -290,7 +293,7 @@ def test_safetensors_f4_and_e8m0_written_by_safetensors_are_read_with_torchs_sha
     out = tmp_path / "back.pth"
     assert cli("migrate", str(path), "-o", str(out)).code == 0
     loaded = torch.load(out, weights_only=True)
-    assert torch.equal(loaded["w"].view(torch.uint8), f4.view(torch.uint8)) and loaded["w"].shape == (2, 3)
+    assert torch.equal(bits(loaded["w"]), bits(f4)) and loaded["w"].shape == (2, 3)
 
 
 def test_safetensors_f4_with_an_odd_number_of_values_is_refused(tmp_path):

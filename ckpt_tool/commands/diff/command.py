@@ -157,7 +157,7 @@ def diff(
 def run_diff(plan: DiffPlan, hooks: DiffHooks = NO_HOOKS) -> DiffReport:
     """Run the diff ``plan``: read both sides, rewrite A's keys, compare keys, metadata and values, suggest the fix."""
     from ..inputs import label_of, open_input
-    from ..weights_only.verdict import assess
+    from ..loads_check.verdict import assess
 
     a, b, source, options = plan.a, plan.b, plan.source, plan.options
     target, target_kwargs, key_b, values = options.target, options.target_kwargs, options.key_b, options.values

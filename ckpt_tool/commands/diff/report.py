@@ -17,7 +17,7 @@ from .rollup import AGGREGATION, Metric, Rollup
 if TYPE_CHECKING:
     from ...keys.infer import Suggestion
     from ...keys.rules import RuleSet
-    from ..weights_only.verdict import WeightsOnlyReport
+    from ..loads_check.verdict import WeightsOnlyReport
 
 
 @dataclass(frozen=True)

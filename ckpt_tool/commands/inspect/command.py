@@ -20,7 +20,7 @@ from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguo
 from ...progress import NO_PROGRESS, Progress
 from ...tensors.numerics import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
-from ..weights_only.verdict import WeightsOnlyReport, assess
+from ..loads_check.verdict import WeightsOnlyReport, assess
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class InspectReport:
     stats: dict[str, TensorStats] | None = None
     file_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
-    weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (weights_only/verdict.py)
+    weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (loads_check/verdict.py)
     remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
     quantization: DeclaredQuantization | None = None  # what the checkpoint declares (formats/quantization.py)
 

@@ -68,8 +68,8 @@ class FolderVerdict:
 
 def folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile) -> FolderVerdict | None:
     """The file-by-file verdict for a sharded set, a DCP folder or a DeepSpeed run; None for one file."""
-    from ...pickles.weights_only.inputs import SAFETENSORS as ST_INPUT
-    from ...pickles.weights_only.inputs import SHARDED, WeightsOnlyInput
+    from ...pickles.torch_rules.inputs import SAFETENSORS as ST_INPUT
+    from ...pickles.torch_rules.inputs import SHARDED, WeightsOnlyInput
 
     inp = ck.weights_only
     if isinstance(inp, WeightsOnlyInput) and inp.container == SHARDED:

@@ -17,7 +17,7 @@ from ...errors import CkptError
 from ...formats import ReadOptions, read_file
 from ...io.paths import join
 from ...model import Checkpoint
-from ...pickles.weights_only.inputs import SAFETENSORS as ST_INPUT
+from ...pickles.torch_rules.inputs import SAFETENSORS as ST_INPUT
 from .folder import SAFETENSORS, TORCH_LOAD, FileVerdict, FolderVerdict, PerFile
 
 _PICKLED = (".bin", ".pt", ".pth", ".pkl", ".ckpt", ".pickle")

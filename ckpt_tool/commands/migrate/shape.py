@@ -69,7 +69,7 @@ def _shape_torch(ck: Checkpoint, plan: MigratePlan, chosen: object, tensors: Seq
     refuse_unwritable(root, plan.source.path, sd_key)  # dangerous references are never written back, not even sanitized
     sanitized = None
     if plan.output.sanitize:
-        from ...pickles.weights_only.predict import rules_for
+        from ...pickles.torch_rules.predict import rules_for
         from ...writers.torchsave.sanitize import sanitize as sanitize_tree
 
         root, conversions = sanitize_tree(root, rules_for(None).allowed)

@@ -23,7 +23,7 @@ from ...io.regions import Blob
 from ...limits import Limits
 from ...model import GlobalRef
 from ...pickles import severity
-from ...pickles.weights_only.inputs import SMALL_PICKLE
+from ...pickles.torch_rules.inputs import SMALL_PICKLE
 from ..interface import Loaded
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from ...errors import InputError
 from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
-from ...pickles.weights_only import inputs as wo_input
+from ...pickles.torch_rules import inputs as wo_input
 from ..checkpoint.findings import join_walk, needs_walk
 from ..interface import Loaded, ReadOptions
 from ..torchsave.archive import read_torch_zip

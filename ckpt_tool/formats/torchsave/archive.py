@@ -17,9 +17,9 @@ from ...io.zip.archive import UNSUPPORTED_FLAGS, ZipArchive
 from ...io.zip.source import zip_source
 from ...model import DataSource
 from ...pickles.advisories import CVE_2025_32434_SCRIPT
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import restricted_loads
-from ...pickles.weights_only import inputs as wo_input
 from ..interface import Loaded, ReadOptions
 
 _UINT8 = dtypes.BY_NAME["uint8"]
@@ -149,7 +149,7 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
         # deflated members needs the inflating source (zip_source: the same over a URL, by range).
         source = zip_source(archive)
         data = archive.read(pkl, options.limits.max_pickle_bytes)
-        seen: set[int] = set()  # for the weights_only prediction (pickles/weights_only/inputs.py)
+        seen: set[int] = set()  # for the weights_only prediction (pickles/torch_rules/inputs.py)
         result = restricted_loads(
             data, where=pkl, path=path,
             persistent_load=storage_loader(archive, prefix, source, path),

@@ -37,7 +37,7 @@ from ...pickles.pt2_layout import (
     model_names,
     parse_config,
 )
-from ...pickles.weights_only import inputs as wo_input
+from ...pickles.torch_rules import inputs as wo_input
 from ..interface import Loaded, ReadOptions
 from .archive import archive_prefix, check_version
 

@@ -21,12 +21,12 @@ from ...errors import InputError, LimitExceeded
 from ...format_names import Format
 from ...io.bytesource import ByteSource
 from ...io.paths import open_bytes
-from ...io.source import BlobSource, storage_source
+from ...io.source import BytesStorageSource, storage_source
 from ...limits import Limits
 from ...model import DataSource, GlobalRef
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import BlobReader, restricted_load_stream
-from ...pickles.weights_only import inputs as wo_input
 from ..interface import Loaded, ReadOptions
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -331,7 +331,7 @@ def parse_legacy_bytes(blob: bytes, *, path: str, where: str, limits: Limits,
     """A legacy blob held in memory (``torch.storage._load_from_bytes``)."""
 
     regions: dict[str, tuple[int, int]] = {}
-    source = BlobSource(path, blob, lambda key: _region(regions, key, path))
+    source = BytesStorageSource(path, blob, lambda key: _region(regions, key, path))
     stream = io.BytesIO(blob)
     size = len(blob)
 

@@ -1,6 +1,6 @@
 """What the real loaders do with each file: the reference side of the parity harness.
 
-Usage: ``python tests/reference_loaders.py MANIFEST.json RESULTS.jsonl``
+Usage: ``python tests/helpers/reference_loaders.py MANIFEST.json RESULTS.jsonl``
 
 MANIFEST is a JSON list of ``{"name", "path", "kind", "marker", "cls"}``. torch
 is imported once; each case then runs in a forked child (so one hanging or
@@ -45,6 +45,7 @@ marker files, but loaders may write beside themselves.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -147,7 +148,7 @@ def _needs_all(torch: Any, path: str, first: dict[str, Any]) -> dict[str, Any]:
         try:
             objs.append(_resolve(name))
         except Exception as exc:  # noqa: BLE001 - an unresolvable global ends the search
-            return {"needs": needs + [name], "loads": False, "unresolvable": f"{name}: {exc}"}
+            return {"needs": [*needs, name], "loads": False, "unresolvable": f"{name}: {exc}"}
         needs.append(name)
         res = _wo_true(torch, path, None, objs)
     return {"needs": needs, "loads": bool(res["ok"]), "last_error": None if res["ok"] else res.get("error", "")[:500]}
@@ -159,7 +160,7 @@ def _safetensors(path: str, marker: str | None) -> dict[str, Any]:
     try:
         n = 0
         with safe_open(path, framework="pt") as f:
-            for k in f.keys():
+            for k in f:
                 f.get_tensor(k)
                 n += 1
             f.metadata()
@@ -301,7 +302,8 @@ def _file_steps(torch: Any, path: str, marker: str | None, cls: str, emit) -> No
     first = _wo_true(torch, path, marker)
     emit("wo_true", first)
     try:
-        emit("unsafe_globals", {"ok": True, "globals": sorted(torch.serialization.get_unsafe_globals_in_checkpoint(path))})
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        emit("unsafe_globals", {"ok": True, "globals": sorted(unsafe)})
     except BaseException as exc:  # noqa: BLE001
         emit("unsafe_globals", _error(exc))
     if cls in CLEAN_CLASSES and not first["ok"] and not first["ran"]:
@@ -407,10 +409,8 @@ def main(argv: list[str]) -> int:
     import torch  # noqa: F401 - imported once, before forking
 
     for mod in PREIMPORT:
-        try:
+        with contextlib.suppress(Exception):  # a missing optional module only costs time in the child
             importlib.import_module(mod)
-        except Exception:  # noqa: BLE001 - a missing optional module only costs time in the child
-            pass
     import gc
 
     # Every child collects garbage before it looks for its marker (_settle). Without this, that collection

@@ -62,7 +62,7 @@ def test_safetensors_shards_are_read_by_safetensors(run_cli):
 def test_bin_shards_verdicts_match_real_torch(run_cli, tmp_path):
     wo = _wo(run_cli, FIXTURES / "sharded_bin" / "pytorch_model.bin.index.json")
     assert "UnpicklingError" in wo["reason"] and wo["loads"] is False
-    with pytest.raises(Exception, match="load key|Unpickl"):  # an index is JSON: torch.load refuses it
+    with pytest.raises(Exception, match=r"load key|Unpickl"):  # an index is JSON: torch.load refuses it
         torch.load(FIXTURES / "sharded_bin" / "pytorch_model.bin.index.json", weights_only=True)
     # a shard that needs a global torch does not allow: that one file is refused, and named
     import argparse

@@ -17,8 +17,9 @@ import struct
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,7 @@ def load_like_a_victim(case: Case) -> None:
 
 
 if __name__ == "__main__":
-    # python tests/malicious.py FOLDER [CASE]: build the corpus; with CASE, load it like a victim.
+    # python tests/helpers/malicious.py FOLDER [CASE]: build the corpus; with CASE, load it like a victim.
     built = build_corpus(sys.argv[1])
     if len(sys.argv) > 2:
         chosen = next(c for c in built if c.name == sys.argv[2])

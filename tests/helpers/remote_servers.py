@@ -140,7 +140,7 @@ class _Handler(BaseHTTPRequestHandler):
     owner: RangeServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # requests are logged in RangeServer.log instead
 
     def do_HEAD(self) -> None:

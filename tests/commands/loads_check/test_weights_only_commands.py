@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.bits import raw_bytes
+
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
@@ -64,10 +66,7 @@ def _same(a, b, where="") -> list[str]:
     if type(a) is not type(b):
         return [f"{where}: {type(a).__name__} != {type(b).__name__}"]
     if isinstance(a, torch.Tensor):
-        def raw(t):
-            return t.contiguous().reshape(-1).view(torch.uint8).tolist()
-
-        ok = a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and raw(a) == raw(b)
+        ok = a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and raw_bytes(a) == raw_bytes(b)
         return [] if ok else [f"{where}: tensors differ"]
     if isinstance(a, np.ndarray):
         return [] if a.dtype == b.dtype and np.array_equal(a, b) else [f"{where}: arrays differ"]
@@ -80,7 +79,7 @@ def _same(a, b, where="") -> list[str]:
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return [f"{where}: lengths differ"]
-        return [p for i, (x, y) in enumerate(zip(a, b)) for p in _same(x, y, f"{where}.{i}")]
+        return [p for i, (x, y) in enumerate(zip(a, b, strict=True)) for p in _same(x, y, f"{where}.{i}")]
     if isinstance(a, argparse.Namespace):
         return _same(vars(a), vars(b), where)
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]
@@ -92,7 +91,7 @@ def _fresh_load(path: Path, code: str, extra_path: str | None = None) -> subproc
         env["PYTHONPATH"] = extra_path
     else:
         env.pop("PYTHONPATH", None)
-    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True, text=True, env=env,
                           timeout=300, cwd=str(path.parent))
 
 
@@ -152,7 +151,7 @@ def test_a_dangerous_global_is_never_offered_for_allowlisting(tmp_path, run_cli)
 def test_cheap_facts_decide_a_large_state_dict_without_keeping_its_pickle(tmp_path):
     """The fast path: a 3,000-tensor state_dict (a 300 KB data.pkl) is decided without the symbolic walk."""
     from ckpt_tool.formats import load
-    from ckpt_tool.pickles.weights_only.inputs import SMALL_PICKLE, predict_input
+    from ckpt_tool.pickles.torch_rules.inputs import SMALL_PICKLE, predict_input
 
     sd = {f"layer.{i}.w": torch.zeros(2) for i in range(3000)}
     torch.save(sd, tmp_path / "big.pth")
@@ -219,7 +218,8 @@ def test_gate_weights_only_check_pass_fail_and_policy(training, fixtures_dir, tm
     assert wo(off).skipped and off.passed is (all(c.passed for c in off.files[0].checks))
     old = gate([str(training)], nan_check=False, torch_version="2.5")
     assert wo(old).passed and "defaults to weights_only=False" in wo(old).detail
-    r = run_cli("gate", str(training), "--no-nan-check", "--json", *sum((["--allow-global", n] for n in needs), []))
+    r = run_cli("gate", str(training), "--no-nan-check", "--json",
+                *[arg for n in needs for arg in ("--allow-global", n)])
     check = next(c for c in json.loads(r.out)["files"][0]["checks"] if c["name"] == "weights-only")
     assert check["passed"]
     r = run_cli("gate", str(training), "--no-nan-check", "--no-weights-only-check", "--json")
@@ -304,17 +304,17 @@ def test_sanitize_is_for_torch_outputs(training, tmp_path, run_cli):
 def test_a_whole_model_pickle_gets_the_advice_that_works(fixtures_dir, tmp_path, run_cli, monkeypatch):
     """Issue 23: `safe_globals([__main__.WholeModel, ...])` cannot work outside the script that saved the model
     (torch raises "module '__main__' has no attribute 'WholeModel'"); extracting the state_dict does."""
+    import importlib.util
     import shlex
 
     import torch
-    import importlib.util
 
     # fixtures/generate.py, by path: benchmarks/generate.py is also a "generate" on sys.path (the generator tests)
     spec = importlib.util.spec_from_file_location("fixtures_generate", fixtures_dir / "generate.py")
     assert spec is not None and spec.loader is not None
     fixture_generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fixture_generate)
-    WholeModel = fixture_generate.WholeModel  # noqa: N806 - the class, named as in the file
+    WholeModel = fixture_generate.WholeModel
     from safetensors.torch import load_file
 
     src = fixtures_dir / "whole_model.pth"

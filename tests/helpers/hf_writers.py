@@ -1,6 +1,6 @@
 """Write the folders Hugging Face libraries write, with the real libraries, for tests/formats/test_hf_folders.py.
 
-    python tests/hf_writers.py OUT_DIR
+    python tests/helpers/hf_writers.py OUT_DIR
 
 Run in its own interpreter once per test session (importing transformers,
 peft, diffusers and sentence-transformers costs seconds). Tiny random

@@ -1,6 +1,6 @@
 """Run ``ckpt ARGS`` and signal it at a named point of migrate's progress (test harness only).
 
-    python tests/crash_driver.py POINT SIGNAL EVENTS_FILE -- migrate SRC -o OUT ...
+    python tests/helpers/crash_driver.py POINT SIGNAL EVENTS_FILE -- migrate SRC -o OUT ...
 
 Points are the progress events migrate reports, numbered per stage:
 ``writing:start``, ``writing:advance:3``, ``writing:done``,
@@ -10,8 +10,9 @@ line, so a test can pick points across the whole run. The process sends
 SIGNAL (SIGKILL, SIGINT, SIGTERM) to itself at the point, once: SIGKILL
 ends it on the spot (no cleanup can run), the others go through ckpt's
 interrupt handling. SIGNAL ``PAUSE:FILE`` instead waits at the point until
-FILE exists (after creating FILE.paused), to line two runs up on purpose. Nothing in ckpt is changed: the CLI's progress-bar class
-is swapped for this one before main() runs.
+FILE exists (after creating FILE.paused), to line two runs up on purpose.
+Nothing in ckpt is changed: the CLI's progress-bar class is swapped for
+this one before main() runs.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ckpt_tool.cli import (
     main,

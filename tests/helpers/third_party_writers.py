@@ -1,6 +1,6 @@
 """Write real checkpoints with the real training libraries, for tests/formats/test_third_party.py.
 
-    python tests/third_party_writers.py OUT_DIR
+    python tests/helpers/third_party_writers.py OUT_DIR
 
 Run in its own interpreter (importing transformers and lightning costs
 seconds; once per test session). Each writer trains a tiny model for two

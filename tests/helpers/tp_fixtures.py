@@ -9,9 +9,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import outputs
+from tests.helpers.bits import assert_bit_equal as bit_equal
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TP_RUN = ROOT / "fixtures" / "deepspeed_parallel" / "tp"
 
 # How fixtures/deepspeed_parallel/generate.py split the tp run's model, as a --tp-rules file
@@ -50,7 +50,5 @@ def assert_bit_equal(path: Path, expected_path: Path) -> None:
     """``path`` holds exactly ``expected_path``'s tensors: same keys, dtypes, shapes and bytes."""
     import safetensors.torch as st
 
-    outputs.assert_bit_equal(st.load_file(str(path)), st.load_file(str(expected_path)))
+    bit_equal(st.load_file(str(path)), st.load_file(str(expected_path)))
 
-
-bits = outputs.bits

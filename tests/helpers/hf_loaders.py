@@ -1,6 +1,6 @@
 """Load migrate's Hugging Face folder outputs with the libraries' own loaders, for tests/commands/migrate.
 
-    python tests/hf_loaders.py SPEC.json
+    python tests/helpers/hf_loaders.py SPEC.json
 
 SPEC is a list of {"name", "loader", "folder", "expected", "dtype"?}: each
 folder is loaded the way its library's users load it (``from_pretrained``,
@@ -60,17 +60,17 @@ LOADERS = {"transformers": _transformers, "peft": _peft, "diffusers": _diffusers
 
 def _compare(got, expected, dtype: str | None) -> str:  # type: ignore[no-untyped-def]
     import torch
+    from bits import bits  # tests/helpers/bits.py: this folder is first on sys.path
 
     problems = []
-    for key, want in expected.items():
-        if dtype is not None and want.is_floating_point():
-            want = want.to(getattr(torch, dtype))
+    for key, saved in expected.items():
+        want = saved.to(getattr(torch, dtype)) if dtype is not None and saved.is_floating_point() else saved
         have = got.get(key)
         if have is None:
             problems.append(f"{key} missing")
         elif have.dtype != want.dtype or have.shape != want.shape:
             problems.append(f"{key}: {have.dtype} {tuple(have.shape)} != {want.dtype} {tuple(want.shape)}")
-        elif not torch.equal(have.detach().contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)):
+        elif not torch.equal(bits(have), bits(want)):
             problems.append(f"{key}: values differ")
     return "ok" if not problems else "; ".join(problems[:5])
 

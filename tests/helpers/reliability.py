@@ -8,17 +8,17 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import re
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.errors import INTERNAL_ERROR
+
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 
-INTERNAL_ERROR = re.compile(r"unexpected \w+(Error|Exception|Warning|Exit|Interrupt)\b")
 
 
 class Result:
@@ -97,10 +97,3 @@ def problems(r: Result, allowed: Sequence[int] = (0, 1, 2)) -> list[str]:
     if r.code == 2 and not lines:
         found.append("exit 2 without a message")
     return found
-
-
-def assert_one_line_error(r: Result, *needles: str) -> None:
-    assert r.code == 2, r
-    assert not problems(r), (problems(r), r)
-    for n in needles:
-        assert n in r.err, (n, r)

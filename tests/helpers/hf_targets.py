@@ -1,6 +1,6 @@
 """Targets built from a library folder's own config, as its from_pretrained builds the model (for --target).
 
-    ckpt diff FOLDER --target tests/hf_targets.py:transformers_model --target-kwargs '{"folder": "FOLDER"}'
+    ckpt diff FOLDER --target tests/helpers/hf_targets.py:transformers_model --target-kwargs '{"folder": "FOLDER"}'
 
 Factories, because these classes are constructed from config objects that
 JSON cannot spell (docs/diff.md, "Targets that need objects").
@@ -37,7 +37,7 @@ def diffusers_model(folder: str):  # type: ignore[no-untyped-def]
 
 
 def peft_model(folder: str):  # type: ignore[no-untyped-def]
-    """A PeftModel as PeftModel.from_pretrained builds it: the base model (tests/hf_writers.py's) with the
+    """A PeftModel as PeftModel.from_pretrained builds it: the base model (tests/helpers/hf_writers.py's) with the
     adapter config of ``folder``."""
     import sys
 

@@ -117,6 +117,11 @@ def build(loaded: Loaded, path: str, key: str | None = None, limits: Limits = DE
         raise
 
 
+def located_tensors(loaded: Loaded, path: str) -> list[TensorMeta]:
+    """The tensors of one part of a larger set (a shard, a component), located as ``build`` locates them."""
+    return list(build(loaded, path).tensors)
+
+
 def _check_limits(held: Mapping[str, Any], limits: Limits) -> None:
     """--max-tensors and --max-key-length, for every format (C-speed passes over the keys)."""
     if len(held) > limits.max_tensors:

@@ -25,8 +25,9 @@ from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
+from ...pickles.weights_only import inputs as wo_input
 from ..hf.index import outside_folder
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from .items import BytesItem, nest
 from .stream import Chunk, DcpStreamSource
 
@@ -212,3 +213,6 @@ def dcp_regions(metadata_path: str, limits: Limits = DEFAULT_LIMITS) -> dict[str
             out.setdefault(c.relative_path, []).append(
                 ItemRegion(fqn, c.offset, c.length, is_bytes, bool(c.transforms)))
     return out
+
+READER = FormatReader(Format.DCP, read_dcp, weights_only_container=wo_input.OTHER, weights_only_note=(
+    "a torch.distributed.checkpoint folder: torch.distributed.checkpoint.load reads it, not torch.load"))

@@ -13,7 +13,7 @@ from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
 from ..checkpoint.build import file_danger
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from .files import ParallelRun, find_parallel
 from .meta import describe
 from .opened import opened
@@ -85,3 +85,5 @@ def _read_zero(par: ParallelRun, options: ReadOptions) -> Loaded:
     loaded.metadata.update(describe(run, part.m0, part.optim, part.stage, part.world, loaded.tensors))
     loaded.metadata["deepspeed"]["layout"] = str(DeepSpeedLayout.ZERO)
     return loaded
+
+READER = FormatReader(Format.DEEPSPEED, read_deepspeed)

@@ -12,8 +12,10 @@ from ...format_names import Format
 from ...io import paths
 from ...limits import DEFAULT_LIMITS
 from ...model import TensorMeta
+from ...pickles.weights_only import inputs as wo_input
+from ..checkpoint.build import located_tensors
 from ..detect import find_index
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions, part_reader
 from ..safetensors.header import restore_aliases
 
 
@@ -114,6 +116,22 @@ def read_sharded(
     return loaded
 
 
+def read_sharded_set(path: str, options: ReadOptions) -> Loaded:
+    """A sharded set, each shard read by its own reader; weights_only is judged shard by shard."""
+    read_file = part_reader(options)
+    parts: list[tuple[str, Loaded]] = []
+
+    def read_part(p: str, o: ReadOptions) -> Loaded:
+        part = read_file(p, o)
+        parts.append((os.path.basename(p), part))
+        return part
+
+    loaded = read_sharded(path, options, read_part, located_tensors)
+    loaded.weights_only = wo_input.WeightsOnlyInput(wo_input.SHARDED, path=path, parts=tuple(
+        (name, part.weights_only) for name, part in parts))
+    return loaded
+
+
 def _read_shards(folder: str, shards: list[str], options: ReadOptions,
                  read_file: Callable[[str, ReadOptions], Loaded]) -> Iterator[tuple[str, str, Loaded]]:
     """(shard, path, what it holds), in index order; a remote set's shards are read concurrently."""
@@ -133,3 +151,6 @@ def _read_shards(folder: str, shards: list[str], options: ReadOptions,
         finally:
             for future in futures:
                 future.cancel()
+
+
+READER = FormatReader(Format.SHARDED, read_sharded_set, composite=True)

@@ -19,8 +19,8 @@ from ...errors import InputError
 from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
-from ..checkpoint.build import file_danger
-from ..interface import Loaded, ReadOptions
+from ..checkpoint.build import file_danger, located_tensors
+from ..interface import FormatReader, Loaded, ReadOptions, part_reader
 from .folders import Folder, Layout, has_weights, identify
 from .opened import opened
 
@@ -98,3 +98,11 @@ def _read_pipeline(found: Folder, options: ReadOptions, read_file: ReadFile, loc
     loaded.metadata = {"hf_folder": meta}
     loaded.references, loaded.warnings, loaded.sources = references, warnings, sources
     return loaded
+
+
+def read_library_folder(path: str, options: ReadOptions) -> Loaded:
+    """``read_folder`` as the registry calls it: each file read through read_file."""
+    return read_folder(path, options, part_reader(options), located_tensors)
+
+
+READER = FormatReader(Format.HF_FOLDER, read_library_folder, composite=True)

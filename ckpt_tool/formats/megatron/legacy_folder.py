@@ -38,7 +38,7 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import Placeholder
 from ..checkpoint.build import build, file_danger, summarize
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from ..tp import merge_ranks
 
 LATEST = "latest_checkpointed_iteration.txt"
@@ -185,3 +185,5 @@ def read_megatron_legacy(path: str, options: ReadOptions) -> Loaded:
     for name, value in meta0.items():
         out.metadata.setdefault(name, summarize(value))
     return out
+
+READER = FormatReader(Format.MEGATRON_LEGACY, read_megatron_legacy)

@@ -25,7 +25,8 @@ from ...io.zip.archive import ZipArchive
 from ...model import DataSource, StorageRef, TensorMeta
 from ...pickles.unpickle.placeholders import NumpyArray
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ..interface import Loaded, ReadOptions
+from ...pickles.weights_only import inputs as wo_input
+from ..interface import FormatReader, Loaded, ReadOptions
 from .header import MLX_BFLOAT16, NpyHeader, header_length, parse_header
 
 SINGLE_KEY = "arr_0"
@@ -189,4 +190,8 @@ def is_npz(first_member: str) -> bool:
     return first_member.endswith(".npy")
 
 
-__all__ = ["SINGLE_KEY", "NpzSource", "header_length", "is_npz", "read_npy", "read_npz"]
+_NOTE = "a NumPy file: np.load reads it, not torch.load (which refuses it: no torch zip, no pickle at byte 0)"
+NPY_READER = FormatReader(Format.NUMPY, read_npy, weights_only_container=wo_input.OTHER, weights_only_note=_NOTE)
+NPZ_READER = FormatReader(Format.NPZ, read_npz, weights_only_container=wo_input.OTHER, weights_only_note=_NOTE)
+
+__all__ = ["NPY_READER", "NPZ_READER", "SINGLE_KEY", "NpzSource", "header_length", "is_npz", "read_npy", "read_npz"]

@@ -23,7 +23,7 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.weights_only import inputs as wo_input
 from ..checkpoint.findings import join_walk, needs_walk
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from ..torchsave.archive import read_torch_zip
 from .files import RankFiles, rank_files
 from .placement import PLAIN, Block, Piece, global_shards, is_distributed, piece
@@ -250,3 +250,5 @@ def _warnings(ranks: list[_Rank], skipped: list[str], replicated: list[str]) -> 
         out.append(f"{len(replicated)} tensor(s) have pieces several ranks hold ({_keys_shown(set(replicated))}): "
                    "each piece is read once; the copies are compared when the data is read")
     return out
+
+READER = FormatReader(Format.RANKS, read_ranks)

@@ -25,8 +25,9 @@ from ...errors import InputError, LimitExceeded
 from ...format_names import Format
 from ...io import paths
 from ...model import StorageRef, TensorMeta, contiguous_strides
+from ...pickles.weights_only import inputs as wo_input
 from ..dcp.stream import Chunk, DcpStreamSource
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from .header import checked_entries, read_header
 
 SHARDING_KEY = "DCP_SHARDING_INFO"
@@ -183,3 +184,7 @@ def _product(ranges: list[range]) -> list[tuple[int, ...]]:
         out = [(*c, i) for c in out for i in r]
     return out
 
+READER = FormatReader(Format.DIST_SAFETENSORS, read_distributed, weights_only_container=wo_input.OTHER,
+                      weights_only_note=(
+    "a folder of distributed safetensors rank files: torch.distributed.checkpoint's "
+    "HuggingFaceStorageReader reads it (each file holds no pickle), not torch.load"))

@@ -16,8 +16,9 @@ from ...format_names import Format
 from ...io.paths import dirname, open_bytes
 from ...io.source import storage_source
 from ...model import StorageRef, TensorMeta
+from ...pickles.weights_only import inputs as wo_input
 from ..detect import is_distributed_shard
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 
 
 class _Duplicates(dict):  # type: ignore[type-arg]
@@ -272,3 +273,5 @@ def _torch_shape(key: str, code: str, dt: dtypes.DType, shape: tuple[int, ...], 
                          f"as {dt.name} (the last dimension must count whole bytes of "
                          f"{dt.safetensors_per_item} values)", path)
     return found
+
+READER = FormatReader(Format.SAFETENSORS, read_safetensors, weights_only_container=wo_input.SAFETENSORS)

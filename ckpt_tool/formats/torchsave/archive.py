@@ -20,7 +20,7 @@ from ...pickles.advisories import CVE_2025_32434_SCRIPT
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import restricted_loads
 from ...pickles.weights_only import inputs as wo_input
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 
 _UINT8 = dtypes.BY_NAME["uint8"]
 _ODD_MEMBER = re.compile(r"(^/|\.\.|\\|^$)")
@@ -291,3 +291,5 @@ def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: st
         notes.append("TorchScript C++ objects (packed params) hold tensors that torch.jit.load(...).state_dict() "
                      f"does not list either, so neither does ckpt: {', '.join(sorted(packed)[:5])}")
     return out
+
+READER = FormatReader(Format.TORCH_ZIP, read_torch_zip, unsafe_load=True)

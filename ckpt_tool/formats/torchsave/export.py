@@ -38,7 +38,7 @@ from ...pickles.pt2_layout import (
     parse_config,
 )
 from ...pickles.weights_only import inputs as wo_input
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from .archive import archive_prefix, check_version
 
 # torch._export.serde.schema.ScalarType -> ckpt's dtype names
@@ -196,3 +196,5 @@ def read_export(path: str, options: ReadOptions) -> Loaded:
         return loaded
     finally:
         archive.close()  # reopened on demand if tensor data is read later
+
+READER = FormatReader(Format.TORCH_EXPORT, read_export)

@@ -27,7 +27,7 @@ from ...model import DataSource, GlobalRef
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import BlobReader, restricted_load_stream
 from ...pickles.weights_only import inputs as wo_input
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -349,3 +349,5 @@ def _region(regions: dict[str, tuple[int, int]], key: str, path: str) -> tuple[i
     if found is None:
         raise InputError(f"storage {key!r} is not in the file", path)
     return found
+
+READER = FormatReader(Format.TORCH_LEGACY, read_legacy, unsafe_load=True)

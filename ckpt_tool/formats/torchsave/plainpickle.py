@@ -17,7 +17,7 @@ from ...format_names import Format
 from ...io.source import read_pickle_file
 from ...pickles.unpickle.unpickler import restricted_load_stream
 from ...pickles.weights_only import inputs as wo_input
-from ..interface import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 
 DILL_MODULES = ("dill._dill", "dill.dill", "dill")
 
@@ -45,3 +45,5 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
     loaded = Loaded(Format.DILL if is_dill else Format.PICKLE, result.obj, references, warnings, [])
     loaded.weights_only = wo_input.read(wo_input.PICKLE, path, [(result.data, seen, result.references, where)])
     return loaded
+
+READER = FormatReader(Format.PICKLE, read_pickle, unsafe_load=True)

@@ -27,7 +27,8 @@ from ...model import DataSource, GlobalRef
 from ...pickles.advisories import CVE_2025_32434_TAR
 from ...pickles.unpickle.placeholders import LazyStorage, LazyTensor, StorageType
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ..interface import Loaded, ReadOptions
+from ...pickles.weights_only import inputs as wo_input
+from ..interface import FormatReader, Loaded, ReadOptions
 
 _COUNT = struct.Struct("<q")
 
@@ -164,3 +165,6 @@ class _TarReader:
 
         stream, _ = self._stream("pickle")
         return self._load(stream, "pickle", persistent_load)
+
+READER = FormatReader(Format.TORCH_TAR, read_legacy_tar, unsafe_load=True,
+                      weights_only_container=wo_input.TAR)

@@ -52,10 +52,8 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     else:
         loaded = _read_walked(reader, path, options)
     if loaded.weights_only is None:
-        loaded.weights_only = _weights_only_input(path, loaded.format, options)
-    for hint in reversed(_hints(path, fmt, loaded)):
-        loaded.warnings.insert(0, hint)
-    return loaded
+        loaded = dataclasses.replace(loaded, weights_only=_weights_only_input(path, loaded.format, options))
+    return loaded.with_warnings_first(*_hints(path, fmt, loaded))
 
 
 def _detected(path: str, options: ReadOptions) -> Format:
@@ -82,9 +80,7 @@ def _read_walked(reader: Reader, path: str, options: ReadOptions) -> Loaded:
         raise name_calls(path, exc, options.limits) from exc
     from .checkpoint.findings import join_walk, needs_walk
 
-    if options.walk and needs_walk(loaded, path):
-        join_walk(loaded, path, options.limits)
-    return loaded
+    return join_walk(loaded, path, options.limits) if options.walk and needs_walk(loaded, path) else loaded
 
 
 def _hints(path: str, fmt: Format, loaded: Loaded) -> list[str]:
@@ -152,7 +148,7 @@ def read_checkpoint(path: str | os.PathLike[str], source: SourceOptions = DEFAUL
             if source.unstack_layers:
                 from .megatron import unstack
 
-                unstack(loaded, p)
+                loaded = unstack(loaded, p)
             ck = build(loaded, p, source.key, source.limits)
             if read_values and loaded.deferred:  # walking 200,000 entries of any other file would find none
                 from .dcp.deferred import with_values

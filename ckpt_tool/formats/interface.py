@@ -7,8 +7,8 @@ but detect.py, which tells it from the bytes.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..format_names import Format
@@ -21,28 +21,35 @@ if TYPE_CHECKING:
     from .tp import TpRules
 
 
-@dataclass
+@dataclass(frozen=True)
 class Loaded:
     """A reader's result: the container tree plus what the reader noticed.
 
-    ``root`` holds dicts, lists, LazyTensors, NumpyArrays, TensorMetas and
-    placeholders; locate.py finds the state_dict inside it.
+    Frozen once its reader returns: a step after it (read_file's hints, the
+    static walk's findings, unstacking) returns a new one
+    (``dataclasses.replace``). ``root`` holds dicts, lists, LazyTensors,
+    NumpyArrays, TensorMetas and placeholders, the data the file holds;
+    locate.py finds the state_dict inside it.
     """
 
     format: Format
     root: Any
-    references: list[GlobalRef] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    sources: list[DataSource] = field(default_factory=list)
+    references: tuple[GlobalRef, ...] = ()
+    warnings: tuple[str, ...] = ()
+    sources: tuple[DataSource, ...] = ()
     layout: str | None = None  # set when the format fixes it (torchscript, dcp, safetensors)
-    metadata: dict[str, Any] = field(default_factory=dict)  # format-level metadata
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # format-level metadata
     framework: str | None = None
     # Set when ``root`` is a flat dict of exactly these TensorMetas, each under
     # its own key and in order (safetensors): locate.py then has nothing to find.
-    tensors: list[TensorMeta] | None = None
+    tensors: tuple[TensorMeta, ...] | None = None
     # What decides torch.load(weights_only=True) of the input
     weights_only: WeightsOnlyInput | None = None
     deferred: bool = False  # values left unread (model.Deferred, DCP bytes items): load(read_values=True) reads them
+
+    def with_warnings_first(self, *warnings: str) -> Loaded:
+        """The same result with ``warnings`` said before the reader's own."""
+        return replace(self, warnings=(*warnings, *self.warnings)) if warnings else self
 
 
 @dataclass(frozen=True)

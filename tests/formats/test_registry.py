@@ -66,3 +66,62 @@ def test_reading_a_torch_zip_imports_no_folder_reader() -> None:
     assert "ckpt_tool.formats.torchsave.archive" in mods
     assert [m for m in mods if m.startswith(("ckpt_tool.formats.dcp", "ckpt_tool.formats.deepspeed",
                                              "ckpt_tool.formats.megatron", "ckpt_tool.formats.hf"))] == []
+
+
+# ------------------------------------------------------------------ Loaded is frozen once its reader returns
+
+
+@pytest.mark.parametrize("name", ["tiny_mlp.safetensors", "tiny_mlp.pth", "legacy.pth", "sharded", "dcp",
+                                  "torchscript.pt", "deepspeed/zero3_bf16", "megatron/dense",
+                                  "dist_safetensors/run", "whole_model.pth",
+                                  "ranks/verl", "ranks/fsdp1"])
+def test_a_reader_returns_a_frozen_result(name: str) -> None:
+    import dataclasses
+
+    from ckpt_tool.formats import ReadOptions, read_file
+
+    loaded = read_file(str(FIXTURES / name), ReadOptions())
+    try:
+        for field in ("references", "warnings", "sources"):
+            assert type(getattr(loaded, field)) is tuple, field
+        assert loaded.tensors is None or type(loaded.tensors) is tuple
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            loaded.warnings = ()  # type: ignore[misc]
+    finally:
+        for s in loaded.sources:
+            s.close()
+
+
+def test_unstacking_returns_a_new_result_and_leaves_the_read_one_as_it_was() -> None:
+    from ckpt_tool.formats import ReadOptions, read_file
+    from ckpt_tool.formats.megatron import unstack
+
+    path = str(FIXTURES / "megatron" / "dense")
+    loaded = read_file(path, ReadOptions())
+    try:
+        before = (dict(loaded.metadata["megatron"]), loaded.warnings, list(loaded.root))
+        out = unstack(loaded, path)
+        assert (dict(loaded.metadata["megatron"]), loaded.warnings, list(loaded.root)) == before
+        assert out.metadata["megatron"]["unstacked"] is True and "unstacked" not in loaded.metadata["megatron"]
+        assert not any("--unstack-layers" in w for w in out.warnings)
+        assert any("--unstack-layers" in w for w in loaded.warnings)
+        assert len(out.root) > len(loaded.root)
+    finally:
+        for s in loaded.sources:
+            s.close()
+
+
+def test_hints_go_first_in_a_new_result(tmp_path) -> None:
+    """read_file's extension warning is put before the reader's own warnings, on a new value."""
+    import shutil
+
+    from ckpt_tool.formats import ReadOptions, read_file
+
+    odd = tmp_path / "model.safetensors"
+    shutil.copy(FIXTURES / "legacy.pth", odd)
+    loaded = read_file(str(odd), ReadOptions())
+    try:
+        assert loaded.warnings[0].startswith("the extension .safetensors suggests safetensors but the bytes are")
+    finally:
+        for s in loaded.sources:
+            s.close()

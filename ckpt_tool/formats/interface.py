@@ -58,8 +58,6 @@ class ReadOptions:
     unsafe: bool = False
     # How torch.save bytes nested in a pickle are read; read_file fills in formats/torchsave/inmemory.py's.
     read_blob: BlobReader | None = None
-    # How a reader of several files (a sharded set, a library's folder) reads each one; read_file fills in itself.
-    read_part: ReadFn | None = None
     # Join the static walk's findings when the file gives reason (checkpoint/findings.py); scan has walked already.
     walk: bool = True
     # How tensor-parallel shards merge when the user gives the rules (migrate --tp-rules FILE)
@@ -67,6 +65,8 @@ class ReadOptions:
     # Read a file that is one part of a larger save (a distributed safetensors rank file) as the bytes it holds,
     # as safetensors itself would: scan asks whether a loader can read the file, not what model it is part of.
     part_as_saved: bool = False
+    # How a reader of several files (a sharded set, a library's folder) reads each one; read_file fills in itself.
+    read_part: ReadFn | None = None
 
 
 ReadFn = Callable[[str, ReadOptions], Loaded]

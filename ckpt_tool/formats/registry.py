@@ -26,7 +26,7 @@ READERS: dict[Format, str] = {
     Format.DEEPSPEED: "deepspeed.read:READER",
     Format.MEGATRON_LEGACY: "megatron.legacy_folder:READER",
     Format.TORCH_EXPORT: "torchsave.export:READER",
-    Format.DIST_SAFETENSORS: "safetensors.distributed:READER",
+    Format.DIST_SAFETENSORS: "safetensors.rank_slices:READER",
     Format.RANKS: "ranks.read:READER",
     Format.NUMPY: "numpy.read:NPY_READER",
     Format.NPZ: "numpy.read:NPZ_READER",

@@ -2,7 +2,7 @@
 
 A data-parallel (ZeRO 0-3) run is one model-parallel rank (ranks.py);
 pipeline and tensor-parallel runs are several, joined and merged
-(parallel.py); a universal checkpoint is already merged (universal.py).
+(model_parallel.py); a universal checkpoint is already merged (universal.py).
 Only pickles are read (restricted unpickler); no tensor byte.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from ..checkpoint.build import file_danger
 from ..interface import FormatReader, Loaded, ReadOptions
 from .files import ParallelRun, find_parallel
 from .meta import describe
+from .model_parallel import parallel_sizes, read_parallel
 from .opened import opened
-from .parallel import parallel_sizes, read_parallel
 from .ranks import consolidate
 from .universal import read_universal
 

@@ -162,20 +162,17 @@ def read_parallel(path: str, par: ParallelRun, options: ReadOptions) -> Loaded:
                             "(DeepSpeed keeps the copies equal); the first stage's are written")
         for key, meta in merged.items():
             tensors.setdefault(key, meta)
-    loaded = Loaded(Format.DEEPSPEED, tensors, references, warnings, sources)
-    loaded.tensors = list(tensors.values())
-    loaded.layout = "state_dict"
-    loaded.framework = "deepspeed"
     from .meta import describe
 
     p0 = parts[0]
-    loaded.metadata.update(describe(par.ranks[0], m0, p0.optim, p0.stage, p0.world, loaded.tensors))
-    info = loaded.metadata["deepspeed"]
+    metadata = describe(par.ranks[0], m0, p0.optim, p0.stage, p0.world, list(tensors.values()))
+    info = metadata["deepspeed"]
     info["layout"] = str(DeepSpeedLayout.PIPELINE if pp > 1 else DeepSpeedLayout.TENSOR_PARALLEL)
     info.update(pp=pp, tp=tp, files=[paths.basename(p) for r in par.ranks for _, p in r.model + r.optim]
                 + [paths.basename(p) for *_, p in par.layers])
     if rules is not None:
         info["tp_rules"] = {"from": rules.origin, "merged": merges}
     if m0.get(UC_INFO) is not None:
-        loaded.metadata[UC_INFO] = summarize(m0[UC_INFO])
-    return loaded
+        metadata[UC_INFO] = summarize(m0[UC_INFO])
+    return Loaded(Format.DEEPSPEED, tensors, tuple(references), tuple(warnings), tuple(sources), layout="state_dict",
+                  metadata=metadata, framework="deepspeed", tensors=tuple(tensors.values()))

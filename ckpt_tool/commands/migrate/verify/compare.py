@@ -17,6 +17,7 @@ from ....writers.sourcebytes import Region, coalesced, file_location, small_loca
 from ....writers.torchsave.datapkl import as_meta
 from ....writers.torchsave.subclass import written_device
 from .quantizer import same_quantizer
+from .reread import span_of
 from .subclass import inner_pairs
 
 MAX_REPORTED = 5
@@ -117,8 +118,7 @@ def _compare_bytes(checked: Sequence[tuple[str, OutTensor, TensorMeta]], advance
 
 def _proven_here(span: tuple[int, int] | None, act: TensorMeta) -> bool:
     """Whether the re-read tensor's bytes are the file range an EarlyCheck compared (offset, length)."""
-    at = file_location(act, act.storage_offset * act.itemsize, act.nbytes) if span is not None else None
-    return at is not None and (at[1], act.nbytes) == span
+    return span is not None and span_of(act) == span
 
 
 _LARGE = 4 << 20  # bytes: tensors from this size are compared chunk by chunk on every core

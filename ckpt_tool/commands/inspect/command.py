@@ -18,9 +18,10 @@ from ...keys.prefixes import detect_prefixes
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.numerics import TensorStats, compute_stats
+from ...tensors.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
-from ..loads_check.verdict import WeightsOnlyReport, assess
+from ..weights_only.verdict import WeightsOnlyReport, assess
+from .facts import NO_FACTS, SourceFacts, source_facts
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,10 @@ class InspectReport:
     stats: dict[str, TensorStats] | None = None
     file_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
-    weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (loads_check/verdict.py)
+    weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (weights_only/verdict.py)
     remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
     quantization: DeclaredQuantization | None = None  # what the checkpoint declares (formats/quantization.py)
+    facts: SourceFacts = NO_FACTS  # the run it comes from, as the readers recorded it (facts.py); not in JSON
 
     @property
     def not_read(self) -> list[tuple[str, Deferred]]:
@@ -165,11 +167,11 @@ def inspect(
 
     ``torch_version`` picks the torch whose weights_only rules the prediction
     applies (default: the installed torch, else the newest known). ``tp_rules`` names a TOML file
-    saying how tensor-parallel shards merge (formats/tp/tprules.py, docs/consolidate.md).
+    saying how tensor-parallel shards merge (formats/deepspeed/tprules.py, docs/consolidate.md).
     """
     if is_path(path):
         _refuse_unread(os.fspath(path))
-    from ...formats.tp import load_rules
+    from ...formats.deepspeed import load_rules
 
     ckpt = open_input(path, key=key, unsafe=unsafe, limits=limits,  # a path, or (Python) a state dict or module
                       tp_rules=load_rules(tp_rules) if tp_rules else None, unstack_layers=unstack_layers)
@@ -197,6 +199,7 @@ def inspect(
         warnings=ckpt.warnings,
         weights_only=assess(ckpt, torch_version),
         quantization=declared(ckpt),
+        facts=source_facts(ckpt),
     )
 
 

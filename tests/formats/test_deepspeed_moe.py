@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cli
 
-from ckpt_tool.commands.migrate.command import migrate
+from ckpt_tool.commands.migrate import migrate
 
 MOE = ROOT / "fixtures" / "deepspeed_moe"
 RUNS = sorted(p.name for p in MOE.iterdir() if (p / "expected.safetensors").is_file()) if MOE.is_dir() else []

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import UsageError
+from ...formats.options import SourceOptions
 from ...io.remote.counts import counts_remote
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, TensorMeta, shapes_compatible
@@ -162,8 +163,8 @@ def diff(
     from ...formats.deepspeed import load_rules
 
     rules_tp = load_rules(tp_rules) if tp_rules else None  # before either side is read: a bad file is exit 2
-    ckpt_a = open_input(a, key=key, unsafe=unsafe, limits=limits, read_values=values,  # --values: DCP bytes items
-                        tp_rules=rules_tp)
+    source = SourceOptions(key=key, unsafe=unsafe, limits=limits, tp_rules=rules_tp)
+    ckpt_a = open_input(a, source, read_values=values)  # --values: DCP bytes items
     a = label_of(a, ckpt_a)
     warnings = [f"A: {w}" for w in ckpt_a.warnings]
     lazy: tuple[str, ...] = ()
@@ -180,8 +181,8 @@ def diff(
         target_prefixes = built.attribute_prefixes
         groups = tied_groups(built.module)
     else:
-        ckpt_b = open_input(cast("CheckpointInput", b), key=key_b if key_b is not None else key,  # not None
-                            unsafe=unsafe, limits=limits, read_values=values, tp_rules=rules_tp)
+        ckpt_b = open_input(cast("CheckpointInput", b), source.with_key(key_b if key_b is not None else key),
+                            read_values=values)  # b is not None
         b_label = label_of(cast("CheckpointInput", b), ckpt_b)
         b_tensors, b_format = list(ckpt_b.tensors), ckpt_b.format
         warnings += [f"B: {w}" for w in ckpt_b.warnings]

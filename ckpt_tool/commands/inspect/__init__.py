@@ -2,6 +2,6 @@
 
 # The surface siblings and users import (``from ckpt_tool.commands.inspect import inspect`` as before the
 # package split); the modules below it are the feature's own.
-from .command import InspectReport, inspect
+from .command import InspectCall, InspectOptions, InspectReport, inspect, inspect_input
 
-__all__ = ["InspectReport", "inspect"]
+__all__ = ["InspectCall", "InspectOptions", "InspectReport", "inspect", "inspect_input"]

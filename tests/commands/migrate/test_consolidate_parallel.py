@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import generate_training as gt  # noqa: E402
 
 from ckpt_tool.commands.migrate.parallel import workers as consolidate  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 
 DS = ROOT / "fixtures" / "deepspeed"
 DCP = ROOT / "fixtures" / "dcp_multi"

@@ -19,15 +19,23 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, ParamSpec, TypeVar
 
 from ..formats.options import DEFAULT_SOURCE, SourceOptions
+from ..progress import NO_PROGRESS, Progress
 
 P = ParamSpec("P")
 C = TypeVar("C")
 R = TypeVar("R")
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counted:
+    """The hook of verbs that read tensor data: where the tensors read (or compared) are counted."""
+
+    progress: Progress = NO_PROGRESS
 
 
 def source_of(call: object) -> SourceOptions:

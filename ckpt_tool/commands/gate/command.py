@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CkptError, UsageError
@@ -16,7 +16,7 @@ from ...exit_codes import outcome_code
 from ...formats.options import Keyed, Limited, Predicting, SourceOptions, TpRulesFile
 from ...io.remote.counts import counts_remote, with_remote
 from ...progress import NO_PROGRESS, Progress
-from ..keywords import options_of, source_of, verb
+from ..keywords import Counted, options_of, source_of, verb
 from .checks import (
     Check,
     check_dtype_policy,
@@ -93,7 +93,7 @@ class GateOptions:
 
 
 @dataclass(frozen=True)
-class GateCall(GateOptions, TpRulesFile, Predicting, Limited, Keyed):
+class GateCall(GateOptions, Counted, TpRulesFile, Predicting, Limited, Keyed):
     """Check each path against the policy; arguments that are not None override it.
 
     ``target`` is a SPEC, or from Python an nn.Module class or instance (the policy shows its name).
@@ -107,8 +107,6 @@ class GateCall(GateOptions, TpRulesFile, Predicting, Limited, Keyed):
     """
 
     paths: Sequence[str | os.PathLike[str]]
-    _: KW_ONLY
-    progress: Progress = NO_PROGRESS
 
 
 def _called(call: GateCall) -> GateReport:

@@ -5,7 +5,7 @@ import contextlib
 import os
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
@@ -29,7 +29,7 @@ from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguo
 from ...progress import NO_PROGRESS, Progress
 from ...tensors.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
-from ..keywords import options_of, source_of, verb
+from ..keywords import Counted, options_of, source_of, verb
 from ..weights_only.verdict import WeightsOnlyReport, assess
 
 
@@ -169,7 +169,7 @@ PLAIN_INSPECT = InspectOptions()
 
 
 @dataclass(frozen=True)
-class InspectCall(InspectOptions, TpRulesFile, Unstacking, Predicting, Limited, Unpickling, Keyed):
+class InspectCall(InspectOptions, Counted, TpRulesFile, Unstacking, Predicting, Limited, Unpickling, Keyed):
     """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true (tensors read go to ``progress``).
 
     ``torch_version`` picks the torch whose weights_only rules the prediction
@@ -179,8 +179,6 @@ class InspectCall(InspectOptions, TpRulesFile, Unstacking, Predicting, Limited, 
     """
 
     path: CheckpointInput
-    _: KW_ONLY
-    progress: Progress = NO_PROGRESS
 
 
 def _called(call: InspectCall) -> InspectReport:

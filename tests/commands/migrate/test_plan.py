@@ -88,12 +88,3 @@ def test_a_dry_run_plans_no_ranks(monkeypatch):
     assert dist is not None and (dist.rank, dist.world, dist.leader) == (1, 2, False)
     assert pickle.loads(pickle.dumps(dist)) == dist
 
-
-def test_a_bad_tp_rules_file_is_a_usage_error_before_anything_is_read(tmp_path, run_cli):
-    bad = tmp_path / "rules.toml"
-    bad.write_text("[[rules]]\npattern = 3\n")
-    for args in (["inspect", "missing.pth"], ["migrate", "missing.pth", "-o", str(tmp_path / "o.pth")],
-                 ["gate", "missing.pth"], ["diff", "missing.pth", "missing_b.pth"]):
-        r = run_cli(*args, "--tp-rules", str(bad))
-        assert r.code == 2 and "rules.toml" in r.err and "no such file" not in r.err, (args, r.err)
-    assert not (tmp_path / "o.pth").exists()

@@ -43,8 +43,7 @@ def open_side(value: CheckpointInput, source: SourceOptions, *, read_values: boo
     """One side read with ``source``, a path or (Python API) a state dict or module in memory."""
     from ..inputs import open_input
 
-    return open_input(value, key=source.key, unsafe=source.unsafe, limits=source.limits, read_values=read_values,
-                      tp_rules=source.tp_rules)
+    return open_input(value, source, read_values=read_values)
 
 
 def read_sides(plan: DiffPlan) -> Opened:

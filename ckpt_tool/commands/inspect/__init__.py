@@ -2,7 +2,7 @@
 
 # The surface siblings and users import (``from ckpt_tool.commands.inspect import inspect`` as before the
 # package split); the modules below it are the feature's own.
-from .command import InspectReport, inspect, subclass_json
+from .command import InspectCall, InspectOptions, InspectReport, inspect, inspect_input, subclass_json
 from .facts import (
     DeepSpeedRun,
     DistributedSafetensors,
@@ -13,5 +13,5 @@ from .facts import (
     source_facts,
 )
 
-__all__ = ["DeepSpeedRun", "DistributedSafetensors", "InspectReport", "MegatronCore", "MegatronLegacy", "ShardedSet",
-           "SourceFacts", "inspect", "source_facts", "subclass_json"]
+__all__ = ["DeepSpeedRun", "DistributedSafetensors", "InspectCall", "InspectOptions", "InspectReport", "MegatronCore",
+           "MegatronLegacy", "ShardedSet", "SourceFacts", "inspect", "inspect_input", "source_facts", "subclass_json"]

@@ -123,7 +123,7 @@ def source_from(kwargs: dict[str, Any]) -> SourceOptions:
     given = {name: kwargs.pop(name) for name in _SOURCE_PARAMS if name in kwargs}
     rules_file = given.pop("tp_rules", None)
     if rules_file:
-        from ..formats.deepspeed import load_rules
+        from ..formats.tp import load_rules
 
         given["tp_rules"] = load_rules(rules_file)
     return replace(DEFAULT_SOURCE, limits=limits_from(kwargs), **given)

@@ -18,7 +18,7 @@ from ..formats.options import DEFAULT_SOURCE, SourceOptions
 from ..model import Checkpoint
 
 if TYPE_CHECKING:
-    from ..tensors.live import InMemoryState
+    from ..tensors.data.live import InMemoryState
 
 # A checkpoint argument: a path or URL, or (Python API) a state dict, a container of one, or an nn.Module.
 CheckpointInput: TypeAlias = "str | os.PathLike[str] | InMemoryState"
@@ -38,7 +38,7 @@ def open_input(value: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE, *
         return read_checkpoint(os.fspath(value), source, read_values=read_values)
     from ..formats import Loaded
     from ..formats.checkpoint.build import build
-    from ..tensors.live import in_memory_state
+    from ..tensors.data.live import in_memory_state
 
     found = in_memory_state(value)
     if found is None:

@@ -44,7 +44,7 @@ def source_of(call: object) -> SourceOptions:
     given: dict[str, Any] = {f.name: getattr(call, f.name) for f in fields(SourceOptions) if hasattr(call, f.name)}
     rules_file = given.pop("tp_rules", None)
     if rules_file:
-        from ..formats.deepspeed import load_rules
+        from ..formats.tp import load_rules
 
         given["tp_rules"] = load_rules(os.fspath(rules_file))
     return replace(DEFAULT_SOURCE, **given)

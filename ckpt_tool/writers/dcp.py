@@ -32,7 +32,7 @@ def check_dtypes(tensors: Sequence[OutTensor]) -> None:
 
 def materialise(tensors: Sequence[OutTensor]) -> dict[str, object]:
     """Torch tensors for the output, one object per tied group."""
-    from ..tensors.dcpsave import load_for_save
+    from ..tensors.runtime.dcpsave import load_for_save
 
     out: dict[str, object] = {}
     by_view: dict[object, object] = {}
@@ -50,7 +50,7 @@ def materialise(tensors: Sequence[OutTensor]) -> dict[str, object]:
 
 
 def write_dcp(folder: str, tensors: Sequence[OutTensor], on_bytes: Callable[[int], None] | None = None) -> None:
-    from ..tensors.dcpsave import save_dcp
+    from ..tensors.runtime.dcpsave import save_dcp
 
     save_dcp(folder, materialise(tensors))
     if on_bytes is not None:

@@ -22,8 +22,8 @@ from ckpt_tool.commands.inspect import InspectCall, InspectOptions
 from ckpt_tool.commands.keywords import options_of, source_of
 from ckpt_tool.commands.migrate import MigrateCall, MigrateOptions
 from ckpt_tool.commands.scan import ScanCall, ScanOptions
-from ckpt_tool.formats.deepspeed import TpRules
 from ckpt_tool.formats.options import SourceOptions
+from ckpt_tool.formats.tp import TpRules
 from ckpt_tool.limits import DEFAULT_LIMITS
 
 # What each command offered before the options moved (CONTRACT: "Options that every reading command takes

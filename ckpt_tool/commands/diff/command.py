@@ -76,7 +76,7 @@ def diff(
     ``tp_rules`` names a TOML file saying how tensor-parallel shards merge (a Megatron-LM ``mp_rank_XX``
     folder, a DeepSpeed run without universal_checkpoint_info), on either side, as ``ckpt migrate`` reads it.
     """
-    from ...formats.deepspeed import load_rules
+    from ...formats.tp import load_rules
 
     options = DiffOptions(target=target, target_kwargs=target_kwargs, key_b=key_b, values=values, atol=atol,
                           rtol=rtol, fail_on_metadata=fail_on_metadata, rules=rules, auto=auto, view=view)
@@ -114,7 +114,7 @@ def _run_steps(plan: DiffPlan, hooks: DiffHooks) -> DiffReport:
 def _report(plan: DiffPlan, sides: Opened, a: Rewrite, keys: Found[KeyDiff], metadata: Found[MetadataDiff],
             figures: Found[ValueFigures], fix: Fix) -> DiffReport:
     """The steps' parts as one report; each side's weights_only prediction is made from what was read."""
-    from ..weights_only.verdict import assess
+    from ..loads_check.verdict import assess
 
     options, version = plan.options, plan.source.torch_version
     what = Sides(a=sides.a_label, b=sides.b_label, b_kind="target" if sides.b is None else "checkpoint",

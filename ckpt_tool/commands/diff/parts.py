@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...tensors.closeness import ValueDiff
-from ...tensors.ties import TiedKey
+from ...tensors.numerics.closeness import ValueDiff
+from ...tensors.target.ties import TiedKey
 from .rollup import Metric, Rollup
 
 if TYPE_CHECKING:
     from ...keys.rules import RuleSet
-    from ..weights_only.verdict import WeightsOnlyReport
+    from ..loads_check.verdict import WeightsOnlyReport
 
 
 @dataclass(frozen=True)

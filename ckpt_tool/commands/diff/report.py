@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...io.remote.counts import with_remote
-from ...tensors.closeness import ValueDiff
-from ...tensors.ties import TiedKey
+from ...tensors.numerics.closeness import ValueDiff
+from ...tensors.target.ties import TiedKey
 from .parts import (
     PLAIN_VIEW,
     KeyDiff,
@@ -28,7 +28,7 @@ from .rollup import AGGREGATION, Rollup
 if TYPE_CHECKING:
     from ...keys.infer import Suggestion
     from ...keys.rules import RuleSet
-    from ..weights_only.verdict import WeightsOnlyReport
+    from ..loads_check.verdict import WeightsOnlyReport
 
 
 @dataclass(frozen=True, kw_only=True)

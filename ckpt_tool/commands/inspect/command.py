@@ -27,10 +27,10 @@ from ...io.remote.counts import counts_remote
 from ...keys.prefixes import detect_prefixes
 from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.stats import TensorStats, compute_stats
+from ...tensors.numerics.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
 from ..keywords import Counted, options_of, source_of, verb
-from ..weights_only.verdict import WeightsOnlyReport, assess
+from ..loads_check.verdict import WeightsOnlyReport, assess
 from .facts import NO_FACTS, SourceFacts, source_facts
 
 

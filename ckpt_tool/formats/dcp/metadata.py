@@ -23,9 +23,9 @@ from ...io import paths
 from ...io.source import read_pickle_file
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
-from ...pickles.weights_only import inputs as wo_input
 from ..hf.index import outside_folder
 from ..interface import FormatReader, Loaded, ReadOptions
 from .items import BytesItem, nest

@@ -13,7 +13,7 @@ from ...format_names import Format
 from ...io import paths
 from ...limits import DEFAULT_LIMITS
 from ...model import DataSource, GlobalRef, TensorMeta
-from ...pickles.weights_only import inputs as wo_input
+from ...pickles.torch_rules import inputs as wo_input
 from ..checkpoint.build import located_tensors
 from ..detect import find_index
 from ..interface import FormatReader, Loaded, ReadOptions, part_reader

@@ -23,9 +23,9 @@ from ...io.paths import open_bytes
 from ...io.source import storage_source
 from ...io.zip.archive import ZipArchive
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import NumpyArray
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ...pickles.weights_only import inputs as wo_input
 from ..interface import FormatReader, Loaded, ReadOptions
 from .header import MLX_BFLOAT16, NpyHeader, header_length, parse_header
 

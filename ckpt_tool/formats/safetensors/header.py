@@ -16,7 +16,7 @@ from ...format_names import Format
 from ...io.paths import dirname, open_bytes
 from ...io.source import storage_source
 from ...model import StorageRef, TensorMeta
-from ...pickles.weights_only import inputs as wo_input
+from ...pickles.torch_rules import inputs as wo_input
 from ..detect import is_distributed_shard
 from ..interface import FormatReader, Loaded, ReadOptions
 

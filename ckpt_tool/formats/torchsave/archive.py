@@ -20,7 +20,6 @@ from ...pickles.advisories import CVE_2025_32434_SCRIPT
 from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import restricted_loads
-from ...pickles.torch_rules import inputs as wo_input
 from ..interface import FormatReader, Loaded, ReadOptions
 
 _UINT8 = dtypes.BY_NAME["uint8"]

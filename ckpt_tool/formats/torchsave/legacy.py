@@ -27,7 +27,6 @@ from ...model import DataSource, GlobalRef
 from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import BlobReader, restricted_load_stream
-from ...pickles.torch_rules import inputs as wo_input
 from ..interface import FormatReader, Loaded, ReadOptions
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C

@@ -25,9 +25,9 @@ from ...io.regions import window
 from ...io.source import storage_source
 from ...model import DataSource, GlobalRef
 from ...pickles.advisories import CVE_2025_32434_TAR
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, LazyTensor, StorageType
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ...pickles.weights_only import inputs as wo_input
 from ..interface import FormatReader, Loaded, ReadOptions
 
 _COUNT = struct.Struct("<q")

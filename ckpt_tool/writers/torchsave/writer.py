@@ -40,7 +40,7 @@ class TorchZipWriter:
         refuse_unwritable(root, r.source, sd_key)
         sanitized = None
         if r.sanitize:
-            from ...pickles.weights_only.predict import rules_for
+            from ...pickles.torch_rules.predict import rules_for
             from .sanitize import sanitize as sanitize_tree
 
             root, conversions = sanitize_tree(root, rules_for(None).allowed)

@@ -32,7 +32,7 @@ from ....io.paths import count_remote, remote_session
 from ....keys.rules import RuleSet, make_plan
 from ....limits import Limits
 from ....model import Checkpoint, TensorMeta
-from ....tensors.castloss import CastLoss
+from ....tensors.numerics.castloss import CastLoss
 from ....writers.base import OutTensor
 from ....writers.shares import Unit, assign, safetensors_units, shard_units, write_unit
 from ..verify.casts import share_losses

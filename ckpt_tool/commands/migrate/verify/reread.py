@@ -16,13 +16,13 @@ from ....model import TensorMeta
 from ....writers.sourcebytes import file_location
 
 if TYPE_CHECKING:
-    from ....formats.checkpoint.loaded import Loaded
+    from ....formats.interface import Loaded
 
 
 def open_output(path: str, limits: Limits, walk: bool = True) -> Loaded:
     """The reader's result for ``path`` (close_output closes it); a reader's CkptError goes on."""
     from ....formats import read_file
-    from ....formats.checkpoint.loaded import ReadOptions
+    from ....formats.interface import ReadOptions
 
     return read_file(path, ReadOptions(limits=limits, walk=walk))
 

@@ -26,7 +26,7 @@ from .devices import roundtrip_device
 from .reread import by_key, close_output, open_output, unreadable
 
 if TYPE_CHECKING:
-    from ....formats.checkpoint.loaded import Loaded
+    from ....formats.interface import Loaded
 
 Extras = tuple[Mapping[str, object], object]  # a loader's non-tensor entries, and the state_dict's _metadata
 
@@ -137,7 +137,7 @@ def _compare_tree(loaded: Loaded, path: str, expected: Expected, checks: DeviceC
     actual = tensors_in(held) if list(checks.devices) != ["cpu"] or checks.target else {}
     extras: Extras = ({}, None)
     if checks.target:
-        from ....tensors.quantized import load_extras
+        from ....tensors.data.quantized import load_extras
 
         extras = load_extras(held)
     return problems, actual, extras
@@ -148,7 +148,7 @@ def prove_on_devices(actual: Mapping[str, TensorMeta], tensors: Sequence[OutTens
                      cpu_only: bool = False) -> tuple[dict[str, bool], list[str]]:
     """The output, already re-read and compared on the CPU, copied to each device and back and loaded into
     the target there (on the CPU only when ``cpu_only``); stops at the first device that fails."""
-    from ....tensors.devices import load_into_target
+    from ....tensors.runtime.devices import load_into_target
 
     module = None
     p, target = progress, checks.target

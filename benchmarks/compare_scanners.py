@@ -5,7 +5,7 @@
 
 picklescan and fickling are installed with pip into a separate folder
 (``--scanners-dir``), never as ckpt dependencies, and each runs in its own
-subprocess over the malicious corpus of tests/malicious.py and the clean
+subprocess over the malicious corpus of tests/helpers/malicious.py and the clean
 fixtures. Each cell says what the tool reported:
 
 * ``detected``   the file is reported dangerous / unsafe
@@ -24,7 +24,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "helpers"))
 
 DEFAULT_DIR = os.path.join(tempfile.gettempdir(), "ckpt-compare-scanners")
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     bad_rows = [(c.name, c.note, {t: results[t][c.path] for t in tools}) for c in cases]
     clean_rows = [(n, "clean fixture" if "fixtures" in p else "pickle.dump(state_dict)",
                    {t: results[t][p] for t in tools}) for n, p in clean]
-    text = ("### Malicious corpus (tests/malicious.py)\n\n" + table(bad_rows, tools, clean=False)
+    text = ("### Malicious corpus (tests/helpers/malicious.py)\n\n" + table(bad_rows, tools, clean=False)
             + "\n\n### Clean checkpoints (fixtures/)\n\n" + table(clean_rows, tools, clean=True) + "\n")
     print(text)
     if args.markdown:

@@ -1,6 +1,6 @@
 """ckpt on URLs against downloading first: inspect, diff and gate of the 1 GiB and 4 GiB checkpoints.
 
-A local HTTP server (tests/remote_servers.py, byte ranges, logging every
+A local HTTP server (tests/helpers/remote_servers.py, byte ranges, logging every
 request) serves benchmarks/data/ on 127.0.0.1. For each input and command:
 
 * ``url``: ``ckpt CMD URL`` reading byte ranges;
@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "helpers"))
 
 import generate  # noqa: E402
 from remote_servers import RangeServer  # noqa: E402

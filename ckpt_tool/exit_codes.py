@@ -1,7 +1,7 @@
 """The exit codes of the CONTRACT (0 success, 1 a finding, 2 an error) and the one rule that picks one.
 
 A vocabulary module so that the reports that carry an ``exit_code`` for the
-API (gate, scan) and the command line (cli/exit_codes.py, for every
+API (gate, scan) and the command line (cli/report_exit.py, for every
 command) apply the same precedence.
 """
 from __future__ import annotations

@@ -303,7 +303,7 @@ class Checkpoint:
     root: Any = field(default=None, compare=False, repr=False)
     sources: tuple[DataSource, ...] = field(default=(), compare=False, repr=False)
     # What decides torch.load(weights_only=True) of the input, when known: a
-    # pickles.weights_only.inputs.WeightsOnlyInput, which this layer cannot name
+    # pickles.torch_rules.inputs.WeightsOnlyInput, which this layer cannot name
     # (readers narrow it with isinstance).
     weights_only: object = field(default=None, compare=False, repr=False)
 

@@ -4,7 +4,7 @@
     python fuzz/fuzz_readers.py --minutes 5 --workers 1 --seed 7
 
 Each worker mutates real checkpoints of every format (the committed fixtures,
-plus the malicious corpus of tests/malicious.py) with fuzz/engine.py and runs
+plus the malicious corpus of tests/helpers/malicious.py) with fuzz/engine.py and runs
 ckpt on them in-process, under an address-space limit so that an allocation
 driven by a number in the file shows up as a MemoryError. The parent watches
 each worker's heartbeat: an input that keeps a worker busy for --hang-seconds
@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 import engine
 

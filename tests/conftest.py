@@ -50,7 +50,7 @@ def computed_once(factory: pytest.TempPathFactory, name: str, build: Callable[[P
 
 
 def _write_hf_folders(out: Path) -> object:
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "hf_writers.py"), str(out)],
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "hf_writers.py"), str(out)],
                        check=False, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -58,7 +58,7 @@ def _write_hf_folders(out: Path) -> object:
 
 @pytest.fixture(scope="session")
 def hf_written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
-    """The folders Hugging Face libraries write (tests/hf_writers.py, one subprocess a session, shared by
+    """The folders Hugging Face libraries write (tests/helpers/hf_writers.py, one subprocess a session, shared by
     the xdist workers): the output folder, and layout -> folder (or {"skipped": why} where its library is
     not installed)."""
     out, got = computed_once(tmp_path_factory, "hf-folders", _write_hf_folders)
@@ -123,19 +123,10 @@ def run_subprocess(*args: str, cwd: str | None = None, timeout: float = 120, env
     if env:
         full_env.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "ckpt_tool", *args], capture_output=True, text=True, cwd=cwd,
+        [sys.executable, "-m", "ckpt_tool", *args], check=False, capture_output=True, text=True, cwd=cwd,
         timeout=timeout, env=full_env,
     )
 
-
-def assert_one_line_error(r, *needles):
-    """Exit code 2, exactly one line on stderr naming the problem, no traceback."""
-    assert r.code == 2, r
-    lines = r.err.strip().splitlines()
-    assert len(lines) == 1, r.err
-    assert "Traceback" not in r.err
-    for n in needles:
-        assert n in r.err, r.err
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -7,9 +7,9 @@ import struct
 
 import pytest
 import torch
-from dtype_samples import QUANTIZED, TORCH_DTYPES, plain_names, sample
 
 from ckpt_tool import dtypes
+from tests.helpers.dtype_samples import QUANTIZED, TORCH_DTYPES, plain_names, sample
 
 
 def test_table_covers_every_dtype_torch_defines():

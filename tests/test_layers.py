@@ -15,10 +15,10 @@ PKG = Path(__file__).resolve().parent.parent / "ckpt_tool"
 # Lowest first. A module may import its own layer (without cycles) or any layer below.
 LAYERS: list[tuple[str, set[str]]] = [
     ("vocabulary", {"errors", "model", "dtypes", "limits", "units", "version", "format_names", "progress",
-                    "exit_codes"}),
+                    "exit_codes", "lazy"}),
     ("io", {"io"}),
     ("pickles", {"pickles"}),
-    ("tensors", {"tensors"}),  # below formats: the --unsafe reader needs torch.load (tensors/trusted.py)
+    ("tensors", {"tensors"}),  # below formats: the --unsafe reader needs torch.load (tensors/data/trusted.py)
     ("formats", {"formats"}),
     ("keys", {"keys"}),
     ("writers", {"writers"}),

@@ -10,7 +10,6 @@ from ..errors import UsageError
 from ..format_names import DiffMetric
 from ..render.common import dumps
 from . import keep_until_exit
-from .exit_codes import exit_code
 from .options import (
     json_option,
     key_option,
@@ -26,6 +25,7 @@ from .options import (
 )
 from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
+from .report_exit import exit_code
 
 
 @click.command("diff")

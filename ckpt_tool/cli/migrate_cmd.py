@@ -7,7 +7,6 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit
-from .exit_codes import exit_code
 from .options import (
     json_option,
     key_option,
@@ -22,6 +21,7 @@ from .options import (
 )
 from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
+from .report_exit import exit_code
 
 if TYPE_CHECKING:
     from ..io.atomic.staletemp import CleanReport

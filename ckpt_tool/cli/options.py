@@ -25,7 +25,7 @@ tp_rules_option = click.option(
 
 def _torch_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
-        from ..pickles.weights_only.predict import rules_for
+        from ..pickles.torch_rules.predict import rules_for
 
         try:
             rules_for(value)

@@ -7,9 +7,9 @@ import click
 
 from ..render.common import dumps
 from . import keep_until_exit, one_line
-from .exit_codes import exit_code
 from .options import json_option, limit_options, limits_from, quiet_option, sarif_option
 from .remote_io import download_option, remote_scope
+from .report_exit import exit_code
 
 
 @click.command("scan")

@@ -18,8 +18,8 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint
 
 if TYPE_CHECKING:
-    from ..formats.deepspeed import TpRules
-    from ..tensors.live import InMemoryState
+    from ..formats.tp import TpRules
+    from ..tensors.data import InMemoryState
 
 # A checkpoint argument: a path or URL, or (Python API) a state dict, a container of one, or an nn.Module.
 CheckpointInput: TypeAlias = "str | os.PathLike[str] | InMemoryState"
@@ -40,7 +40,7 @@ def open_input(value: CheckpointInput, *, key: str | None = None, unsafe: bool =
                     tp_rules=tp_rules, unstack_layers=unstack_layers)
     from ..formats import Loaded
     from ..formats.checkpoint.build import build
-    from ..tensors.live import in_memory_state
+    from ..tensors.data import in_memory_state
 
     found = in_memory_state(value)
     if found is None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..limits import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
-    from .deepspeed.tprules import TpRules
+    from .tp import TpRules
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -121,7 +121,7 @@ def storage_source(path: str, resolve: Callable[[str], tuple[int, int]],
     return FileSource(path, resolve, on_close)
 
 
-class BlobSource(DataSource):
+class BytesStorageSource(DataSource):
     """Storages that are regions of one bytes object (no file behind them)."""
 
     def __init__(self, path: str, blob: bytes, resolve: Callable[[str], tuple[int, int]]) -> None:

@@ -81,13 +81,6 @@ DANGEROUS_GLOBALS = frozenset(
 )
 # dill's Unpickler resolves this to the __main__ module's namespace for by-value functions.
 DILL_MAIN = frozenset([("__builtin__", "__main__"), ("builtins", "__main__")])
-DANGEROUS_BUILTINS = frozenset(
-    ["exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
-     "globals", "locals", "vars", "input", "breakpoint", "exit", "quit", "help", "execfile",
-     "file", "reload", "apply", "memoryview", "type", "super", "classmethod", "staticmethod",
-     "property", "dir", "print", "iter", "next", "map", "filter", "reversed", "sorted",
-     "enumerate", "zip", "callable", "hasattr", "isinstance", "issubclass", "id", "hash"]
-)
 # dill's by-value helpers build classes, functions and code objects without
 # running them; the ones that import or look up attributes are dangerous.
 DILL_CONSTRUCTORS = frozenset(

@@ -12,7 +12,7 @@ from math import prod
 from .. import dtypes
 from ..errors import InputError
 from ..model import TensorMeta, contiguous_strides
-from ..tensors.castloss import CastLoss
+from ..tensors.numerics import CastLoss
 
 CHUNK = 1 << 20  # bytes per read/write: large enough for disk speed, small enough to stay in a core's cache
 # (and at most this much per write(): on Linux 6.x ext4 a larger write() fills the page cache with large folios,

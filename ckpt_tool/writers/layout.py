@@ -12,7 +12,7 @@ from ..format_names import Format
 from ..keys.rules import RuleSet
 from ..model import Checkpoint
 from ..pickles.unpickle.placeholders import Placeholder, is_module_placeholder
-from ..tensors.packed import is_tensor, packed_items
+from ..tensors.data import is_tensor, packed_items
 from .base import OutTensor
 from .torchsave.datapkl import make_state_dict
 

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 from ..errors import InputError
 from ..io.source import FileSource, pread_exact
 from ..model import StorageRef, TensorMeta
-from ..tensors.castloss import cast_to_bytes
-from ..tensors.tensordata import tensor_bytes
+from ..tensors.data import tensor_bytes
+from ..tensors.numerics import cast_to_bytes
 from .base import CHUNK, OutTensor
 
 _BIG = 1 << 20  # tensors at least this large are streamed on their own

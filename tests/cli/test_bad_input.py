@@ -7,7 +7,8 @@ import struct
 
 import pytest
 import torch
-from conftest import assert_one_line_error
+
+from tests.helpers.errors import assert_one_line_error
 
 
 def write_safetensors(path, header, data=b""):
@@ -105,7 +106,8 @@ def test_safetensors_dtype_shape_size_mismatch(run_cli, tmp_path):
 
 def test_safetensors_duplicate_keys(run_cli, tmp_path):
     p = tmp_path / "x.safetensors"
-    raw = b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    entry = b'{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
+    raw = b'{"a": ' + entry + b', "a": ' + entry + b"}"
     p.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
     # safetensors 0.8 reads such a header (the last entry wins), so ckpt reads it too (loader parity),
     # warns, and a strict gate fails on the warning.

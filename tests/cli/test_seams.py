@@ -6,9 +6,9 @@ from dataclasses import dataclass
 import click
 import pytest
 
-from ckpt_tool.cli.exit_codes import ExitCode, exit_code
 from ckpt_tool.cli.options import target_options
 from ckpt_tool.cli.progress import Bars, progress_bars
+from ckpt_tool.cli.report_exit import ExitCode, exit_code
 from ckpt_tool.exit_codes import outcome_code
 
 

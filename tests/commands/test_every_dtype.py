@@ -1,6 +1,6 @@
 """Every dtype torch 2.13 saves, through every command: inspect, scan, gate, diff and migrate.
 
-The checkpoints are real torch.save files of tests/dtype_samples.py's tensors (one per dtype, quantized
+The checkpoints are real torch.save files of tests/helpers/dtype_samples.py's tensors (one per dtype, quantized
 per tensor and per channel included); the expectations come from torch itself, loaded in a subprocess.
 """
 from __future__ import annotations
@@ -12,8 +12,11 @@ import warnings
 
 import pytest
 import torch
-from conftest import ROOT, assert_one_line_error, cli
-from dtype_samples import QUANTIZED, all_samples, per_channel_qint8, plain_names
+from conftest import ROOT, cli
+
+from tests.helpers.bits import bits
+from tests.helpers.dtype_samples import QUANTIZED, all_samples, per_channel_qint8, plain_names
+from tests.helpers.errors import assert_one_line_error
 
 ALL = [*plain_names(), *QUANTIZED, "qint8_per_channel"]
 
@@ -64,7 +67,7 @@ def test_gate_passes_every_dtype_and_strict_names_the_unusual_ones(files):
 def test_torch_loads_what_ckpt_reads_bit_for_bit(files):
     """Differential: torch.load(weights_only=True) in a fresh process gives the bytes ckpt reads, per key."""
     from ckpt_tool import load
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     code = ("import sys, json, torch, warnings\nwarnings.simplefilter('ignore')\n"
             "sd = torch.load(sys.argv[1], weights_only=True)\n"
@@ -290,7 +293,7 @@ def test_safetensors_f4_and_e8m0_written_by_safetensors_are_read_with_torchs_sha
     out = tmp_path / "back.pth"
     assert cli("migrate", str(path), "-o", str(out)).code == 0
     loaded = torch.load(out, weights_only=True)
-    assert torch.equal(loaded["w"].view(torch.uint8), f4.view(torch.uint8)) and loaded["w"].shape == (2, 3)
+    assert torch.equal(bits(loaded["w"]), bits(f4)) and loaded["w"].shape == (2, 3)
 
 
 def test_safetensors_f4_with_an_odd_number_of_values_is_refused(tmp_path):
@@ -374,7 +377,7 @@ def test_legacy_format_files_of_the_new_dtypes_are_read_as_torch_reads_them(tmp_
     assert doc["format"] == "torch-legacy"
     assert [(x["dtype"], x["shape"]) for x in doc["tensors"]] == [(key, [2, 2])]
     from ckpt_tool import load
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     (meta,) = load(str(path)).tensors
     assert tensor_bytes(meta) == t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
@@ -417,7 +420,7 @@ def test_sub_byte_integers_torch_loads_are_read_alike(sub_byte, tmp_path):
     ckpt reads the same dtype, shape and bytes, scan/gate pass, diff compares them, migrate keeps them in a
     .pth and refuses them in safetensors."""
     from ckpt_tool import load
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     outs = {name: tmp_path / f"{name}.pth" for name in SUB_BYTE}
     for name, (a, b) in sub_byte.items():
@@ -440,7 +443,7 @@ def test_float4_and_bits_larger_than_a_chunk_and_strided_views_are_compared_exac
     """Tensors past one comparison chunk (closeness.CHUNK elements) are converted chunk by chunk; transposed
     (non-contiguous) bits and float4 views are gathered; one changed byte is one mismatch (two fp4 values
     share a byte: changing both nibbles is two)."""
-    from ckpt_tool.tensors.closeness import CHUNK
+    from ckpt_tool.tensors.numerics import CHUNK
 
     n = CHUNK + 1000
     raw = (torch.arange(n, dtype=torch.int64) % 251).to(torch.uint8)

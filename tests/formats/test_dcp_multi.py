@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from tests.helpers.bits import bits
+
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
@@ -25,23 +27,19 @@ MULTI = ROOT / "fixtures" / "dcp_multi"
 FOLDERS = ["fsdp2", "model_only", "accelerate/pytorch_model_fsdp_0", "accelerate/optimizer_0"]
 
 
-def _bits(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
 def assert_same_tree(a, b, path="") -> None:
     """Structure, non-tensor values and every tensor's bytes (dtype and shape too)."""
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor), path
         assert (a.dtype, a.shape) == (b.dtype, b.shape), path
-        assert torch.equal(_bits(a), _bits(b)), path
+        assert torch.equal(bits(a), bits(b)), path
     elif isinstance(a, dict):
         assert isinstance(b, dict) and list(a) == list(b), path
         for k in a:
             assert_same_tree(a[k], b[k], f"{path}.{k}")
     elif isinstance(a, (list, tuple)):
         assert type(a) is type(b) and len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             assert_same_tree(x, y, f"{path}.{i}")
     else:
         assert a == b and type(a) is type(b), path
@@ -67,7 +65,7 @@ def test_safetensors_equal_the_flattened_expected(folder, prefix, tmp_path):
     got = st.load_file(str(out))
     assert set(got) == {k for k in want if k.startswith(prefix)}
     for k, v in got.items():
-        assert (v.dtype, v.shape) == (want[k].dtype, want[k].shape) and torch.equal(_bits(v), _bits(want[k])), k
+        assert (v.dtype, v.shape) == (want[k].dtype, want[k].shape) and torch.equal(bits(v), bits(want[k])), k
 
 
 def _spy(monkeypatch) -> list[str]:

@@ -17,8 +17,11 @@ from collections import OrderedDict
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_one_line_error
-from outputs import bits, read_output
+from conftest import ROOT
+
+from tests.helpers.bits import bits
+from tests.helpers.errors import assert_one_line_error
+from tests.helpers.outputs import read_output
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
@@ -53,7 +56,7 @@ def _expected(run: str) -> tuple[dict, dict, dict]:
 
 @pytest.mark.parametrize("run", RUNS)
 def test_inspect_lists_the_consolidated_model(run):
-    exp, model, info = _expected(run)
+    _, _, info = _expected(run)
     ck = load(DS / run)
     assert ck.format == "deepspeed" and ck.framework == "deepspeed"
     got = {t.key: (t.dtype, list(t.shape)) for t in ck.tensors}
@@ -170,7 +173,8 @@ def test_migrate_with_a_target_loads_strictly(tmp_path):
         "        self.embed = nn.Embedding(16, 8); self.proj = nn.Linear(8, 8); self.norm = nn.LayerNorm(8)\n"
         "        self.frozen = nn.Linear(8, 5); self.aux = nn.Linear(5, 3)\n"
         "        self.lm_head = nn.Linear(8, 16, bias=False); self.lm_head.weight = self.embed.weight\n"
-        "        self.register_buffer('pos', torch.zeros(8)); self.register_buffer('steps', torch.zeros((), dtype=torch.int64))\n"
+        "        self.register_buffer('pos', torch.zeros(8))\n"
+        "        self.register_buffer('steps', torch.zeros((), dtype=torch.int64))\n"
     )
     report = migrate(DS / "zero1_fp32", tmp_path / "m.safetensors", target=f"{target}:TinyTied")
     assert report.ok and report.target is not None and report.target.ok
@@ -298,7 +302,8 @@ def test_a_corrupt_partition_size_is_refused(tmp_path, run_cli):
 
 def test_model_parallel_ranks_are_refused(tmp_path, run_cli):
     run = _copy(tmp_path, "zero2_fp32")
-    shutil.copy(run / "global_step1" / "mp_rank_00_model_states.pt", run / "global_step1" / "mp_rank_01_model_states.pt")
+    step = run / "global_step1"
+    shutil.copy(step / "mp_rank_00_model_states.pt", step / "mp_rank_01_model_states.pt")
     assert_one_line_error(run_cli("inspect", str(run)), "model-parallel")
 
 

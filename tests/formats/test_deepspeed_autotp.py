@@ -15,8 +15,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-import tp_fixtures
-from conftest import ROOT, assert_one_line_error
+from conftest import ROOT
+
+from tests.helpers import tp_fixtures
+from tests.helpers.bits import bits
+from tests.helpers.errors import assert_one_line_error
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
@@ -31,9 +34,6 @@ SHAPES = {"embed.weight": [18, 8], "layers.0.norm.weight": [8], "layers.0.norm.b
           "layers.0.o.bias": [8], "layers.0.up.weight": [12, 8], "layers.0.up.bias": [12],
           "layers.0.down.weight": [8, 12], "layers.0.down.bias": [8], "norm.weight": [8], "norm.bias": [8],
           "lm_head.weight": [18, 8]}
-
-
-_bits = tp_fixtures.bits
 
 
 def assert_bit_equal(path: Path) -> None:
@@ -104,7 +104,7 @@ def test_a_zero3_autotp_run_is_merged_bit_for_bit(tmp_path):
     out = tmp_path / "model.safetensors"
     assert migrate(run, out).ok
     got, expected = st.load_file(str(out)), st.load_file(str(run / "expected.safetensors"))
-    assert sorted(got) == sorted(expected) and all(torch.equal(_bits(got[k]), _bits(v)) for k, v in expected.items())
+    assert sorted(got) == sorted(expected) and all(torch.equal(bits(got[k]), bits(v)) for k, v in expected.items())
 
 
 def test_ckpts_merge_and_ds_to_universals_are_the_same_bytes(tmp_path):
@@ -232,10 +232,10 @@ def test_a_bad_affine_map_is_one_line(tmp_path, run_cli, edit, needles):
 
 @pytest.mark.parametrize(("source", "workers"), [("autotp", "1"), ("autotp_zero3", "2")])
 def test_a_url_gives_the_local_output(run_cli, tmp_path, source, workers):
-    """The run served over HTTP (tests/remote_servers.py on 127.0.0.1): the same bytes as the local migrate."""
+    """The run served over HTTP (tests/helpers/remote_servers.py on 127.0.0.1): the same bytes as the local migrate."""
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
-    from remote_servers import RangeServer
+    from tests.helpers.remote_servers import RangeServer
 
     local, remote = tmp_path / "local.safetensors", tmp_path / "remote.safetensors"
     assert run_cli("migrate", str(RUN.parent / source), "-o", str(local)).code == 0

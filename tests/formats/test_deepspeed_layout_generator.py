@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.bits import raw_bytes
+
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
@@ -25,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.path.join(ROOT, "fixtures", "deepspeed")
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-import generate_training as gt
+import generate_training as gt  # noqa: E402 - benchmarks/ is put on sys.path just above
 
 RUNS = [f"zero{s}_{d}" for s in (1, 2, 3) for d in ("fp32", "bf16")]
 
@@ -169,10 +171,6 @@ def consolidate(run: str) -> OrderedDict[str, Any]:
     return out
 
 
-def _bits(t: Any) -> bytes:
-    return t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-
-
 @pytest.mark.parametrize("run", RUNS)
 def test_layout_algorithm_reproduces_deepspeed_consolidation(run: str) -> None:
     expected = safetensors_torch.load_file(os.path.join(FIXTURES, run, "expected.safetensors"))
@@ -180,7 +178,7 @@ def test_layout_algorithm_reproduces_deepspeed_consolidation(run: str) -> None:
     assert sorted(got) == sorted(expected)
     for k, v in expected.items():
         assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert _bits(got[k]) == _bits(v), k
+        assert raw_bytes(got[k]) == raw_bytes(v), k
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -192,4 +190,4 @@ def test_synthetic_zero3_consolidates_to_expected(tmp_path: Any, world: int) -> 
     got, expected = consolidate(str(tmp_path)), gt.expected_state_dict(spec)
     assert list(got) == list(expected)
     for k, v in expected.items():
-        assert _bits(got[k]) == _bits(v), k
+        assert raw_bytes(got[k]) == raw_bytes(v), k

@@ -17,16 +17,17 @@ import pytest
 from conftest import ROOT, cli
 
 from ckpt_tool.commands.migrate.command import migrate
+from tests.helpers.bits import raw_bytes
 
 MOE = ROOT / "fixtures" / "deepspeed_moe"
 RUNS = sorted(p.name for p in MOE.iterdir() if (p / "expected.safetensors").is_file()) if MOE.is_dir() else []
 
 
 def _safetensors(path: Path) -> dict[str, bytes]:
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from safetensors.torch import load_file
 
-    return {k: v.contiguous().view(-1).view(torch.uint8).numpy().tobytes() for k, v in load_file(path).items()}
+    return {k: raw_bytes(v) for k, v in load_file(path).items()}
 
 
 def test_the_fixtures_are_here():
@@ -64,7 +65,7 @@ def test_consolidation_equals_deepspeeds_load_checkpoint(tmp_path, run, out, wor
     expected = _safetensors(MOE / run / "expected.safetensors")
     if out.endswith(".pth"):
         sd = torch.load(tmp_path / out, weights_only=True)
-        got = {k: v.contiguous().view(-1).view(torch.uint8).numpy().tobytes() for k, v in sd.items()}
+        got = {k: raw_bytes(v) for k, v in sd.items()}
     elif out == "shards":
         got = {}
         for shard in sorted((tmp_path / out).glob("*.safetensors")):

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
+from tests.helpers import bits
+
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -46,11 +48,7 @@ def assert_same_structure(real: Path, synth: Path) -> None:
 
 
 def assert_bit_equal(path: Path, expected: OrderedDict[str, Any]) -> None:
-    got = st.load_file(str(path))
-    assert sorted(got) == sorted(expected)
-    for k, v in expected.items():
-        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert torch.equal(got[k].reshape(-1).view(torch.uint8), v.contiguous().reshape(-1).view(torch.uint8)), k
+    bits.assert_bit_equal(st.load_file(str(path)), expected)
 
 
 def pipeline_spec(run: Path, bf16: bool) -> gp.PipelineSpec:

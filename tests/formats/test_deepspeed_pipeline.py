@@ -13,7 +13,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_one_line_error
+from conftest import ROOT
+
+from tests.helpers.bits import assert_bit_equal, bits
+from tests.helpers.errors import assert_one_line_error
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
@@ -22,17 +25,6 @@ from ckpt_tool import load  # noqa: E402
 from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
 
 RUN = ROOT / "fixtures" / "deepspeed_parallel" / "pipeline"
-
-
-def _bits(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
-def assert_bit_equal(got: dict, expected: dict) -> None:
-    assert sorted(got) == sorted(expected)
-    for k, v in expected.items():
-        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert torch.equal(_bits(got[k]), _bits(v)), k
 
 
 def _read(path: Path) -> dict:
@@ -173,6 +165,6 @@ def test_a_bf16_pipeline_gives_the_fp32_masters(tmp_path):
     assert sorted(got) == sorted(live)
     for k, v in live.items():
         assert got[k].dtype == torch.float32, k
-        assert torch.equal(_bits(got[k].to(v.dtype)), _bits(v)), k
+        assert torch.equal(bits(got[k].to(v.dtype)), bits(v)), k
     assert live["3.shift"].dtype == torch.float32  # DeepSpeed leaves the buffer fp32; so does ckpt
     assert not torch.equal(got["0.weight"], got["0.weight"].to(torch.bfloat16).float())  # masters, not bf16 copies

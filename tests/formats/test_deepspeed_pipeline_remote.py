@@ -1,7 +1,7 @@
 """DeepSpeed pipeline, tensor-parallel and universal runs, and Megatron-LM legacy folders, behind a URL (issue 24).
 
 The committed fixtures of fixtures/deepspeed_parallel/ served over HTTP by
-tests/remote_servers.py on 127.0.0.1: migrate of the URL writes the bytes the
+tests/helpers/remote_servers.py on 127.0.0.1: migrate of the URL writes the bytes the
 local migrate writes.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from conftest import FIXTURES
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
 
-from remote_servers import RangeServer  # noqa: E402
+from tests.helpers.remote_servers import RangeServer
 
 
 @pytest.fixture(scope="module")

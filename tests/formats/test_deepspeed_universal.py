@@ -16,10 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import outputs
 import pytest
 from conftest import ROOT, computed_once
-from outputs import assert_bit_equal
+
+from tests.helpers import outputs
+from tests.helpers.bits import assert_bit_equal
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")

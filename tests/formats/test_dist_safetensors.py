@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_line_error
+from tests.helpers.bits import assert_bit_equal
+from tests.helpers.errors import assert_one_line_error
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
@@ -36,15 +37,7 @@ def saved(tmp_path_factory) -> Path:
     return root
 
 
-def _bits(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
-def _same(got: dict, want: dict) -> None:
-    assert sorted(got) == sorted(want)
-    for k in want:
-        assert (got[k].dtype, got[k].shape) == (want[k].dtype, want[k].shape), k
-        assert torch.equal(_bits(got[k]), _bits(want[k])), k
+_same = assert_bit_equal
 
 
 def test_each_rank_file_holds_slices(saved):
@@ -177,7 +170,7 @@ def test_the_benchmarks_generator_writes_what_torchs_writer_writes(saved, tmp_pa
     real = sorted((saved / "one").glob("*.safetensors"))
     made = sorted((tmp_path / "gen").glob("*.safetensors"))
     assert [p.name for p in made] == [p.name for p in real]
-    for r, m in zip(real, made):
+    for r, m in zip(real, made, strict=True):
         (rh, rm), (mh, mm) = _header(r), _header(m)
         assert set(mm) == set(rm)
         rinfo, minfo = json.loads(rm["DCP_SHARDING_INFO"]), json.loads(mm["DCP_SHARDING_INFO"])

@@ -25,7 +25,9 @@ from conftest import ROOT, run_subprocess
 from torch import nn
 
 from ckpt_tool import load
-from ckpt_tool.tensors.tensordata import tensor_bytes, to_torch
+from ckpt_tool.tensors.data import tensor_bytes, to_torch
+from tests.helpers.bits import raw_bytes
+from tests.helpers.errors import assert_one_line_error
 
 
 def torch_view(sd):
@@ -42,18 +44,8 @@ def assert_same_values(ckpt, sd):
         got = to_torch(t)
         assert got.dtype == want.dtype and got.shape == want.shape, t.key
         # bit-exact: compare the raw bytes, not values (NaN, -0.0)
-        assert _raw(got) == _raw(want), t.key
+        assert raw_bytes(got) == raw_bytes(want), t.key
 
-
-def _raw(t):
-    return t.contiguous().reshape(-1).view(torch.uint8).tolist()
-
-
-def one_error_line(r):
-    assert r.code == 2, r
-    lines = r.err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.err, r.err
-    return lines[0]
 
 
 def mixed_state_dict():
@@ -183,7 +175,7 @@ def test_legacy_stays_lazy_on_a_huge_sparse_file(tmp_path):
         "hwm = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0]; "
         "print(json.dumps([c.tensors[0].key, c.tensors[0].numel, hwm, 'torch' in sys.modules]))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert out.returncode == 0, out.stderr
     key, n, rss_kib, torch_imported = json.loads(out.stdout)
@@ -207,9 +199,9 @@ def test_truncated_legacy_is_one_line(tmp_path, run_cli, cut):
     }[cut]
     bad = tmp_path / "cut.pth"
     bad.write_bytes(data[:at])
-    with pytest.raises(Exception):
+    with pytest.raises((EOFError, IndexError, RuntimeError, struct.error, pickle.UnpicklingError)):
         torch.load(bad, weights_only=True)  # torch refuses it too
-    line = one_error_line(run_cli("inspect", str(bad)))
+    line = assert_one_line_error(run_cli("inspect", str(bad)))
     assert "truncated" in line and str(bad) in line
 
 
@@ -256,7 +248,7 @@ def test_tar_without_its_members_is_refused(tmp_path, run_cli):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    line = one_error_line(run_cli("inspect", str(path)))
+    line = assert_one_line_error(run_cli("inspect", str(path)))
     assert "storage views" in line or "not a readable pickle" in line
 
 
@@ -334,7 +326,7 @@ def test_torchscript_missing_member_is_one_line(tmp_path, fixtures_dir, run_cli,
         for name in names:
             if name != victim:
                 out.writestr(name, src.read(name))
-    line = one_error_line(run_cli("inspect", str(bad)))
+    line = assert_one_line_error(run_cli("inspect", str(bad)))
     assert "missing" in line or "no 'torchscript/data.pkl'" in line
     assert str(bad) in line
 
@@ -511,7 +503,8 @@ def main_models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("main_models")
     script = folder / "train.py"
     script.write_text(WRITER)
-    w = subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=120)
+    w = subprocess.run([sys.executable, str(script), str(folder)], check=False, capture_output=True, text=True,
+                       timeout=120)
     assert w.returncode == 0, w.stderr
     expected = json.loads(w.stdout)
     assert "tmp" not in [k for k, _, _ in expected]  # a non-persistent buffer
@@ -536,7 +529,7 @@ def test_whole_model_from_main_in_a_fresh_process_runs_nothing(main_models, kind
 
 def test_unsafe_dill_really_runs_the_file(main_models, run_cli):
     """The marker check above can fail: --unsafe (real dill) runs the same kind of file's code."""
-    folder, workdir, expected = main_models
+    folder, _, expected = main_models
     r = run_cli("inspect", str(folder / "model.dill-unsafe"), "--json", "--unsafe")
     assert r.code == 0, r
     assert [[t["key"], t["dtype"], t["shape"]] for t in json.loads(r.out)["tensors"]] == expected
@@ -553,7 +546,7 @@ def test_unsafe_load_agrees_with_the_safe_reader(fixtures_dir, name):
     assert unsafe.state_dict_key == safe.state_dict_key
     assert list(unsafe.keys) == list(safe.keys)
     assert ckpt_view(unsafe) == ckpt_view(safe)
-    for a, b in zip(safe.tensors, unsafe.tensors):
+    for a, b in zip(safe.tensors, unsafe.tensors, strict=True):
         assert tensor_bytes(a) == tensor_bytes(b), a.key
     assert any("--unsafe" in w for w in unsafe.warnings)
 
@@ -614,7 +607,7 @@ def test_dcp_inspected_from_metadata_alone(tmp_path, run_cli):
     doc = json.loads(r.out)
     assert {t["key"]: (t["dtype"], tuple(t["shape"])) for t in doc["tensors"]} == torch_view(real["model"])
     assert any("metadata only" in w for w in doc["warnings"])
-    line = one_error_line(run_cli("inspect", str(folder), "--stats"))
+    line = assert_one_line_error(run_cli("inspect", str(folder), "--stats"))
     assert "__0_0.distcp" in line and "missing" in line
 
 
@@ -624,13 +617,13 @@ def test_dcp_missing_one_shard_or_metadata_is_one_line(tmp_path, run_cli):
     shards = sorted(n for n in os.listdir(folder) if n.endswith(".distcp"))
     assert len(shards) == 2
     os.remove(folder / shards[1])
-    line = one_error_line(run_cli("inspect", str(folder)))
+    line = assert_one_line_error(run_cli("inspect", str(folder)))
     assert shards[1] in line and "missing" in line
     # the metadata file given directly still lists everything
     r = run_cli("inspect", str(folder / ".metadata"))
     assert r.code == 0 and "metadata only" in r.out
     os.remove(folder / ".metadata")
-    line = one_error_line(run_cli("inspect", str(folder)))
+    line = assert_one_line_error(run_cli("inspect", str(folder)))
     assert ".metadata" in line
 
 
@@ -658,7 +651,7 @@ def test_dcp_multi_chunk_tensors_assembled_like_dcp_load(tmp_path):
         for key, chunks in splits.items():
             metas = []
             for offsets, sizes in chunks:
-                piece = full[key][tuple(slice(o, o + s) for o, s in zip(offsets, sizes))].clone()
+                piece = full[key][tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=True))].clone()
                 start = f.tell()
                 torch.save(piece, f)
                 storage[MetadataIndex(key, torch.Size(offsets))] = _StorageInfo("__0_0.distcp", start, f.tell() - start)
@@ -777,8 +770,8 @@ def test_inspect_does_not_import_torch(tmp_path, fixtures_dir, name):
         path = fixtures_dir / name
     code = ("import sys; from ckpt_tool.cli import main; rc = main(['inspect', sys.argv[1], '--json']); "
             "sys.stderr.write('TORCH' if 'torch' in sys.modules else 'NOTORCH'); sys.exit(rc)")
-    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     assert r.stderr.endswith("NOTORCH")
     assert json.loads(r.stdout)["tensors"]

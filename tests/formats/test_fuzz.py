@@ -22,7 +22,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from reliability_helpers import ROOT, assert_one_line_error, problems, run_ckpt, run_main, watchdog
+
+from tests.helpers.errors import assert_one_line_error
+from tests.helpers.reliability import ROOT, problems, run_ckpt, run_main, watchdog
 
 sys.path.insert(0, str(ROOT / "fuzz"))
 import engine
@@ -213,7 +215,8 @@ def test_bad_files_and_stats_do_not_leak_file_descriptors(tmp_path):
     for seed in ["torch-zip", "torch-zip-whole-model", "legacy", "safetensors", "sharded-bin"]:
         target, inner, original = engine.prepare(seed, fixtures, tmp_path)
         run_main(["inspect", "--stats", str(target)])  # warm up: imports may open files once
-        gc.collect()  # earlier tests' unclosed files in garbage cycles are closed (LocalFile.__del__) now, not mid-count
+        # earlier tests' unclosed files in garbage cycles are closed (LocalFile.__del__) now, not mid-count
+        gc.collect()
         before = count()
         for _ in range(30):
             run_main(["inspect", "--stats", str(target)])

@@ -1,6 +1,6 @@
 """Folders the Hugging Face libraries write, read as what their library wrote (formats/hf/folders.py).
 
-Each layout is written by the real library (tests/hf_writers.py, one
+Each layout is written by the real library (tests/helpers/hf_writers.py, one
 subprocess per test session, tiny random configs, nothing downloaded), next
 to the library's own state_dict. inspect must equal that state_dict (keys,
 shapes, dtypes), diff against it must find nothing, gate and scan must exit
@@ -14,7 +14,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_one_line_error, hf_folder
+from conftest import ROOT, hf_folder
+
+from tests.helpers.errors import assert_one_line_error
 
 st = pytest.importorskip("safetensors.torch")
 torch = pytest.importorskip("torch")
@@ -214,7 +216,7 @@ def test_json_that_names_a_folder_outside_is_refused(tmp_path, run_cli):
     assert_one_line_error(run_cli("inspect", str(st_folder)), "modules.json", "outside the folder")
 
 
-# layout -> (factory in tests/hf_targets.py, the folder whose config builds it: "" the layout's own)
+# layout -> (factory in tests/helpers/hf_targets.py, the folder whose config builds it: "" the layout's own)
 TARGETS = {"bert": "transformers_model", "bert_bin": "transformers_model", "bert_sharded": "transformers_model",
            "sentence_transformers": "transformers_model", "trainer_checkpoint": "transformers_model",
            "unet": "diffusers_model"}
@@ -223,7 +225,7 @@ TARGETS = {"bert": "transformers_model", "bert_bin": "transformers_model", "bert
 @pytest.mark.parametrize("layout", list(TARGETS))
 def test_diff_against_the_librarys_class_finds_nothing(written, layout, run_cli):
     folder, _ = _folder(written, layout)
-    spec = f"{ROOT / 'tests' / 'hf_targets.py'}:{TARGETS[layout]}"
+    spec = f"{ROOT / 'tests' / 'helpers' / 'hf_targets.py'}:{TARGETS[layout]}"
     r = run_cli("diff", str(folder), "--target", spec, "--target-kwargs", json.dumps({"folder": str(folder)}),
                 "--json")
     assert r.code == 0, r.out
@@ -234,14 +236,14 @@ def test_diff_against_the_librarys_class_finds_nothing(written, layout, run_cli)
 def test_a_pipeline_component_against_its_class_finds_nothing(written, run_cli):
     folder, _ = _folder(written, "pipeline")
     unet = folder / "unet"
-    r = run_cli("diff", str(unet), "--target", f"{ROOT / 'tests' / 'hf_targets.py'}:diffusers_model",
+    r = run_cli("diff", str(unet), "--target", f"{ROOT / 'tests' / 'helpers' / 'hf_targets.py'}:diffusers_model",
                 "--target-kwargs", json.dumps({"folder": str(unet)}), "--json")
     assert r.code == 0 and json.loads(r.out)["equal"], r.out
 
 
 def test_a_tied_head_against_its_class_is_the_tie_and_nothing_else(written, run_cli):
     folder, _ = _folder(written, "gpt2")
-    r = run_cli("diff", str(folder), "--target", f"{ROOT / 'tests' / 'hf_targets.py'}:transformers_model",
+    r = run_cli("diff", str(folder), "--target", f"{ROOT / 'tests' / 'helpers' / 'hf_targets.py'}:transformers_model",
                 "--target-kwargs", json.dumps({"folder": str(folder)}), "--json")
     report = json.loads(r.out)
     assert r.code == 1 and report["missing"] == ["lm_head.weight"] and not report["unexpected"]

@@ -14,8 +14,10 @@ import zipfile
 
 import pytest
 import torch
-from reliability_helpers import assert_one_line_error, problems, run_ckpt, run_main
 from safetensors.torch import save_file
+
+from tests.helpers.errors import assert_one_line_error
+from tests.helpers.reliability import problems, run_ckpt, run_main
 
 COMMANDS_WITH_LIMITS = ["inspect", "diff", "migrate", "gate", "scan"]
 LIMIT_OPTIONS = ["--max-header-bytes", "--max-pickle-bytes", "--max-tensors", "--max-key-length",
@@ -118,7 +120,8 @@ def test_safetensors_header_claims_2_63_bytes(tmp_path):
 
 def test_shard_index_over_max_header_bytes(tmp_path, fixtures_dir):
     folder = str(fixtures_dir / "sharded")
-    assert_one_line_error(run_main(["inspect", "--max-header-bytes", "64", folder]), "shard index", "--max-header-bytes")
+    assert_one_line_error(run_main(["inspect", "--max-header-bytes", "64", folder]), "shard index",
+                          "--max-header-bytes")
 
 
 @pytest.mark.parametrize("fmt", ["torch-zip", "legacy", "pickle"])
@@ -395,7 +398,7 @@ def test_running_out_of_memory_is_one_line_not_an_internal_error():
     import subprocess
     import sys
 
-    from reliability_helpers import ROOT
+    from tests.helpers.reliability import ROOT
 
     code = ("import importlib, sys; from ckpt_tool.cli import main\n"
             "def load(*a, **k): raise MemoryError()\n"
@@ -426,7 +429,7 @@ def test_pickle_chained_calls_on_a_placeholder(tmp_path):
     import subprocess
     import sys
 
-    from reliability_helpers import ROOT
+    from tests.helpers.reliability import ROOT
 
     body = b"\x80\x04\x8c\timportlib\x94\x8c\rimport_module\x94\x93\x94" + b"\x8c\x02os\x94\x85\x94R" * 10_000
     p = _pickle_file(tmp_path, body + b".")

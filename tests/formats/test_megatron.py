@@ -20,8 +20,10 @@ import sys
 import textwrap
 
 import pytest
-from conftest import FIXTURES, assert_one_line_error
+from conftest import FIXTURES
 
+from tests.helpers.bits import bits
+from tests.helpers.errors import assert_one_line_error
 from tests.hostile import builders as b
 
 torch = pytest.importorskip("torch")
@@ -113,7 +115,7 @@ def test_migrate_unstacked_equals_megatrons_own_load_bit_for_bit(layout, tmp_pat
     assert sorted(got) == sorted(want)
     for k, v in want.items():
         assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-        assert torch.equal(got[k].view(torch.uint8), v.view(torch.uint8)), k
+        assert torch.equal(bits(got[k]), bits(v)), k
 
 
 _LOAD = textwrap.dedent("""
@@ -131,7 +133,7 @@ _LOAD = textwrap.dedent("""
         want = load_file(expected)
         got = {k: v for k, v in m.state_dict().items() if isinstance(v, torch.Tensor)}
         assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))
-        bad = [k for k in want if not torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8))]
+        bad = [k for k in want if not torch.equal(bits(got[k]), bits(want[k]))]
         assert not bad, bad
         print("LOADED", name, len(got))
 """)
@@ -238,4 +240,4 @@ def test_flat_optimizer_buffers_are_kept_and_said(layout, kind, buckets, tmp_pat
     got = safetensors_torch.load_file(str(out))
     want = {k: v for k, v in _expected(layout).items() if not k.startswith("optimizer.")}
     assert sorted(got) == sorted(want)
-    assert all(torch.equal(got[k].view(torch.uint8), v.view(torch.uint8)) for k, v in want.items())
+    assert all(torch.equal(bits(got[k]), bits(v)) for k, v in want.items())

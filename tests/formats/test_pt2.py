@@ -73,7 +73,7 @@ def test_inspect_reads_no_code_and_imports_no_torch(pt2):
 
     code = ("import sys, ckpt_tool; ck = ckpt_tool.load(sys.argv[1]); "
             "assert 'torch' not in sys.modules, 'torch imported'; print(len(ck.tensors))")
-    out = subprocess.run([sys.executable, "-c", code, str(pt2)], capture_output=True, text=True, cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", code, str(pt2)], check=False, capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(len(torch.export.load(str(pt2)).state_dict))

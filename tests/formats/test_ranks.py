@@ -17,6 +17,9 @@ import zipfile
 import pytest
 from conftest import ROOT
 
+from tests.helpers.bits import bits
+from tests.helpers.errors import assert_one_line_error
+
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
@@ -29,10 +32,6 @@ RANKS = ROOT / "fixtures" / "ranks"
 GOOD = ["verl", "fsdp2_tp", "fsdp1", "mesh2d", "tp2d"]
 
 
-def _bits(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
 def _expected(name):
     return torch.load(RANKS / f"{name}.expected.pt", weights_only=True)
 
@@ -42,7 +41,7 @@ def assert_same(want: dict, got: dict) -> None:
     for k, a in want.items():
         b = got[k]
         assert (a.dtype, tuple(a.shape)) == (b.dtype, tuple(b.shape)), k
-        assert torch.equal(_bits(a), _bits(b)), k
+        assert torch.equal(bits(a), bits(b)), k
 
 
 @pytest.mark.parametrize("name", GOOD)
@@ -133,48 +132,42 @@ def test_inspect_reads_no_tensor_byte(tmp_path, run_cli):
     assert after.out.replace(str(copy), "X") == before.out.replace(str(RANKS / "fsdp2_tp"), "X")
     out = tmp_path / "o.safetensors"  # the scrambling reached the tensors: their data is now 0xa5 bytes
     assert migrate(copy, out).ok
-    assert set(_bits(st.load_file(out)["tp.weight"]).tolist()) == {0xA5}
+    assert set(bits(st.load_file(out)["tp.weight"]).tolist()) == {0xA5}
 
-
-def _one_error_line(result, *words):
-    assert result.code == 2, (result.out, result.err)
-    lines = [x for x in result.err.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("ckpt: error:"), result.err
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 def test_a_missing_rank_is_one_error_line(tmp_path, run_cli):
     copy = tmp_path / "verl"
     shutil.copytree(RANKS / "verl", copy)
     (copy / "model_world_size_2_rank_1.pt").unlink()
-    _one_error_line(run_cli("inspect", str(copy)), "rank(s) 1 of 2 missing")
+    assert_one_line_error(run_cli("inspect", str(copy)), "rank(s) 1 of 2 missing")
 
 
 def test_a_missing_rank_under_other_names_is_one_error_line(tmp_path, run_cli):
     copy = tmp_path / "fsdp1"
     shutil.copytree(RANKS / "fsdp1", copy)
     (copy / "fsdp1_rank0.pt").unlink()
-    _one_error_line(run_cli("migrate", str(copy), "-o", str(tmp_path / "o.safetensors")), "rank(s) 0 of 2 missing")
+    assert_one_line_error(run_cli("migrate", str(copy), "-o", str(tmp_path / "o.safetensors")),
+                          "rank(s) 0 of 2 missing")
     assert not (tmp_path / "o.safetensors").exists()
 
 
 def test_mismatched_keys_are_one_error_line(run_cli):
-    _one_error_line(run_cli("inspect", str(RANKS / "bad_keys")), "do not hold the same keys", "'extra.weight'")
+    assert_one_line_error(run_cli("inspect", str(RANKS / "bad_keys")), "do not hold the same keys", "'extra.weight'")
 
 
 def test_shards_that_do_not_tile_are_one_error_line(run_cli):
-    _one_error_line(run_cli("inspect", str(RANKS / "bad_tile")), "do not tile", "[9, 3]")
+    assert_one_line_error(run_cli("inspect", str(RANKS / "bad_tile")), "do not tile", "[9, 3]")
 
 
 def test_overlapping_shards_are_one_error_line(run_cli):
-    _one_error_line(run_cli("inspect", str(RANKS / "bad_overlap")), "overlap", "[0:4]", "[3:6]")
+    assert_one_line_error(run_cli("inspect", str(RANKS / "bad_overlap")), "overlap", "[0:4]", "[3:6]")
 
 
 def test_replicas_that_differ_fail_the_migrate_and_leave_no_output(tmp_path, run_cli):
     out = tmp_path / "o.safetensors"
     assert run_cli("inspect", str(RANKS / "bad_replica")).code == 0  # metadata agrees; the values do not
-    _one_error_line(run_cli("migrate", str(RANKS / "bad_replica"), "-o", str(out)), "'rep' is replicated",
+    assert_one_line_error(run_cli("migrate", str(RANKS / "bad_replica"), "-o", str(out)), "'rep' is replicated",
                     "rank 1's copy differs from rank 0's")
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
@@ -183,7 +176,7 @@ def test_replicas_that_differ_fail_the_migrate_and_leave_no_output(tmp_path, run
                                         ("strided", ["_StridedShard(dim=0, split_factor=2)",
                                                      "not one block of the global tensor"])])
 def test_placements_ckpt_does_not_consolidate_are_refused(name, words, run_cli):
-    _one_error_line(run_cli("inspect", str(RANKS / name)), *words)
+    assert_one_line_error(run_cli("inspect", str(RANKS / name)), *words)
 
 
 def test_one_rank_file_alone_is_not_the_model():
@@ -193,7 +186,7 @@ def test_one_rank_file_alone_is_not_the_model():
 
 
 def test_a_folder_behind_a_url_is_consolidated_the_same(tmp_path):
-    from remote_servers import RangeServer
+    from tests.helpers.remote_servers import RangeServer
 
     out = tmp_path / "o.safetensors"
     with RangeServer(RANKS) as server:
@@ -230,5 +223,5 @@ def test_a_truncated_rank_file_is_one_error_line(tmp_path, run_cli):
     shutil.copytree(RANKS / "fsdp2_tp", copy)
     data = (copy / "a.pt").read_bytes()
     (copy / "a.pt").write_bytes(data[: len(data) // 2])
-    _one_error_line(run_cli("migrate", str(copy), "-o", str(tmp_path / "o.safetensors")), "a.pt")
+    assert_one_line_error(run_cli("migrate", str(copy), "-o", str(tmp_path / "o.safetensors")), "a.pt")
     assert not (tmp_path / "o.safetensors").exists()

@@ -2,7 +2,7 @@
 
 Lightning's ``.ckpt``, a transformers Trainer ``checkpoint-N/`` and an
 accelerate ``save_state`` folder are written by the real libraries
-(tests/third_party_writers.py, two training steps on the CPU, test-only
+(tests/helpers/third_party_writers.py, two training steps on the CPU, test-only
 dependencies pinned in constraints.txt). Every file they write is scanned,
 inspected and gated; ``torch.load(weights_only=True)`` is run on each in one
 reference subprocess, and ckpt's prediction must equal what it did. Where a
@@ -44,8 +44,8 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> dict[str, object]:
     out = tmp_path_factory.mktemp("third-party")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "third_party_writers.py"), str(out)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "third_party_writers.py"), str(out)],
+                       check=False, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -62,11 +62,12 @@ def _files(written: dict[str, object], writer: str) -> list[Path]:
 @pytest.fixture(scope="module")
 def torch_loads(written) -> dict[str, bool]:
     paths = [str(f) for w in WRITERS if not isinstance(written[w], dict)
-             for f in Path(str(written[w])).rglob("*") if f.is_file() and f.suffix not in NOT_CHECKPOINTS + (
-                 ".safetensors",)]
+             for f in Path(str(written[w])).rglob("*")
+             if f.is_file() and f.suffix not in (*NOT_CHECKPOINTS, ".safetensors")]
     if not paths:
         return {}
-    p = subprocess.run([sys.executable, "-c", _REFERENCE, *paths], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", _REFERENCE, *paths], check=False, capture_output=True, text=True,
+                       timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -114,7 +115,7 @@ PRELOAD = {"hf_trainer": ("transformers.training_args", "accelerate.state"),
 
 @pytest.mark.parametrize("writer", WRITERS)
 def test_library_files_load_without_a_side_effect(written, writer):
-    from tests.catalog_samples import audited_load
+    from tests.helpers.catalog_samples import audited_load
 
     files = {f"{writer}.{i}": f for i, f in enumerate(_files(written, writer)) if f.suffix != ".safetensors"}
     assert files

@@ -13,12 +13,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-import tp_fixtures as tp
-from conftest import ROOT, assert_one_line_error
+from conftest import ROOT
 
 from ckpt_tool.errors import UsageError
 from ckpt_tool.format_names import TpMerge
-from ckpt_tool.formats.deepspeed.tprules import TpRule, from_universal_info, parse_rules
+from ckpt_tool.formats.tp.tprules import TpRule, from_universal_info, parse_rules
+from tests.helpers import tp_fixtures as tp
+from tests.helpers.bits import bits
+from tests.helpers.errors import assert_one_line_error
 
 RUN = tp.TP_RUN
 RULES = tp.TP_RULES
@@ -76,8 +78,6 @@ st = pytest.importorskip("safetensors.torch")
 
 from ckpt_tool import load  # noqa: E402
 from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
-
-_bits = tp.bits
 
 
 def assert_bit_equal(path: Path) -> None:
@@ -196,7 +196,7 @@ def test_megatron_legacy_merged_by_the_rules_file(tmp_path, run_cli, ext, worker
     expected = st.load_file(str(MEG / "expected.safetensors"))
     assert sorted(got) == sorted(expected)
     for k, v in expected.items():
-        assert got[k].shape == v.shape and torch.equal(_bits(got[k]), _bits(v)), k
+        assert got[k].shape == v.shape and torch.equal(bits(got[k]), bits(v)), k
     assert got["language_model.embedding.word_embeddings.weight"].shape == (15, 8)  # padding cut
 
 
@@ -258,8 +258,8 @@ def test_a_merge_larger_than_the_bound_is_streamed(tmp_path):
     out = tmp_path / "m.safetensors"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", _PEAK, "migrate", str(tmp_path / "run"), "-o", str(out),
-                        "--tp-rules", str(rules), "--workers", "1", "-q"], capture_output=True, text=True, env=env,
-                       timeout=600)
+                        "--tp-rules", str(rules), "--workers", "1", "-q"], check=False, capture_output=True, text=True,
+                       env=env, timeout=600)
     doc = json.loads(r.stdout.strip().splitlines()[-1])
     assert doc["code"] == 0, r.stderr
     largest, total = 8 << 20, 24 * (8 << 20)
@@ -267,7 +267,7 @@ def test_a_merge_larger_than_the_bound_is_streamed(tmp_path):
     assert doc["peak"] < largest + (150 << 20), doc
     got = st.load_file(str(out))
     for k, v in full.items():
-        assert torch.equal(_bits(got[k]), _bits(v)), k
+        assert torch.equal(bits(got[k]), bits(v)), k
 
 
 def test_inspect_takes_the_rules_too(run_cli):

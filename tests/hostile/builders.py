@@ -11,7 +11,8 @@ import pickle
 import struct
 import tarfile
 import zipfile
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 FIXED_DATE = (2020, 1, 1, 0, 0, 0)
 

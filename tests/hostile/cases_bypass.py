@@ -326,7 +326,7 @@ def _other_loaders(c: Corpus) -> None:
     members = b.zip_members(b.tsave({"fc.weight": _sd()["fc.weight"]}))  # one tensor: which twin torch reads
     # depends on where miniz's search over the case-folded names lands; with this member list it is the last
     evil_pkl = b.proto0_call("os", "system", c.touch("zip_case_folded_data_pkl"))
-    add("zip_case_folded_data_pkl", b.py_zip(members + [("archive/DATA.PKL", evil_pkl)]),
+    add("zip_case_folded_data_pkl", b.py_zip([*members, ("archive/DATA.PKL", evil_pkl)]),
         "a second data.pkl spelled archive/DATA.PKL after the clean one: torch's case-insensitive lookup reads it, "
         "zipfile's exact lookup reads the clean one", calls=("os.system",))
     _dcp_cases(c, add)
@@ -376,10 +376,11 @@ def _dcp_cases(c: Corpus, add) -> None:
     import torch.distributed.checkpoint as dcp
 
     base = os.path.join(c.folder, "dirs")
-    for name, payload in (
+    for name, given in (
         ("dcp_metadata_os_system", b.dumps(b.Reduce(os.system, c.touch("dcp_metadata_os_system")))),
         ("dcp_metadata_fs_rename", None),
     ):
+        payload = given
         d = os.path.join(base, name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -427,7 +428,7 @@ def _index_cases(c: Corpus, add) -> None:
     base = os.path.join(c.folder, "dirs")
     outside = os.path.join(c.folder, "outside")
     os.makedirs(outside, exist_ok=True)
-    for name, rel in (("index_shard_outside_relative", None), ("index_shard_outside_absolute", None)):
+    for name in ("index_shard_outside_relative", "index_shard_outside_absolute"):
         shard = os.path.join(outside, name + ".bin")
         with open(shard, "wb") as f:
             f.write(b.tsave({"w": b.Reduce(os.system, c.touch(name))}))

@@ -1,4 +1,4 @@
-"""Issue 32: benign files written by the training libraries' own code (tests/third_party_writers.py).
+"""Issue 32: benign files written by the training libraries' own code (tests/helpers/third_party_writers.py).
 
 Class ``benign-library``: the Trainer's checkpoint folder files, accelerate's ``save_state`` (with a registered
 custom object), a Lightning ``.ckpt`` with an OmegaConf hyper-parameter, an mmengine Runner checkpoint and a
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from .generate import Corpus
 
 _FILES = (".pt", ".pth", ".bin", ".pkl", ".ckpt", ".safetensors")
-_WRITERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "third_party_writers.py")
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_WRITERS = os.path.join(_TESTS, "helpers", "third_party_writers.py")
 
 
 def add_libraries(c: Corpus) -> None:
@@ -32,7 +33,7 @@ def add_libraries(c: Corpus) -> None:
     proc = subprocess.run([sys.executable, _WRITERS, out], capture_output=True, text=True, timeout=600, check=False,
                           cwd=out)
     if proc.returncode != 0:
-        raise RuntimeError(f"tests/third_party_writers.py failed: {proc.stderr[-2000:]}")
+        raise RuntimeError(f"tests/helpers/third_party_writers.py failed: {proc.stderr[-2000:]}")
     written = json.loads(proc.stdout.strip().splitlines()[-1])
     for writer, folder in sorted(written.items()):
         if not isinstance(folder, str):

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .generate import Corpus
 
 
-def add_more(c: "Corpus") -> None:
+def add_more(c: Corpus) -> None:
     _safetensors(c)
     _legacy_tar(c)
     _quantized(c)
@@ -27,7 +27,7 @@ def add_more(c: "Corpus") -> None:
 # ------------------------------------------------------------------ safetensors
 
 
-def _safetensors(c: "Corpus") -> None:
+def _safetensors(c: Corpus) -> None:
     w = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
     data = b.f32(1.0, 2.0)
 
@@ -91,7 +91,7 @@ def _safetensors(c: "Corpus") -> None:
 # ------------------------------------------------------------------ legacy and tar
 
 
-def _legacy_tar(c: "Corpus") -> None:
+def _legacy_tar(c: Corpus) -> None:
     from .generate import state_dict
 
     sd = state_dict()
@@ -144,7 +144,7 @@ def _legacy_spans(raw: bytes) -> list[int]:
 # ------------------------------------------------------------------ quantized
 
 
-def _quantized(c: "Corpus") -> None:
+def _quantized(c: Corpus) -> None:
     import torch
 
     g = torch.Generator().manual_seed(1)
@@ -172,7 +172,7 @@ def _quantized(c: "Corpus") -> None:
 # ------------------------------------------------------------------ weights_only metadata
 
 
-def _metadata(c: "Corpus") -> None:
+def _metadata(c: Corpus) -> None:
     import numpy as np
     import torch
 
@@ -218,7 +218,7 @@ def _metadata(c: "Corpus") -> None:
 # ------------------------------------------------------------------ clean controls
 
 
-def _controls(c: "Corpus") -> None:
+def _controls(c: Corpus) -> None:
     import torch
 
     from .generate import state_dict
@@ -258,7 +258,7 @@ def _controls(c: "Corpus") -> None:
 # ------------------------------------------------------------------ folders and special files
 
 
-def _deepspeed_moe_payload(c: "Corpus", base: str) -> None:
+def _deepspeed_moe_payload(c: Corpus, base: str) -> None:
     """Issue 32: a real DeepSpeed MoE run (fixtures/deepspeed_moe/) whose payload sits in an expert file,
     ``layer_1_expert_3_mp_rank_00_model_states.pt``, which DeepSpeed's load_moe_state_dict opens with
     torch.load(weights_only=False); inspect read the folder without a word."""
@@ -276,11 +276,11 @@ def _deepspeed_moe_payload(c: "Corpus", base: str) -> None:
     sd = torch.load(expert, weights_only=True)
     with open(expert, "wb") as f:
         f.write(b.tsave({**sd, "x": b.Reduce(os.system, c.touch(name))}))
-    c.add(name, "folder/special-file", None, "a DeepSpeed MoE run (ZeRO-0, ep 2) whose expert file calls posix.system", path=d,
-          kind="folder", payload=True, calls=("posix.system", "os.system"))
+    c.add(name, "folder/special-file", None, "a DeepSpeed MoE run (ZeRO-0, ep 2) whose expert file calls posix.system",
+          path=d, kind="folder", payload=True, calls=("posix.system", "os.system"))
 
 
-def _folders(c: "Corpus") -> None:
+def _folders(c: Corpus) -> None:
     from .generate import state_dict
 
     base = os.path.join(c.folder, "dirs")

@@ -132,7 +132,7 @@ def legacy_magic_bytes(spelling: str, obj_pickle: bytes) -> bytes:
 
 def _with_member(name: str, data: bytes) -> bytes:
     raw = b.tsave({"w": __import__("torch").ones(2)})
-    return b.py_zip(b.zip_members(raw) + [(name, data)])
+    return b.py_zip([*b.zip_members(raw), (name, data)])
 
 
 def _hidden_members(c: Corpus) -> None:
@@ -164,7 +164,7 @@ def _hidden_members(c: Corpus) -> None:
           "with weights_only=False)", payload=True, calls=SYSTEM)
     raw = b.tsave({"w": __import__("torch").ones(2)})
     c.add("zip_member_outside_folder", "zip-structure",
-          b.py_zip(b.zip_members(raw) + [("other/payload.pkl", evil("zip_member_outside_folder"))]),
+          b.py_zip([*b.zip_members(raw), ("other/payload.pkl", evil("zip_member_outside_folder"))]),
           "a member outside the archive's folder: torch 2.13 refuses the file ('file in archive is not in a "
           "subdirectory'); the member calls os.system", flag=SYSTEM)
 

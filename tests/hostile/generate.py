@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from . import builders as b
 from .cases_benign import add_benign
 from .cases_bypass import add_bypasses
+from .cases_libraries import add_libraries
 from .cases_more import add_more
 from .cases_readings import add_readings
-from .cases_libraries import add_libraries
 from .cases_torchscript import add_torchscript
 
 CLASSES = (
@@ -194,7 +194,8 @@ def _dangerous_calls(c: Corpus) -> None:
           b.proto0_call("builtins", "eval", f"__import__('os').system({c.touch('pickle_builtins_eval')!r})"),
           "builtins.eval, protocol 0", ext=".pkl", payload=True, calls=("builtins.eval",))
     c.add("pickle_compat_builtin_eval", "dangerous-call",
-          b"\x80\x02" + b.proto0_call("__builtin__", "eval", f"__import__('os').system({c.touch('pickle_compat_builtin_eval')!r})"),
+          b"\x80\x02" + b.proto0_call("__builtin__", "eval",
+                                     f"__import__('os').system({c.touch('pickle_compat_builtin_eval')!r})"),
           "py2 name __builtin__.eval, mapped to builtins.eval by _compat_pickle", ext=".pkl", payload=True,
           calls=("__builtin__.eval", "builtins.eval"))
     c.add("pickle_pkgutil_resolve_name", "dangerous-call",
@@ -220,7 +221,7 @@ def _pickle_opcodes(c: Corpus) -> None:
           calls=("os.system",))
     c.add("opcode_stack_global", "pickle-opcode", b.stack_global_call("os", "system", c.touch("opcode_stack_global")),
           "STACK_GLOBAL, protocol 4", ext=".pkl", payload=True, calls=("os.system",))
-    from tests.malicious import computed_stack_global, memo_stack_global, tuple_hidden_stack_global
+    from tests.helpers.malicious import computed_stack_global, memo_stack_global, tuple_hidden_stack_global
 
     c.add("opcode_memo_stack_global", "pickle-opcode",
           memo_stack_global("os", "system", c.touch("opcode_memo_stack_global")),
@@ -241,7 +242,8 @@ def _pickle_opcodes(c: Corpus) -> None:
     c.add("payload_then_bad_opcode", "pickle-opcode",
           b.proto0_call("os", "system", c.touch("payload_then_bad_opcode"))[:-1] + b"\xfb.",
           "os.system then an unknown opcode 0xfb", ext=".pkl", payload=True, calls=("os.system",))
-    zipped = b.patch_data_pkl(b.tsave(sd), lambda p: b.proto0_call("os", "system", c.touch("torch_zip_payload_then_garbage"))[:-1] + b"\x00\x01junk")
+    payload = b.proto0_call("os", "system", c.touch("torch_zip_payload_then_garbage"))[:-1] + b"\x00\x01junk"
+    zipped = b.patch_data_pkl(b.tsave(sd), lambda p: payload)
     c.add("torch_zip_payload_then_garbage", "pickle-opcode", zipped,
           "data.pkl: os.system then garbage, inside a torch zip", payload=True, calls=("os.system",))
     # SETITEM/SETITEMS on a non-dict (CVE-2026-24747 shape, fixed in torch 2.10)
@@ -258,7 +260,8 @@ def _pickle_opcodes(c: Corpus) -> None:
             pkl = b.torch_zip_records(raw)["data.pkl"]
             # after the tensor is rebuilt (REDUCE closing _rebuild_tensor_v2) and memoized, SETITEM on it
             idx = pkl.rindex(b"R")
-            data = b.patch_data_pkl(raw, lambda p, i=idx: p[: i + 1] + b"K\x00G@\x1c\x00\x00\x00\x00\x00\x00s" + p[i + 1:])
+            extra = b"K\x00G@\x1c\x00\x00\x00\x00\x00\x00s"
+            data = b.patch_data_pkl(raw, lambda p, i=idx, extra=extra: p[: i + 1] + extra + p[i + 1:])
         else:
             data = b.patch_data_pkl(b.tsave(sd, pickle_protocol=2),
                                     lambda p, body=body: p[:2] + b"(" + body + b"t0" + p[2:])
@@ -406,12 +409,12 @@ def _zip_structure(c: Corpus) -> None:
           b.py_zip([(n, d[:4] if n.endswith("/data/0") else d) for n, d in members]),
           "a storage member shorter than the tensor needs")
     c.add("zip_duplicate_data_pkl", "zip-structure",
-          b.py_zip([(pkl_name, b.proto0_call("os", "system", c.touch("zip_duplicate_data_pkl")))] + members),
+          b.py_zip([(pkl_name, b.proto0_call("os", "system", c.touch("zip_duplicate_data_pkl"))), *members]),
           "two data.pkl entries: the first calls os.system, the second is clean (zipfile reads the last; torch 2.13 "
           "reads the clean one too, so no stock loader runs it: issue 21 made liveness a test)",
           calls=("os.system",), flag=("os.system",))
     c.add("zip_duplicate_data_pkl_last", "zip-structure",
-          b.py_zip(members + [(pkl_name, b.proto0_call("os", "system", c.touch("zip_duplicate_data_pkl_last")))]),
+          b.py_zip([*members, (pkl_name, b.proto0_call("os", "system", c.touch("zip_duplicate_data_pkl_last")))]),
           "two data.pkl entries: the clean one first, the os.system one last (torch 2.13 reads the clean one)",
           calls=("os.system",), flag=("os.system",))
     c.add("zip_uppercase_names", "zip-structure", b.rename_members(clean, lambda n: n.upper()),
@@ -425,7 +428,7 @@ def _zip_structure(c: Corpus) -> None:
     c.add("zip_data_pkl_garbage", "zip-structure",
           b.py_zip([(n, b"not a pickle" if n == pkl_name else d) for n, d in members]), "data.pkl is not a pickle")
     c.add("zip_no_members", "zip-structure", b.py_zip([]), "an empty zip")
-    c.add("zip_directory_entries", "zip-structure", b.py_zip([("archive/", b""), ("archive/data/", b"")] + members),
+    c.add("zip_directory_entries", "zip-structure", b.py_zip([("archive/", b""), ("archive/data/", b""), *members]),
           "explicit directory entries before the members")
     evil = b.torch_save_calling({**sd, "x": b.Call(c.touch("zip_dotdot_payload"))}, "os", "system")
     c.add("zip_dotdot_payload", "zip-structure", b.rename_members(evil, lambda n: "../" + strip(n)),

@@ -120,7 +120,8 @@ def _other_failures(cases: list[Case], dump: dict[str, Any]) -> list[str]:
 
     out = []
     created = dump["ckpt"]["markers_created_by_ckpt"]
-    out.append(f"- `test_ckpt_never_runs_a_payload`: {'FAILS, markers ' + ', '.join(created) if created else 'passes'}.")
+    verdict = "FAILS, markers " + ", ".join(created) if created else "passes"
+    out.append(f"- `test_ckpt_never_runs_a_payload`: {verdict}.")
     hidden = [c for c in cases if c.flag]
     bad = [c.name for c in hidden if not (dump["ckpt"]["cases"][c.name]["scan"]["code"] == 1
                                           and _scan_names(dump["ckpt"]["cases"][c.name]["scan"]) & set(c.flag))]
@@ -147,7 +148,8 @@ def _other_failures(cases: list[Case], dump: dict[str, Any]) -> list[str]:
             wo_missing += 1
             continue
         first = [_torch_name(n) for n in wo.get("needs_first", [])]
-        if pred.get("loads") != wo["ok"] or (first and not set(first) & {_torch_name(n) for n in pred.get("needs", [])}):
+        needs = {_torch_name(n) for n in pred.get("needs", [])}
+        if pred.get("loads") != wo["ok"] or (first and not set(first) & needs):
             wo_bad.append(f"`{c.name}`")
     out.append(f"- `test_weights_only_prediction` (issue 15; cases where inspect exits 0): {wo_missing + len(wo_bad)} "
                f"of {wo_n} fail: {wo_missing} because `inspect --json` has no `weights_only` object yet"

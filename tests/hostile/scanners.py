@@ -119,8 +119,8 @@ def _limit() -> None:
 
 def _run(cmd: list[str], cwd: str) -> tuple[int | str, str]:
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=cwd, stdin=subprocess.DEVNULL,
-                           preexec_fn=_limit)
+        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=cwd,
+                           stdin=subprocess.DEVNULL, preexec_fn=_limit)
         return p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired:
         return "timeout", ""
@@ -154,7 +154,7 @@ def fickling(venv: str, paths: list[str], work: str) -> dict[str, dict[str, Any]
     """All paths in one process (per path an alarm of TIMEOUT_S); a path it never answered is an error."""
     try:
         p = subprocess.run([os.path.join(venv, "bin", "python"), "-c", _FICKLING, str(TIMEOUT_S)],
-                           input=json.dumps(paths), capture_output=True, text=True, cwd=work,
+                           check=False, input=json.dumps(paths), capture_output=True, text=True, cwd=work,
                            timeout=TIMEOUT_S * (len(paths) + 1), preexec_fn=_limit)
         out = p.stdout
     except subprocess.TimeoutExpired as exc:

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_helpers import assert_one_line_error, run_ckpt, run_main
 
 from ckpt_tool.io.atomic import freespace, staletemp
 from ckpt_tool.writers import sizes
+from tests.helpers.errors import assert_one_line_error
+from tests.helpers.reliability import run_ckpt, run_main
 
 OUTPUTS = {  # kind -> (OUT name, extra migrate options)
     "pth": ("out.pth", []),
@@ -83,7 +84,7 @@ def test_planned_sizes_match_what_is_written(tmp_path, source, plans, kind, dtyp
     if kind == "pth":
         assert planned == written  # replayed exactly
     else:
-        for p, w in zip(planned, written):
+        for p, w in zip(planned, written, strict=True):
             assert w <= p <= w + 64 * 1024 + 2048 * 20, (planned, written)  # an upper bound, and a close one
     total, files = plans["bound"][0]
     assert total >= sum(planned) and files >= len(planned)  # the quick bound never says less than the plan
@@ -113,7 +114,7 @@ def fake_statvfs(free: int, block: int = 4096):
 def tripwires(monkeypatch):
     """Fail loudly if anything reads a tensor byte, starts a writer or creates the output."""
     from ckpt_tool.io.atomic import write as atomic
-    from ckpt_tool.tensors import tensordata
+    from ckpt_tool.tensors.data import tensordata
     from ckpt_tool.writers import dcp, output, sourcebytes
     from ckpt_tool.writers.safetensors import sharded
     from ckpt_tool.writers.safetensors import single as safetensors

@@ -1,6 +1,6 @@
 """URLs wherever a path is accepted: the same answers as local files, in a few range requests.
 
-Every server runs on 127.0.0.1, started here and stopped here (tests/remote_servers.py);
+Every server runs on 127.0.0.1, started here and stopped here (tests/helpers/remote_servers.py);
 request and byte counts are asserted from the server's own log, never from ckpt's report.
 """
 from __future__ import annotations
@@ -11,13 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, assert_one_line_error
+from conftest import FIXTURES
+
+from tests.helpers.errors import assert_one_line_error
 
 pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("aiohttp")
 
-from remote_servers import RangeServer, comparable_doc  # noqa: E402
+from tests.helpers.remote_servers import RangeServer, comparable_doc
 
 # Each format of the committed fixtures, with the request limits the issue sets (metadata only).
 FORMATS = {
@@ -463,7 +465,7 @@ def test_api_on_urls(served: Path, server: RangeServer) -> None:
     assert counted.requests == len(_gets(server)) == 2
     import torch
 
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     want = torch.load(served / "big.pth")["head.bias"].numpy().tobytes()
     assert tensor_bytes(ckpt.by_key["head.bias"]) == want  # data read after the session ended
@@ -475,7 +477,8 @@ def test_local_commands_import_nothing_remote() -> None:
     code = ("import sys, contextlib, io; from ckpt_tool.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['inspect', sys.argv[1]])\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 'huggingface_hub', 's3fs', "
-            "'aiohttp') or m in ('ckpt_tool.io.remote.session', 'ckpt_tool.io.remote.file', 'ckpt_tool.io.remote.protocols', "
+            "'aiohttp') or m in ('ckpt_tool.io.remote.session', 'ckpt_tool.io.remote.file', "
+            "'ckpt_tool.io.remote.protocols', "
             "'ckpt_tool.io.remote.fetchers')))")
     out = subprocess.run([sys.executable, "-c", code, str(FIXTURES / "tiny_mlp.pth")], capture_output=True,
                          text=True, cwd=str(FIXTURES.parent), check=True).stdout

@@ -11,12 +11,14 @@ import re
 import shutil
 
 import pytest
-from conftest import FIXTURES, assert_one_line_error
+from conftest import FIXTURES
+
+from tests.helpers.errors import assert_one_line_error
 
 pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 
-from remote_servers import RangeServer, comparable_doc  # noqa: E402
+from tests.helpers.remote_servers import RangeServer, comparable_doc
 
 FILES = ("tiny_mlp.safetensors", "tiny_mlp.pth", "legacy.pth", "training.pth")
 FOLDERS = ("sharded", "sharded_bin", "dcp")
@@ -45,7 +47,8 @@ def s3(env_saved):
     pytest.importorskip("s3fs")
     pytest.importorskip("moto")
     import boto3
-    from remote_servers import S3Server
+
+    from tests.helpers.remote_servers import S3Server
 
     server = S3Server().start()
     os.environ.update(AWS_ENDPOINT_URL_S3=server.url, AWS_ENDPOINT_URL=server.url, AWS_ACCESS_KEY_ID="testing",

@@ -2,7 +2,7 @@
 
 The folders are the committed fixtures (fixtures/deepspeed: DeepSpeed's own
 ZeRO 1-3 runs of 2 ranks; fixtures/dcp_multi: 2-rank FSDP2, hand-built and
-Accelerate folders), served by tests/remote_servers.py on 127.0.0.1. Request
+Accelerate folders), served by tests/helpers/remote_servers.py on 127.0.0.1. Request
 counts come from the server's log, never from ckpt's report. s3:// and hf://
 cases are in test_remote_stores.py.
 """
@@ -21,7 +21,7 @@ pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("aiohttp")
 
-from remote_servers import RangeServer, comparable_doc  # noqa: E402
+from tests.helpers.remote_servers import RangeServer, comparable_doc
 
 DS_RUNS = ["zero1_bf16", "zero2_fp32", "zero3_fp32", "zero3_bf16"]
 DCP_FOLDERS = ["fsdp2", "model_only", "accelerate/optimizer_0", "accelerate/pytorch_model_fsdp_0"]

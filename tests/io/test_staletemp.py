@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_helpers import ROOT, run_main
 
 from ckpt_tool.io.atomic import staletemp
 from ckpt_tool.io.atomic.write import AtomicDir, AtomicFile
+from tests.helpers.reliability import ROOT, run_main
 
-DRIVER = str(ROOT / "tests" / "crash_driver.py")
+DRIVER = str(ROOT / "tests" / "helpers" / "crash_driver.py")
 
 HOLDER = """
 import fcntl, os, sys, time
@@ -240,7 +240,7 @@ def drive(point: str, sig: str, args: list[str], wait: bool = True):
 
 def assert_out_complete(out: Path, src: Path) -> None:
     from ckpt_tool.formats import load
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     a, b = load(src), load(out)
     try:

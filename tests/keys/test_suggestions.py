@@ -50,7 +50,7 @@ def test_the_adapter_name_is_inserted_before_weight():
     s = suggest(_metas(ADAPTER), _metas(LORA))
     assert s is not None and s.reconciled == 4 and s.remaining_unexpected == 0
     assert s.remaining_missing == 2  # the base layers: not in an adapter file
-    (pattern, repl), = s.rules.rename
+    assert len(s.rules.rename) == 1
     assert {s.rules.new_key(k) for k in ADAPTER} == {k for k in LORA if "lora_" in k}
 
 

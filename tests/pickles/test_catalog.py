@@ -16,7 +16,7 @@ import pytest
 
 from ckpt_tool.pickles.catalog import CATALOG, stdlib, torch_lib
 from ckpt_tool.pickles.catalog.entry import Entry
-from tests.catalog_samples import judged_samples
+from tests.helpers.catalog_samples import judged_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))

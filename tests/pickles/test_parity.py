@@ -1,6 +1,6 @@
 """Loader parity (issue 13): ckpt agrees with what torch.load and safetensors do with each file.
 
-The corpus (tests/hostile/generate.py) is built once; tests/reference_loaders.py
+The corpus (tests/hostile/generate.py) is built once; tests/helpers/reference_loaders.py
 records, in one subprocess, what torch.load(weights_only=True/False),
 safetensors' safe_open and pickle.load do with every case, and whether a
 payload ran (its marker file appeared). ckpt then runs once per command over
@@ -63,7 +63,7 @@ _CORPUS_DIR = tempfile.mkdtemp(prefix="ckpt-hostile-")
 atexit.register(shutil.rmtree, _CORPUS_DIR, True)
 CASES: list[Case] = build(_CORPUS_DIR)
 BY_NAME = {c.name: c for c in CASES}
-# Every loader step of tests/reference_loaders.py; ``at_exit`` only ever says ``ran`` (its ``ok`` is None).
+# Every loader step of tests/helpers/reference_loaders.py; ``at_exit`` only ever says ``ran`` (its ``ok`` is None).
 STEPS = ("wo_true", "safetensors", "pickle", "numpy", "jit", "package", "dcp", "index", "wo_false", "at_exit")
 
 
@@ -113,7 +113,7 @@ def _ckpt(*args: str) -> dict[str, Any]:
 def _ckpt_subprocess(*args: str) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
-        p = subprocess.run([sys.executable, "-m", "ckpt_tool", *args], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-m", "ckpt_tool", *args], check=False, capture_output=True, text=True,
                            timeout=CKPT_TIMEOUT_S, env=env, cwd=tempfile.gettempdir())
         res: dict[str, Any] = {"code": p.returncode, "out": p.stdout, "err": p.stderr}
     except subprocess.TimeoutExpired:
@@ -141,7 +141,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
         {"name": c.name, "path": c.path, "kind": c.kind, "marker": c.marker, "cls": c.cls} for c in CASES
     ]))
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, str(ROOT / "tests" / "reference_loaders.py"), str(manifest), str(results)],
+    loaders = ROOT / "tests" / "helpers" / "reference_loaders.py"
+    subprocess.run([sys.executable, str(loaders), str(manifest), str(results)],
                    cwd=work, env=env, check=True, timeout=900, capture_output=True)
     out = {}
     for line in results.read_text().splitlines():

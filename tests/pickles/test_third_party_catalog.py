@@ -15,7 +15,7 @@ import torch
 
 from ckpt_tool import scan
 from ckpt_tool.pickles.catalog import third_party
-from tests.catalog_samples import judged_samples
+from tests.helpers.catalog_samples import judged_samples
 
 LIBS = ("transformers", "accelerate", "omegaconf", "lightning_fabric", "pytorch_lightning", "mmengine", "torchao")
 MISSING = [name for name in LIBS if importlib.util.find_spec(name) is None]

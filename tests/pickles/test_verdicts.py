@@ -433,7 +433,7 @@ NOT_WRITTEN_HERE = {
 
 
 def test_every_reviewed_inert_entry_is_safe_in_a_real_file(tmp_path, fixtures_dir):
-    files = _inert_cases(tmp_path) + [
+    files = [*_inert_cases(tmp_path),
         fixtures_dir / "dcp" / ".metadata", fixtures_dir / "torchscript.pt",
         fixtures_dir / "megatron" / "dense" / ".metadata",  # megatron-core's save plans (all_local_plans)
         fixtures_dir / "deepspeed" / "zero1_fp32" / "global_step1" / "zero_pp_rank_0_mp_rank_00_optim_states.pt",

@@ -85,7 +85,7 @@ def test_build_on_a_global_in_a_large_pickle_is_predicted_as_torch_refuses_it(tm
     from hostile import builders as b
 
     from ckpt_tool.commands.inspect.command import inspect
-    from ckpt_tool.pickles.weights_only.inputs import SMALL_PICKLE
+    from ckpt_tool.pickles.torch_rules.inputs import SMALL_PICKLE
 
     raw = b.tsave({f"layer{i}.weight": torch.zeros(1) for i in range(3000)}, pickle_protocol=2)
     assert len(b.torch_zip_records(raw)["data.pkl"]) > SMALL_PICKLE

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_tool.pickles.weights_only.predict import (
+from ckpt_tool.pickles.torch_rules.predict import (
     PickleFacts,
     WeightsOnlyVerdict,
     facts_from_pickle,
@@ -209,7 +209,7 @@ def test_prediction_matches_torch_load(tmp_path: Path) -> None:
         if hasattr(main, "MainCfg"):
             del main.MainCfg
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
     proc = subprocess.run([sys.executable, "-c", LOADER], input=json.dumps(plan), capture_output=True,
                           text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -228,7 +228,8 @@ def test_prediction_matches_torch_load(tmp_path: Path) -> None:
                 problems.append(f"{name}: needs {verdict.needs} did not make it load: {row['retry']}")
             if verdict.reason is not None and fixed:
                 problems.append(f"{name}: predicted never to load ({verdict.reason}) but needs fixed it")
-    print(json.dumps(outcomes, indent=0)); print("\n".join(f"{n}: {v}" for n, v in verdicts.items()))
+    print(json.dumps(outcomes, indent=0))
+    print("\n".join(f"{n}: {v}" for n, v in verdicts.items()))
     fixed_by_needs = {n for n, row in outcomes.items() if row["first"] and retried[n] and row["retry"] is None}
     assert {"training_namespace", "numpy_arrays", "nested_class", "main_class"} <= fixed_by_needs, outcomes
     assert not problems, "\n".join(problems) + "\n" + "\n".join(f"{n}: {v}" for n, v in verdicts.items())

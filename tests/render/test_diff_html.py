@@ -19,7 +19,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "commands" / "diff"))
-from diff_training import train  # noqa: E402 - the diff tests' trained model, shared
+from diff_training import train
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium found on PATH (Debian: apt-get install "
@@ -39,7 +39,7 @@ def report(tmp_path_factory):
     page, table = folder / "report.html", folder / "values.csv"
     r = subprocess.run([sys.executable, "-m", "ckpt_tool", "diff", "--values", "--sort", "rel_l2", "--rollup-layers",
                         "--html", str(page), "--csv", str(table), str(steps[3]), str(steps[6])],
-                       capture_output=True, text=True, timeout=300)
+                       check=False, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stderr  # differences: exit 1, and both files written all the same
     return page, table, steps
 
@@ -110,9 +110,9 @@ def test_a_report_never_replaces_an_input(report, run_cli):
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [CHROMIUM, *BROWSER_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=120)
     if "--dump-dom" in args and "</html>" not in r.stdout:  # once more: see the screenshot test
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=120)
     return r
 
 

@@ -5,7 +5,7 @@ import json
 import os
 import pickle
 
-from malicious import Reduce
+from tests.helpers.malicious import Reduce
 
 
 def _payload(tmp_path) -> str:

@@ -5,13 +5,12 @@ import json
 import os
 import pickle
 
-from malicious import Reduce
-
 from ckpt_tool.commands.gate.names import CheckName
 from ckpt_tool.format_names import Format
 from ckpt_tool.pickles import severity
 from ckpt_tool.pickles.scanner import Found
 from ckpt_tool.render.common import dumps
+from tests.helpers.malicious import Reduce
 
 
 def test_enums_serialise_as_their_names():
@@ -34,5 +33,6 @@ def test_scan_text_json_and_sarif_show_plain_names(run_cli, tmp_path, fixtures_d
     assert doc["counts"] == {"safe": 1, "suspicious": 0, "dangerous": 1, "error": 0}
     run_cli("gate", paths[1], "--sarif", str(tmp_path / "g.sarif"))
     rules = json.loads((tmp_path / "g.sarif").read_text())["runs"][0]["tool"]["driver"]["rules"]
-    assert rules[0] == {"id": "gate/loads-safely", "shortDescription": {"text": "The gate check 'loads-safely': " + CheckName.LOADS_SAFELY.describe}}
+    described = "The gate check 'loads-safely': " + CheckName.LOADS_SAFELY.describe
+    assert rules[0] == {"id": "gate/loads-safely", "shortDescription": {"text": described}}
     assert all("CheckName" not in json.dumps(r) for r in rules)

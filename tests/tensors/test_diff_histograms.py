@@ -6,7 +6,7 @@ import math
 import numpy as np
 import torch
 
-from ckpt_tool.tensors.histograms import BINS, LOW_EXP, PER_DECADE, SAMPLE, SIDE, add_counts, bin_label, new_counts
+from ckpt_tool.tensors.numerics import BINS, LOW_EXP, PER_DECADE, SAMPLE, SIDE, add_counts, bin_label, new_counts
 
 
 def _bin(x: float) -> int:

@@ -1,4 +1,4 @@
-"""The one NaN/Inf counter (tensors/nonfinite.py) against torch's own count, float8 included.
+"""The one NaN/Inf counter (tensors/numerics/nonfinite.py) against torch's own count, float8 included.
 
 torch has no isinf/isfinite kernel for float8_e4m3fn: each user of the
 counter (gate, inspect --stats, diff --values, migrate's cast check) must
@@ -11,9 +11,13 @@ import torch
 from safetensors.torch import save_file
 
 from ckpt_tool.formats import load
-from ckpt_tool.tensors.closeness import compare_pair
-from ckpt_tool.tensors.nonfinite import count_raw_nonfinite, nonfinite_counts, tensor_nonfinite
-from ckpt_tool.tensors.stats import compute_stats
+from ckpt_tool.tensors.numerics import (
+    compare_pair,
+    compute_stats,
+    count_raw_nonfinite,
+    nonfinite_counts,
+    tensor_nonfinite,
+)
 
 FLOAT8 = ["float8_e4m3fn", "float8_e5m2"]
 WIDE = ["float16", "bfloat16", "float32", "float64"]

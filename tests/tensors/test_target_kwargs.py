@@ -118,7 +118,7 @@ def test_cli_builds_objects_and_the_fix_command_repeats_them(run_cli, lib, tmp_p
 
 
 def test_cli_error_is_one_line_exit_2(run_cli, lib, tmp_path):
-    from conftest import assert_one_line_error
+    from tests.helpers.errors import assert_one_line_error
 
     path = tmp_path / "x.pth"
     torch.save({"w": torch.zeros(1)}, path)
@@ -134,7 +134,8 @@ def test_the_policy_file_builds_objects_too(lib, tmp_path):
     path = tmp_path / "net.pth"
     torch.save(net.state_dict(), path)
     policy = tmp_path / "ci.toml"
-    policy.write_text(f'[gate]\ntarget = "{lib}:Net"\ntarget_kwargs = {{ cfg = {{ "()" = "{lib}:Cfg", width = 2 }} }}\n')
+    policy.write_text(f'[gate]\ntarget = "{lib}:Net"\n'
+                      f'target_kwargs = {{ cfg = {{ "()" = "{lib}:Cfg", width = 2 }} }}\n')
     report = gate([str(path)], policy=load_policy(policy))
     (match,) = [c for c in report.files[0].checks if c.name == "matches-target"]
     assert match.passed and not match.skipped, match

@@ -32,7 +32,8 @@ from ckpt_tool.errors import RuleConflict
 from ckpt_tool.formats import load
 from ckpt_tool.keys.rules import RuleSet, make_plan
 from ckpt_tool.model import TensorMeta
-from ckpt_tool.tensors.tensordata import tensor_bytes
+from ckpt_tool.tensors.data import tensor_bytes
+from tests.helpers.bits import raw_bytes
 
 EXAMPLES = int(os.environ.get("CKPT_PROPERTY_EXAMPLES", "20"))
 PROFILE = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 50,
@@ -76,10 +77,10 @@ def tensors(draw, dtypes=SHARED_DTYPES, layouts=LAYOUTS):
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shp)
 
     if layout == "transposed":
-        base = filled((shape[1], shape[0]) + shape[2:])
+        base = filled((shape[1], shape[0], *shape[2:]))
         return base.transpose(0, 1)
     if layout == "strided" and rank >= 1:
-        base = filled((shape[0] * 2,) + shape[1:])
+        base = filled((shape[0] * 2, *shape[1:]))
         return base[::2]
     if layout == "channels_last":
         return filled(shape).contiguous(memory_format=torch.channels_last)
@@ -118,15 +119,6 @@ def state_dicts(draw, dtypes=SHARED_DTYPES, layouts=LAYOUTS, shared=True, max_si
 # -------------------------------------------------------------------- checking
 
 
-def raw(t: torch.Tensor) -> bytes:
-    """C-order bytes of a tensor, whatever its layout (bitwise: no float comparison)."""
-    if t.numel() == 0:
-        return b""
-    # a fresh C-contiguous copy: .contiguous() keeps odd strides of size-1 dimensions
-    fresh = torch.empty(t.shape, dtype=t.dtype).copy_(t)
-    return fresh.reshape(-1).view(torch.uint8).numpy().tobytes()
-
-
 def assert_ckpt_reads(sd: dict[str, torch.Tensor], path: str) -> None:
     """ckpt's reader gives exactly sd's keys, dtypes, shapes and bytes."""
     ck = load(path)
@@ -137,7 +129,7 @@ def assert_ckpt_reads(sd: dict[str, torch.Tensor], path: str) -> None:
             meta: TensorMeta = got[k]
             assert meta.dtype == str(t.dtype).replace("torch.", ""), k
             assert tuple(meta.shape) == tuple(t.shape), k
-            assert tensor_bytes(meta) == raw(t), k
+            assert tensor_bytes(meta) == raw_bytes(t), k
     finally:
         ck.close()
 
@@ -146,7 +138,7 @@ def assert_same_tensors(expected: dict[str, torch.Tensor], got: dict[str, torch.
     assert sorted(got) == sorted(expected)
     for k, t in expected.items():
         assert got[k].dtype == t.dtype and tuple(got[k].shape) == tuple(t.shape), k
-        assert raw(got[k]) == raw(t), k
+        assert raw_bytes(got[k]) == raw_bytes(t), k
 
 
 def tied_groups(sd: dict[str, torch.Tensor]) -> list[set[str]]:

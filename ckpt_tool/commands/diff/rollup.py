@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...format_names import DiffMetric
-from ...tensors.closeness import SumFigures, ValueDiff, json_float, worst
+from ...tensors.numerics import SumFigures, ValueDiff, json_float, worst
 
 Metric = DiffMetric  # the name used in this package
 

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ...tensors.environment import DeviceCheck, check_device, probe_torch
+from ...tensors.runtime import DeviceCheck, check_device, probe_torch
 from ...version import __version__
 
 __all__ = ["DeviceCheck", "DoctorReport", "check_device", "clean_temporaries", "doctor", "run_doctor"]

@@ -18,7 +18,7 @@ from ...io.paths import dirname, is_url, isdir, open_bytes, url_bytes
 from ...model import Checkpoint, with_inner
 from ...pickles import severity
 from ...progress import Progress
-from ...tensors.nonfinite import nonfinite_counts
+from ...tensors.numerics import nonfinite_counts
 from .names import CheckName
 from .policy import Policy
 

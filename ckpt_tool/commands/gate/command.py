@@ -31,7 +31,7 @@ from .names import CheckName
 from .policy import Policy
 
 if TYPE_CHECKING:
-    from ...formats.deepspeed import TpRules
+    from ...formats.tp import TpRules
     from ...tensors.target import TargetSpec
 
 
@@ -137,7 +137,7 @@ def gate(
         # a Python object (an nn.Module class or instance) is built as given; its label is only its name
         built = build_target(pol.target if target is None or isinstance(target, str) else target,
                              dict(pol.target_kwargs or {}))
-    from ...formats.deepspeed import load_rules
+    from ...formats.tp import load_rules
 
     rules = load_rules(tp_rules) if tp_rules else None  # a bad rules file: exit 2, nothing gated
     files = [_gate_one(os.fspath(p), pol, built, limits, progress, rules) for p in paths]

@@ -16,8 +16,8 @@ from .checks import Check, listing, skipped
 from .names import CheckName
 from .policy import Policy
 
-if TYPE_CHECKING:  # imported when the check runs (commands/weights_only is not needed by the others)
-    from ..weights_only.verdict import WeightsOnlyReport
+if TYPE_CHECKING:  # imported when the check runs (commands/loads_check is not needed by the others)
+    from ..loads_check.verdict import WeightsOnlyReport
 
 
 def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
@@ -82,7 +82,7 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     name = CheckName.WEIGHTS_ONLY
     if not pol.weights_only_check:
         return skipped(name, "--no-weights-only-check")
-    from ..weights_only.verdict import assess
+    from ..loads_check.verdict import assess
 
     wo = assess(ckpt, pol.weights_only_torch)
     if wo is None:

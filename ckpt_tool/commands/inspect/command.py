@@ -21,6 +21,7 @@ from ...progress import NO_PROGRESS, Progress
 from ...tensors.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
 from ..weights_only.verdict import WeightsOnlyReport, assess
+from .facts import NO_FACTS, SourceFacts, source_facts
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class InspectReport:
     weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (weights_only/verdict.py)
     remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
     quantization: DeclaredQuantization | None = None  # what the checkpoint declares (formats/quantization.py)
+    facts: SourceFacts = NO_FACTS  # the run it comes from, as the readers recorded it (facts.py); not in JSON
 
     @property
     def not_read(self) -> list[tuple[str, Deferred]]:
@@ -197,6 +199,7 @@ def inspect(
         warnings=ckpt.warnings,
         weights_only=assess(ckpt, torch_version),
         quantization=declared(ckpt),
+        facts=source_facts(ckpt),
     )
 
 

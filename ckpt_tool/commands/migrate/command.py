@@ -40,7 +40,7 @@ from .exact import refuse_quantized_rewrites, refuse_subclasses
 from .job import WriteJob
 from .plan import Hooks, MigratePlan, build_rules, plan_migration
 from .report import MigrateReport, TargetCheck
-from .shape import SHAPERS, refuse_opaque
+from .shape import refuse_opaque, shape_output
 from .write import write_and_publish
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def run_plan(ck: Checkpoint, plan: MigratePlan, hooks: Hooks) -> MigrateReport:
     chosen = resolve_key(ck.root, ck.state_dict_key or "", plan.source.path) if ck.state_dict_key else ck.root
     if built is not None:
         refuse_opaque(built, chosen, plan.rules)
-    shaped = SHAPERS[plan.output.format](ck, plan, chosen, tensors)
+    shaped = shape_output(ck, plan, chosen, tensors)
     warnings += shaped.warnings
     # 4. where it goes, and on which devices it will be proven
     run_devices, status = _devices(v.enabled and not plan.output.dry_run, v.devices)

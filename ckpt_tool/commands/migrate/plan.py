@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ... import writers
 from ...errors import UsageError
 from ...format_names import OutputFormat
-from ...formats.deepspeed import TpRules, load_rules
+from ...formats.tp import TpRules, load_rules
 from ...io.atomic import staletemp
 from ...keys.rules import RuleSet, load_rules_file, parse_rename
 from ...limits import DEFAULT_LIMITS, Limits
@@ -36,7 +36,7 @@ class SourcePlan:
     unsafe: bool = False
     limits: Limits = DEFAULT_LIMITS
     tp_rules: TpRules | None = None  # --tp-rules FILE: how a DeepSpeed run's tensor-parallel shards merge
-    unstack_layers: bool = False  # a Megatron torch_dist source read with per-layer names (formats/dcp/megatron.py)
+    unstack_layers: bool = False  # a Megatron torch_dist source read with per-layer names (formats/megatron/)
 
 
 @dataclass(frozen=True, kw_only=True)

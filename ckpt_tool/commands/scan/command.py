@@ -27,9 +27,8 @@ from typing import Any
 from ...errors import CkptError, InputError
 from ...exit_codes import outcome_code
 from ...format_names import Format
-from ...formats import read_file
+from ...formats import ReadOptions, read_file
 from ...formats.checkpoint.build import build
-from ...formats.checkpoint.loaded import ReadOptions
 from ...formats.dcp.metadata import ItemRegion, dcp_regions
 from ...formats.hf.index import read_index
 from ...io.paths import basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes
@@ -41,7 +40,7 @@ from ...model import GlobalRef
 from ...pickles import severity
 from ...pickles.scanner import ERROR, Found, ScanFormat, Scanner, Verdict
 from ...pickles.walk.walker import Finding
-from ...tensors.numpy_reads import npy_pickle_offset
+from ...tensors.data import npy_pickle_offset
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import InputError
-from ...io.source import BlobSource
+from ...io.source import BytesStorageSource
 from ...io.zip.archive import ZipArchive
 from ...limits import Limits
 from ...model import GlobalRef
@@ -36,7 +36,7 @@ def _read_zip_blob(blob: bytes, path: str, where: str, limits: Limits) -> tuple[
     pkl = archive.resolve(prefix + "data.pkl")
     if pkl is None:
         raise InputError(f"{where} is a zip archive without {prefix + 'data.pkl'!r}, not torch.save bytes", path)
-    source = BlobSource(path, blob, archive.region)
+    source = BytesStorageSource(path, blob, archive.region)
     data = archive.read(pkl, limits.max_pickle_bytes)
     result = restricted_loads(
         data, where=f"{where}/{pkl}", path=path,

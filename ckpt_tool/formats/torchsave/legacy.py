@@ -21,13 +21,14 @@ from ...errors import InputError, LimitExceeded
 from ...format_names import Format
 from ...io.bytesource import ByteSource
 from ...io.paths import open_bytes
-from ...io.source import BlobSource, storage_source
+from ...io.source import BytesStorageSource, storage_source
 from ...limits import Limits
 from ...model import DataSource, GlobalRef
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import BlobReader, restricted_load_stream
-from ...pickles.weights_only import inputs as wo_input
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ...pickles.torch_rules import inputs as wo_input
+from ..interface import FormatReader, Loaded, ReadOptions
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -319,11 +320,9 @@ def read_legacy(path: str, options: ReadOptions) -> Loaded:
         regions.update(parsed.regions)
     finally:
         data.close()
-    loaded = Loaded(Format.TORCH_LEGACY, parsed.root, parsed.references, parsed.warnings, [source])
-    loaded.weights_only = wo_input.read(wo_input.LEGACY, path, parsed.weights_only)
-    if parsed.class_sources:
-        loaded.metadata["module_class_sources"] = dict(parsed.class_sources)
-    return loaded
+    return Loaded(Format.TORCH_LEGACY, parsed.root, tuple(parsed.references), tuple(parsed.warnings), (source,),
+                  metadata={"module_class_sources": dict(parsed.class_sources)} if parsed.class_sources else {},
+                  weights_only=wo_input.read(wo_input.LEGACY, path, parsed.weights_only))
 
 
 def parse_legacy_bytes(blob: bytes, *, path: str, where: str, limits: Limits,
@@ -331,7 +330,7 @@ def parse_legacy_bytes(blob: bytes, *, path: str, where: str, limits: Limits,
     """A legacy blob held in memory (``torch.storage._load_from_bytes``)."""
 
     regions: dict[str, tuple[int, int]] = {}
-    source = BlobSource(path, blob, lambda key: _region(regions, key, path))
+    source = BytesStorageSource(path, blob, lambda key: _region(regions, key, path))
     stream = io.BytesIO(blob)
     size = len(blob)
 
@@ -349,3 +348,6 @@ def _region(regions: dict[str, tuple[int, int]], key: str, path: str) -> tuple[i
     if found is None:
         raise InputError(f"storage {key!r} is not in the file", path)
     return found
+
+
+READER = FormatReader(Format.TORCH_LEGACY, read_legacy, unsafe_load=True)

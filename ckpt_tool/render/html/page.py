@@ -13,7 +13,7 @@ from html import escape
 from ...commands.diff.report import DiffReport
 from ...commands.diff.rollup import ordered
 from ...format_names import DiffMetric
-from ...tensors.closeness import ValueDiff
+from ...tensors.numerics import ValueDiff
 from ..diff import cosine_text, verdict
 from .assets import CSS, JS
 from .svg import heatmap, histogram

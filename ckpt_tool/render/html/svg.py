@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from html import escape
 
 from ...commands.diff.rollup import common_prefix, layer_and_role
-from ...tensors.closeness import ValueDiff
-from ...tensors.histograms import BINS, LOW_EXP, PER_DECADE, SIDE
+from ...tensors.numerics import BINS, LOW_EXP, PER_DECADE, SIDE, ValueDiff
 
 # a sequential ramp (low change -> high change), readable on white and on near-black
 _RAMP = [(49, 54, 149), (69, 117, 180), (116, 173, 209), (171, 217, 233), (254, 224, 144), (253, 174, 97),

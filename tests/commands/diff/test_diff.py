@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import ROOT, assert_one_line_error
+from conftest import ROOT
 from models import Stack, TinyMLP, TinyMLPv2
 from safetensors.torch import save_file
 
@@ -21,6 +21,7 @@ from ckpt_tool.commands.diff.command import compare_tensors
 from ckpt_tool.keys.infer import suggest
 from ckpt_tool.model import TensorMeta
 from ckpt_tool.render.common import fold_keys, fold_labeled
+from tests.helpers.errors import assert_one_line_error
 
 MODELS = str(ROOT / "fixtures" / "models.py")
 
@@ -411,12 +412,14 @@ def test_metadata_only_diff_does_not_import_torch(fixtures_dir):
         import sys
         from ckpt_tool.cli import main
         codes = [main(["diff", {str(fixtures_dir / 'tiny_mlp.pth')!r}, {str(fixtures_dir / 'tiny_mlp.safetensors')!r}]),
-                 main(["diff", {str(fixtures_dir / 'lightning.ckpt')!r}, {str(fixtures_dir / 'training.pth')!r}, "--json"]),
+                 main(["diff", {str(fixtures_dir / 'lightning.ckpt')!r}, {str(fixtures_dir / 'training.pth')!r},
+                       "--json"]),
                  main(["diff", {str(fixtures_dir / 'sharded')!r}, {str(fixtures_dir / 'whole_model.pth')!r}])]
         assert "torch" not in sys.modules, "torch was imported"
         sys.exit(10 + sum(c * 3 ** i for i, c in enumerate(codes)))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120, check=False)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120,
+                       check=False)
     assert "torch was imported" not in r.stderr
     assert r.returncode == 10 + 0 + 1 * 3 + 1 * 9, r.stderr
 
@@ -426,7 +429,8 @@ def test_metadata_only_diff_does_not_import_torch(fixtures_dir):
 
 def test_text_output_folds_layers_and_json_keeps_every_key(tmp_path, run_cli):
     torch.save(Stack(n=8, d=8).state_dict(), tmp_path / "stack.pth")
-    r = run_cli("diff", str(tmp_path / "stack.pth"), "--target", f"{MODELS}:Stack", "--target-kwargs", '{"n": 8, "d": 4}')
+    r = run_cli("diff", str(tmp_path / "stack.pth"), "--target", f"{MODELS}:Stack",
+                "--target-kwargs", '{"n": 8, "d": 4}')
     assert r.code == 1
     assert "layers.{0..7}.weight  [8, 8] -> [4, 4]  (8 keys)" in r.out
     assert "layers.{0..7}.bias  [8] -> [4]  (8 keys)" in r.out
@@ -562,7 +566,8 @@ def peak_rss_mib(code: str) -> float:
     """
     wrapper = code + ("\nhwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]"
                       "\nprint('PEAK', hwm.split()[1])\n")
-    r = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, cwd=str(ROOT), timeout=300, check=False)
+    r = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, cwd=str(ROOT), timeout=300,
+                       check=False)
     assert r.returncode == 0, r.stderr
     return int(r.stdout.split("PEAK")[-1]) / 1024
 

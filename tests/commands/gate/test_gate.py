@@ -93,7 +93,7 @@ def test_nan_or_inf_fails_naming_the_tensor(tmp_path, bad):
 def test_nan_check_reads_large_tensors_in_chunks(tmp_path, monkeypatch):
     import importlib
 
-    g = importlib.import_module("ckpt_tool.tensors.nonfinite")  # the NaN/Inf counting behind the check
+    g = importlib.import_module("ckpt_tool.tensors.numerics.nonfinite")  # the NaN/Inf counting behind the check
     monkeypatch.setattr(g, "_CHUNK", 64)  # 16 floats per read: the chunked path on a tiny file
     x = torch.arange(100, dtype=torch.float32)
     x[97] = float("nan")
@@ -149,7 +149,7 @@ def test_size_limit(clean):
 
 
 def test_dangerous_checkpoint_fails_loads_safely(tmp_path):
-    from malicious import Reduce
+    from tests.helpers.malicious import Reduce
 
     path = tmp_path / "evil.pth"
     torch.save({"model": sd(), "args": Reduce(os.system, "true")}, path)
@@ -168,7 +168,8 @@ def test_strict_fails_on_unknown_classes_and_warnings(fixtures_dir, tmp_path):
     assert "fails with --strict" in check(relaxed, "warnings").detail
     strict = gate([training], strict=True)
     assert not strict.passed
-    assert not check(strict, "loads-safely").passed and "torch.nn.init.xavier_uniform_" in check(strict, "loads-safely").detail
+    loads = check(strict, "loads-safely")
+    assert not loads.passed and "torch.nn.init.xavier_uniform_" in loads.detail
     assert not check(strict, "warnings").passed
     allowed = gate([training], strict=True, allow_globals=["torch.nn.init.xavier_uniform_"])
     assert check(allowed, "loads-safely").passed and check(allowed, "weights-only").passed
@@ -301,7 +302,7 @@ def test_json_and_junit_reports(run_cli, tmp_path, fixtures_dir):
     assert root.tag == "testsuites"
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == [f["path"] for f in doc["files"]]
-    for suite, f in zip(suites, doc["files"]):
+    for suite, f in zip(suites, doc["files"], strict=True):
         cases = suite.findall("testcase")
         assert [c.get("name") for c in cases] == [c["name"] for c in f["checks"]]
         failed = [c.get("name") for c in cases if c.find("failure") is not None]

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import tp_fixtures as tp
-from conftest import ROOT, assert_one_line_error
+from conftest import ROOT
 
 import ckpt_tool
+from tests.helpers import tp_fixtures as tp
+from tests.helpers.errors import assert_one_line_error
 
 LEGACY = ROOT / "fixtures" / "deepspeed_parallel" / "megatron_legacy"
 RULES = LEGACY / "rules.toml"

@@ -174,7 +174,8 @@ def test_inspect_does_not_import_torch(fixtures_dir, name):
     import subprocess
 
     env = dict(os.environ, PYTHONPATH=str(fixtures_dir.parent))
-    r = subprocess.run([sys.executable, "-c", code, str(fixtures_dir / name)], capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "-c", code, str(fixtures_dir / name)], check=False, capture_output=True,
+                       text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["tensors"]
 
@@ -208,7 +209,7 @@ def test_json_rows_written_row_by_row_equal_json_dumps(tmp_path, fixtures_dir):
     from ckpt_tool.render.common import dumps
     from ckpt_tool.render.inspect import json_text
 
-    paths = [_odd_layouts(tmp_path)] + sorted(p for p in fixtures_dir.iterdir() if p.suffix in (".pth", ".safetensors"))
+    paths = [_odd_layouts(tmp_path), *sorted(p for p in fixtures_dir.iterdir() if p.suffix in (".pth", ".safetensors"))]
     for path in paths:
         report = inspect_report(path)
         assert json_text(report) == dumps(report.to_json()), path
@@ -221,11 +222,11 @@ def test_program_output_is_complete_and_a_closed_pipe_is_quiet(tmp_path):
     save_file({f"layers.{i}.weight": torch.zeros(2) for i in range(3000)}, str(path))
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-m", "ckpt_tool", "inspect", "--json", str(path)],
-                         capture_output=True, env=env, timeout=120)
+                         check=False, capture_output=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)["tensors"]) == 3000
     table = subprocess.run([sys.executable, "-m", "ckpt_tool", "inspect", str(path)],
-                           capture_output=True, env=env, timeout=120)
+                           check=False, capture_output=True, env=env, timeout=120)
     assert table.stdout.decode().rstrip("\n").endswith("[2]      2        8 B")
     # the reader stops after one line: ckpt must neither hang nor print a traceback
     proc = subprocess.Popen([sys.executable, "-m", "ckpt_tool", "inspect", str(path)],
@@ -243,6 +244,6 @@ def test_main_called_from_python_returns_its_code(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     code = ("import sys; sys.argv = ['ckpt', 'inspect', sys.argv[1]]; from ckpt_tool.cli import main; "
             "rc = main(); print('returned', rc)")
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
+    out = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True, text=True, env=env,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.rstrip().endswith("returned 0"), out

@@ -1,6 +1,6 @@
 """Crash consistency of ``ckpt migrate``: kills, Ctrl-C, full disks, read-only folders, races.
 
-The harness (tests/crash_driver.py) runs the real CLI in a subprocess and
+The harness (tests/helpers/crash_driver.py) runs the real CLI in a subprocess and
 signals it at named points of its progress: every stage of writing and of
 verification, for each output kind. After every kill:
 
@@ -34,9 +34,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_helpers import ROOT, assert_one_line_error, problems, run_ckpt, run_main
 
-DRIVER = str(ROOT / "tests" / "crash_driver.py")
+from tests.helpers.errors import assert_one_line_error
+from tests.helpers.reliability import ROOT, problems, run_ckpt, run_main
+
+DRIVER = str(ROOT / "tests" / "helpers" / "crash_driver.py")
 TMP_MARK = ".ckpt-tmp-"
 
 OUTPUTS = {  # kind -> (OUT name, extra migrate options)
@@ -104,7 +106,7 @@ def kill_points(events: list[str]) -> list[str]:
 def assert_out_complete(out: Path, src: Path) -> None:
     """OUT is a whole checkpoint holding exactly SRC's tensors, bit for bit."""
     from ckpt_tool.formats import load
-    from ckpt_tool.tensors.tensordata import tensor_bytes
+    from ckpt_tool.tensors.data import tensor_bytes
 
     a, b = load(src), load(out)
     try:

@@ -17,8 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from ckpt_tool.commands.migrate.verify import early
 from ckpt_tool.commands.migrate.verify.compare import compare_pairs
-from ckpt_tool.formats import read_file
-from ckpt_tool.formats.checkpoint.loaded import ReadOptions
+from ckpt_tool.formats import ReadOptions, read_file
 from ckpt_tool.writers.base import OutTensor
 from ckpt_tool.writers.safetensors.single import write_safetensors
 
@@ -131,7 +130,8 @@ def test_migrate_takes_the_path_and_verifies(tmp_path, small_batches, run_cli, m
     out = tmp_path / "m.safetensors"
     seen: list[early.Proven] = []
     close = early.EarlyCheck.close
-    monkeypatch.setattr(early.EarlyCheck, "close", lambda self, finished: seen.append(close(self, finished)) or seen[-1])
+    monkeypatch.setattr(early.EarlyCheck, "close",
+                        lambda self, finished: seen.append(close(self, finished)) or seen[-1])
     r = run_cli("migrate", str(src), "-o", str(out), "--json")
     assert len(seen) == 1 and seen[0], "the early check ran and proved tensors"
     assert r.code == 0, r.err

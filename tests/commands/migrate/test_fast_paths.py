@@ -19,10 +19,10 @@ from safetensors.torch import save_file
 from ckpt_tool.formats import load
 from ckpt_tool.io.zip.archive import ZipArchive
 from ckpt_tool.render.common import simple_table
-from ckpt_tool.tensors.tensordata import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
+from ckpt_tool.tensors.data import all_finite, check_reads, iter_raw, raw_reads, same_bytes, tensor_bytes
 
-diff_mod = importlib.import_module("ckpt_tool.tensors.values")
-nonfinite_mod = importlib.import_module("ckpt_tool.tensors.nonfinite")
+diff_mod = importlib.import_module("ckpt_tool.tensors.numerics.values")
+nonfinite_mod = importlib.import_module("ckpt_tool.tensors.numerics.nonfinite")
 
 FLOATS = ["float16", "bfloat16", "float32", "float64", "complex64", "complex128",
           "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz"]
@@ -90,7 +90,7 @@ def test_check_reads_yields_every_byte_in_order_across_chunk_boundaries(tmp_path
     with ckpt:
         reads = [(r,) for t in ckpt.tensors for r in raw_reads(t, 4096)]
         got: dict[str, bytearray] = {}
-        for ((t, _, _),), view in zip(reads, check_reads(reads, lambda i, v: bytes(v), chunk_bytes=4096)):
+        for ((t, _, _),), view in zip(reads, check_reads(reads, lambda i, v: bytes(v), chunk_bytes=4096), strict=True):
             got.setdefault(t.key, bytearray()).extend(view)
         assert {k: bytes(v) for k, v in got.items()} == {t.key: tensor_bytes(t) for t in ckpt.tensors}
 
@@ -100,7 +100,7 @@ def test_check_reads_gives_every_result_in_order(tmp_path, workers):
     tensors = {f"w{i}": torch.randn(n) for i, n in enumerate([1, 1000, 4096, 7, 100_000, 30_000])}
     a = _checkpoint(tmp_path, tensors, "a.pth")
     b = _checkpoint(tmp_path, {k: v.flip(0) for k, v in tensors.items()}, "b.safetensors")
-    reads = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(b.by_key[t.key], 4096))]
+    reads = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(b.by_key[t.key], 4096), strict=True)]
     assert len(reads) > 20
 
     def check(i, x, y):  # runs on the worker threads: copies, so the reused buffers may change later
@@ -108,7 +108,7 @@ def test_check_reads_gives_every_result_in_order(tmp_path, workers):
 
     got = list(check_reads(reads, check, workers=workers, chunk_bytes=4096))
     assert [g[0] for g in got] == list(range(len(reads)))
-    for (ra, rb), (_, x, y) in zip(reads, got):
+    for (ra, rb), (_, x, y) in zip(reads, got, strict=True):
         (ta, oa, la), (tb, ob, lb) = ra, rb
         assert x == tensor_bytes(ta)[oa:oa + la] and y == tensor_bytes(tb)[ob:ob + lb]
     skipped = list(check_reads(reads, check, skip=lambda i: i % 3 == 0, workers=workers, chunk_bytes=4096))
@@ -120,7 +120,7 @@ def test_check_reads_hands_an_error_to_the_caller_and_stops(tmp_path):
     a = _checkpoint(tmp_path, {"a": torch.randn(100_000), "b": torch.randn(10)}, "a.safetensors")
     b = _checkpoint(tmp_path, {"a": torch.randn(100_000), "b": torch.randn(10)}, "b.safetensors")
     os.truncate(b.path, 1000)
-    reads = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(b.by_key[t.key], 4096))]
+    reads = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(b.by_key[t.key], 4096), strict=True)]
     with pytest.raises(Exception) as info:
         for _ in check_reads(reads, lambda i, x, y: same_bytes(x, y), workers=2, chunk_bytes=4096):
             pass
@@ -129,14 +129,15 @@ def test_check_reads_hands_an_error_to_the_caller_and_stops(tmp_path):
     def fail(i, x, y):
         raise ValueError(f"check {i} failed")
 
-    whole = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(t, 4096))]
+    whole = [r for t in a.tensors for r in zip(raw_reads(t, 4096), raw_reads(t, 4096), strict=True)]
     with pytest.raises(ValueError, match="check"):
         list(check_reads(whole, fail, workers=2, chunk_bytes=4096))
 
 
 def test_check_reads_closed_early_does_not_hang(tmp_path):
     t = _checkpoint(tmp_path, {"a": torch.randn(1_000_000)}).tensors[0]
-    results = check_reads(list(zip(raw_reads(t, 4096), raw_reads(t, 4096))), lambda i, x, y: same_bytes(x, y),
+    results = check_reads(list(zip(raw_reads(t, 4096), raw_reads(t, 4096), strict=True)),
+                          lambda i, x, y: same_bytes(x, y),
                           workers=2, chunk_bytes=4096)
     assert next(results) is True
     results.close()
@@ -201,7 +202,8 @@ def test_many_small_pairs_get_the_same_verdicts_as_one_by_one(tmp_path):
     ca = _checkpoint(tmp_path, a, "a.pth")
     cb = _checkpoint(tmp_path, b, "b.safetensors")
     pairs = [(t, cb.by_key[t.key]) for t in ca.tensors]
-    verdicts = dict(zip((ta.key for ta, _ in pairs), diff_mod._quick_diffs(pairs, atol=1e-8, rtol=1e-5, norms=False, histograms=False)))
+    quick = diff_mod._quick_diffs(pairs, atol=1e-8, rtol=1e-5, norms=False, histograms=False)
+    verdicts = dict(zip((ta.key for ta, _ in pairs), quick, strict=True))
     assert verdicts["t5"] is None and verdicts["t7"] is None  # left to the one-by-one pass
     assert sum(v is not None and v.passed and v.max_abs == 0 for v in verdicts.values()) == len(pairs) - 2
     values, _ = diff_mod.compare_values(pairs, atol=1e-8, rtol=1e-5)
@@ -228,7 +230,8 @@ def test_large_pairs_compared_where_read_equal_the_torch_comparison(tmp_path):
     cb = _checkpoint(tmp_path, b, "b.safetensors")
     pairs = [(t, cb.by_key[t.key]) for t in ca.tensors]
     assert all(t.nbytes > (4 << 20) for t, _ in pairs)  # two chunks or more each
-    quick = dict(zip((ta.key for ta, _ in pairs), diff_mod._quick_diffs(pairs, atol=1e-8, rtol=1e-5, norms=True, histograms=False)))
+    diffs = diff_mod._quick_diffs(pairs, atol=1e-8, rtol=1e-5, norms=True, histograms=False)
+    quick = dict(zip((ta.key for ta, _ in pairs), diffs, strict=True))
     assert quick["nan"] is None and quick["bf16"] is None
     for ta, tb in pairs:
         if quick[ta.key] is not None:

@@ -1,8 +1,8 @@
 """migrate --to hf: a Hugging Face folder that the library's own from_pretrained loads with equal values.
 
-The source folders are written by the real libraries (tests/hf_writers.py,
+The source folders are written by the real libraries (tests/helpers/hf_writers.py,
 once a session); each migrated folder is then loaded in one subprocess by
-its library (tests/hf_loaders.py: ``from_pretrained``,
+its library (tests/helpers/hf_loaders.py: ``from_pretrained``,
 ``PeftModel.from_pretrained``, ``SentenceTransformer``) and the tensors it
 holds are compared bit for bit with the library's own state_dict. Where a
 library is not installed its cases are skipped with a message.
@@ -16,11 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_one_line_error, cli, hf_folder
+from conftest import ROOT, cli, hf_folder
+
+from tests.helpers.errors import assert_one_line_error
 
 pytest.importorskip("safetensors.torch")
 
-# layout -> (loader in tests/hf_loaders.py, extra migrate options, weights files the output must hold)
+# layout -> (loader in tests/helpers/hf_loaders.py, extra migrate options, weights files the output must hold)
 CASES = {
     "bert": ("transformers", (), ("model.safetensors",)),
     "bert_bin": ("transformers", (), ("model.safetensors",)),
@@ -61,8 +63,8 @@ def migrated(hf_written: tuple[Path, dict[str, object]], tmp_path_factory: pytes
                      "dtype": "bfloat16"})
     spec_path = out_root / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "hf_loaders.py"), str(spec_path)], capture_output=True,
-                       text=True, check=False, timeout=600)
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "hf_loaders.py"), str(spec_path)],
+                       capture_output=True, text=True, check=False, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     verdicts = json.loads(p.stdout.strip().splitlines()[-1])
     return {k: (*v, verdicts[k]) for k, v in reports.items()}

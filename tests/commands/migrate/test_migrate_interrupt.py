@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = """
 import importlib, sys, time
-m = importlib.import_module("ckpt_tool.commands.migrate.command")  # the module (ckpt_tool.commands.migrate.command is the API function)
+# the module (the attribute ckpt_tool.commands.migrate.command is the API function)
+m = importlib.import_module("ckpt_tool.commands.migrate.command")
 marker = sys.argv[1]
 
 class Stall:

@@ -181,8 +181,9 @@ _SPECIALS = [0.0, -0.0, 1e-45, 1e-40, 1e-30, 1e-8, 6e-5, 1e-3, 1.0, 240.0, 448.0
 @pytest.mark.parametrize("src", ["float64", "float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("out", ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz"])
 def test_cast_counts_equal_a_value_by_value_comparison(src, out):
-    """The bit-level counts (tensors/castloss.py) agree with comparing every value before and after the cast."""
-    from ckpt_tool.tensors.castloss import _rounds_to_max, cast_with_loss
+    """The bit-level counts (tensors/numerics/castloss.py) agree with comparing every value before and after
+    the cast."""
+    from ckpt_tool.tensors.numerics.castloss import _rounds_to_max, cast_with_loss
 
     g = torch.Generator().manual_seed(0)
     base = torch.tensor(_SPECIALS + [-v for v in _SPECIALS], dtype=torch.float64)

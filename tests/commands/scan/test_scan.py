@@ -19,12 +19,12 @@ import pytest
 from conftest import ROOT, run_subprocess
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from malicious import Case, Reduce, build_corpus, memo_stack_global
 
 from ckpt_tool import scan
 from ckpt_tool.pickles.scanner import scan_pickle_bytes
+from tests.helpers.malicious import Case, Reduce, build_corpus, memo_stack_global
 
-HERE = str(Path(__file__).resolve().parents[2])  # tests/: where malicious.py lives
+HERE = str(Path(__file__).resolve().parents[3])  # the repository root: tests.helpers.malicious
 
 
 @pytest.fixture(scope="module")
@@ -372,7 +372,8 @@ def test_cli_exit_codes_and_json(run_cli, corpus, fixtures_dir, tmp_path):
     referenced = tmp_path / "referenced.pth"
     torch.save({"w": torch.ones(2), "init": torch.nn.init.xavier_uniform_}, referenced)
     r = run_cli("scan", str(referenced))
-    assert r.code == 0 and "suspicious  torch.nn.init.xavier_uniform_" in r.out and "never calls or constructs" in r.out, r.out
+    assert r.code == 0, r.out
+    assert "suspicious  torch.nn.init.xavier_uniform_" in r.out and "never calls or constructs" in r.out, r.out
     r = run_cli("scan", "--strict", str(referenced))
     assert r.code == 1
     r = run_cli("scan", "--json", str(fixtures_dir / "tiny_mlp.pth"), corpus["os_system"].path)
@@ -442,7 +443,7 @@ def test_torchzip_keeps_using_scan_pickle_bytes():
 LIVE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from malicious import Case, load_like_a_victim
+from tests.helpers.malicious import Case, load_like_a_victim
 for c in json.loads(sys.argv[2]):
     try:
         load_like_a_victim(Case(**c))

@@ -1,4 +1,4 @@
-"""Every malicious file of the scan corpus (tests/malicious.py) through every command, in a subprocess.
+"""Every malicious file of the scan corpus (tests/helpers/malicious.py) through every command, in a subprocess.
 
 Each payload creates its own marker file when it runs. The corpus (plus two
 more cases built here: a payload in one shard of a sharded .bin set and in
@@ -21,8 +21,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from malicious import Case, Reduce, build_corpus
-from reliability_helpers import INTERNAL_ERROR, ROOT
+
+from tests.helpers.malicious import Case, Reduce, build_corpus
+from tests.helpers.reliability import INTERNAL_ERROR, ROOT
 
 RUNNER = r"""
 import contextlib, io, json, os, sys

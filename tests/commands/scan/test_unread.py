@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from malicious import Reduce
+
+from tests.helpers.malicious import Reduce
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "fixtures"
@@ -37,7 +38,7 @@ def ckpt(*args: str, unprivileged: bool = False, timeout: float = 120) -> subpro
             pytest.skip("setpriv is not installed: cannot drop root's file capabilities to test permissions")
         cmd = SETPRIV + cmd
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _unlistable(folder: Path) -> None:
@@ -48,14 +49,14 @@ def _unlistable(folder: Path) -> None:
         if shutil.which("setpriv") is None:
             pytest.skip("setpriv is not installed: cannot drop root's file capabilities to test permissions")
         probe = SETPRIV + probe
-    r = subprocess.run(probe, capture_output=True, text=True)
+    r = subprocess.run(probe, check=False, capture_output=True, text=True)
     assert r.returncode != 0 and "PermissionError" in r.stderr, r.stderr
 
 
 @pytest.fixture
 def restore_modes(tmp_path):
     yield
-    for root, dirs, files in os.walk(tmp_path):
+    for root, dirs, _files in os.walk(tmp_path):
         for d in dirs:
             os.chmod(os.path.join(root, d), 0o755)
 

@@ -51,7 +51,7 @@ class Dist:
 
     def start(self) -> None:
         """Join the ranks' process group (torchrun's rendezvous), waiting at most CKPT_DIST_TIMEOUT seconds."""
-        from ....tensors import distributed
+        from ....tensors.runtime import distributed
 
         try:
             distributed.start(self.rank, self.world, float(os.environ.get(TIMEOUT_ENV, "1800")))
@@ -61,18 +61,18 @@ class Dist:
 
     def broadcast(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank."""
-        from ....tensors import distributed
+        from ....tensors.runtime import distributed
 
         return distributed.broadcast(obj, self.leader)
 
     def gather(self, obj: T) -> list[T]:
         """Every rank's ``obj``, in rank order, on every rank."""
-        from ....tensors import distributed
+        from ....tensors.runtime import distributed
 
         return distributed.gather(obj, self.world)
 
     def barrier(self) -> None:
-        from ....tensors import distributed
+        from ....tensors.runtime import distributed
 
         distributed.barrier()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ....tensors.castloss import CastLoss
+from ....tensors.numerics import CastLoss
 from ....writers.base import OutTensor
 
 _SHOWN = 5

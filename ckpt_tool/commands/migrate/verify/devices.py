@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ....model import TensorMeta
-from ....tensors import devices as torch_devices
+from ....tensors.runtime import devices as torch_devices
 from ....writers.base import OutTensor
 from ....writers.sourcebytes import out_bytes
 from .compare import MAX_REPORTED, Advance

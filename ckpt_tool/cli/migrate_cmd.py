@@ -56,8 +56,9 @@ if TYPE_CHECKING:
 @click.option("--max-shard-size", default=None, metavar="SIZE",
               help="Write a sharded safetensors folder with shards of at most SIZE (5GB, 500MB, 2GiB).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Processes writing a .safetensors or sharded output (default: the cores, for DeepSpeed and "
-                   "DCP sources). Under torchrun each rank writes its share instead.")
+              help="Processes writing a .safetensors or sharded output (default for consolidation sources: one "
+                   "per 2 usable cores and 1 GiB of output, at most 8, else 1). Under torchrun each rank writes "
+                   "its share instead.")
 @click.option("--state-dict-only", is_flag=True, help="Write only the weights, not epoch/optimizer/args metadata.")
 @click.option("--keep-container", is_flag=True,
               help="With --key: write the selected state_dict back inside the rest of the container (epoch, "

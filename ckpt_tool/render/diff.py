@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..commands.diff import DiffReport, KeyDiff, MetadataDiff, Mismatch, Sides, ValueFigures, WeightsOnlyPair
-from ..tensors.numerics.closeness import ValueDiff
+from ..tensors.numerics import ValueDiff
 from .common import fold_labeled, shape_str, simple_table, write_report
 
 # Folded lines shown per section; --json always lists every key.

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...tensors.numerics.closeness import ValueDiff
-from ...tensors.target.ties import TiedKey
+from ...tensors.numerics import ValueDiff
+from ...tensors.target import TiedKey
 from .rollup import Metric, Rollup
 
 if TYPE_CHECKING:

@@ -156,7 +156,7 @@ def compare_metadata(sides: Opened) -> Found[MetadataDiff]:
     if sides.b is None:
         return Found(MetadataDiff())
     meta_a, meta_b, unread = mask_unread(content_metadata(sides.a), content_metadata(sides.b))
-    found = MetadataDiff.from_json(metadata_diff(meta_a, meta_b))
+    found = metadata_diff(meta_a, meta_b)
     if not unread:
         return Found(found)
     return Found(found, (f"{unread} non-tensor entr{'y was' if unread == 1 else 'ies were'} not read (DCP bytes "

@@ -123,22 +123,7 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
     """Per-tensor notes: non-contiguous, channels_last, shared storage, saved device, quantizer."""
     from ...formats.checkpoint.metas import quantizer_note
 
-    tensors = list(tensors)
-    by_storage: dict[Any, list[str]] = {}
-    ids = [t.storage_id for t in tensors]
-    if len(set(ids)) != len(ids):  # some storage is shared (or saved without data)
-        for t in tensors:
-            sid = t.storage_id
-            if sid is not None:
-                by_storage.setdefault(sid, []).append(t.key)
-    else:
-        # the common case: only odd layouts or devices get a note (each distinct layout checked once)
-        odd = {ss for ss in set(map(_LAYOUT, tensors)) if not is_contiguous_layout(*ss)}
-        if odd or set(map(_DEVICE, tensors)) != {"cpu"}:
-            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer
-                       or t.subclass]
-        else:
-            tensors = [t for t in tensors if t.quantizer is not None or t.subclass is not None]
+    tensors, by_storage = _noted(list(tensors))
     notes: dict[str, tuple[str, ...]] = {}
     for t in tensors:
         n: list[str] = []
@@ -158,6 +143,32 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
         if n:
             notes[t.key] = tuple(n)
     return notes
+
+
+def _noted(tensors: list[TensorMeta]) -> tuple[list[TensorMeta], dict[Any, list[str]]]:
+    """The tensors that may get a note, and the keys of each storage when some storage is shared.
+
+    In the common case (no shared storage) only odd layouts, devices, quantizers and subclasses get a
+    note, and each distinct layout is checked once: 200,000 tensors are not each looked at in Python.
+    """
+    ids = [t.storage_id for t in tensors]
+    if len(set(ids)) != len(ids):  # some storage is shared (or saved without data)
+        by_storage: dict[Any, list[str]] = {}
+        for t in tensors:
+            sid = t.storage_id
+            if sid is not None:
+                by_storage.setdefault(sid, []).append(t.key)
+        return tensors, by_storage
+    return _odd_ones(tensors), {}
+
+
+def _odd_ones(tensors: list[TensorMeta]) -> list[TensorMeta]:
+    """The tensors of odd layout or device, quantized or of a subclass (each distinct layout checked once)."""
+    odd = {ss for ss in set(map(_LAYOUT, tensors)) if not is_contiguous_layout(*ss)}
+    if odd or set(map(_DEVICE, tensors)) != {"cpu"}:
+        return [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer
+                or t.subclass]
+    return [t for t in tensors if t.quantizer is not None or t.subclass is not None]
 
 
 @dataclass(frozen=True, kw_only=True)

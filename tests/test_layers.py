@@ -51,6 +51,17 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str | None:
+    """The ckpt_tool module a ``from ... import`` reads from (relative ones resolved), None for another package."""
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+    if node.module and node.module.split(".")[0] == "ckpt_tool":
+        return node.module
+    return None
+
+
 def _imports(module: str, path: Path, known: set[str]) -> set[str]:
     """Every ckpt_tool module that ``module`` imports, wherever the import stands."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -59,13 +70,8 @@ def _imports(module: str, path: Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "ckpt_tool")
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            elif node.module and node.module.split(".")[0] == "ckpt_tool":
-                target = node.module
-            else:
+            target = _from_module(node, package)
+            if target is None:
                 continue
             found.add(target)
             found.update(f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known)
@@ -219,13 +225,8 @@ def _bound(node: ast.AST, package: str, mods: dict[str, Path]) -> list[tuple[str
         return [(a.name, a.asname) for a in node.names if a.name.split(".")[0] == "ckpt_tool"]
     if not isinstance(node, ast.ImportFrom):
         return []
-    if node.level:
-        base = package.split(".")
-        base = base[: len(base) - (node.level - 1)]
-        target = ".".join(base + ([node.module] if node.module else []))
-    elif node.module and node.module.split(".")[0] == "ckpt_tool":
-        target = node.module
-    else:
+    target = _from_module(node, package)
+    if target is None:
         return []
     return [(f"{target}.{a.name}", (a.asname or a.name) if f"{target}.{a.name}" in mods else None)
             for a in node.names]

@@ -113,14 +113,34 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
     base = scorer.score(RuleSet())
     if base is None or base.differences == 0:
         return None
-    best_rules, best = _best_prefixes(scorer, base, prefix_candidates(source_keys, target_keys, target_prefixes))
+    best_rules, best = RuleSet(), base
+    improving = []
+    for rules in scorer.shortlist(prefix_candidates(source_keys, target_keys, target_prefixes)):
+        score = scorer.score(rules)
+        if score is not None and score.differences < base.differences:
+            improving.append((rank(score, rules), rules, score))
+    improving.sort(key=lambda x: x[0])
+    if improving and not _ambiguous([x[2] for x in improving]):
+        _, best_rules, best = improving[0]
     for _ in range(_MAX_RENAMES):
         if best.differences == 0:
             break
-        better = _one_more_rename(scorer, best_rules, best)
-        if better is None:
+        unmatched, missing = scorer.residual(best_rules)
+        if not unmatched or not missing:
             break
-        best_rules, best = better
+        ranked = []
+        by_rules = {best_rules.then(RuleSet(rename=(rule,))): rule for rule in rename_candidates(unmatched, missing)}
+        for rules in scorer.shortlist(list(by_rules)):
+            rule = by_rules[rules]
+            score = scorer.score(rules)
+            if score is not None and score.differences < best.differences and score.shape_bad <= best.shape_bad:
+                ranked.append((score.differences, rule, rules, score))
+        if not ranked:
+            break
+        ranked.sort(key=lambda x: (x[0], len(x[1][0])))
+        if _ambiguous([x[3] for x in ranked]):
+            break
+        _, _, best_rules, best = ranked[0]
     if not best_rules.is_empty and not scorer.agrees_with_migrate(best_rules):
         return None  # migrate would not do what was scored: never print a command that misleads
     reconciled = len(best.matched - base.matched)
@@ -131,41 +151,6 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
     if best_rules.is_empty:
         return None
     return Suggestion(best_rules, reconciled, best.missing, best.unexpected, best.shape_bad, best.renamed)
-
-
-def _best_prefixes(scorer: Scorer, base: Score, candidates: list[RuleSet]) -> tuple[RuleSet, Score]:
-    """The prefix rewrite that removes the most differences, unless another does as well (then none)."""
-    improving = []
-    for rules in scorer.shortlist(candidates):
-        score = scorer.score(rules)
-        if score is not None and score.differences < base.differences:
-            improving.append((rank(score, rules), rules, score))
-    improving.sort(key=lambda x: x[0])
-    if improving and not _ambiguous([x[2] for x in improving]):
-        _, rules, score = improving[0]
-        return rules, score
-    return RuleSet(), base
-
-
-def _one_more_rename(scorer: Scorer, best_rules: RuleSet, best: Score) -> tuple[RuleSet, Score] | None:
-    """``best_rules`` plus the one shape-preserving rename that removes the most differences, if unique."""
-    unmatched, missing = scorer.residual(best_rules)
-    if not unmatched or not missing:
-        return None
-    ranked = []
-    by_rules = {best_rules.then(RuleSet(rename=(rule,))): rule for rule in rename_candidates(unmatched, missing)}
-    for rules in scorer.shortlist(list(by_rules)):
-        rule = by_rules[rules]
-        score = scorer.score(rules)
-        if score is not None and score.differences < best.differences and score.shape_bad <= best.shape_bad:
-            ranked.append((score.differences, rule, rules, score))
-    if not ranked:
-        return None
-    ranked.sort(key=lambda x: (x[0], len(x[1][0])))
-    if _ambiguous([x[3] for x in ranked]):
-        return None
-    _, _, rules, score = ranked[0]
-    return rules, score
 
 
 def _drop_head(scorer: Scorer, rules: RuleSet, source: Sequence[TensorMeta]) -> tuple[RuleSet, int] | None:

@@ -193,22 +193,6 @@ def make_plan(tensors: Sequence[TensorMeta], rules: RuleSet) -> Plan:
     return Plan(tuple(entries), rules)
 
 
-def _rename_pairs(rename: object, path: str) -> list[tuple[str, str]]:
-    """A rules file's ``rename``: a table of pattern = replacement, or a list of 'REGEX=REPLACEMENT' or tables."""
-    if isinstance(rename, dict):
-        return [(str(k), str(v)) for k, v in rename.items()]
-    pairs: list[tuple[str, str]] = []
-    if isinstance(rename, list):
-        for item in rename:
-            if isinstance(item, str):
-                pairs.append(parse_rename(item))
-            elif isinstance(item, dict) and {"pattern", "replacement"} <= set(item):
-                pairs.append((str(item["pattern"]), str(item["replacement"])))
-            else:
-                raise UsageError("rules file: rename entries are 'REGEX=REPLACEMENT' or {pattern, replacement}", path)
-    return pairs
-
-
 def load_rules_file(path: str) -> RuleSet:
     """A RuleSet from TOML (see docs/migrate.md for the format)."""
     try:
@@ -235,7 +219,18 @@ def load_rules_file(path: str) -> RuleSet:
             raise UsageError(f"rules file: {name} must be a string or a list of strings", path)
         return tuple(value)
 
-    pairs = _rename_pairs(doc.get("rename", []), path)
+    rename = doc.get("rename", [])
+    pairs: list[tuple[str, str]] = []
+    if isinstance(rename, dict):
+        pairs = [(str(k), str(v)) for k, v in rename.items()]
+    elif isinstance(rename, list):
+        for item in rename:
+            if isinstance(item, str):
+                pairs.append(parse_rename(item))
+            elif isinstance(item, dict) and {"pattern", "replacement"} <= set(item):
+                pairs.append((str(item["pattern"]), str(item["replacement"])))
+            else:
+                raise UsageError("rules file: rename entries are 'REGEX=REPLACEMENT' or {pattern, replacement}", path)
     cast = doc.get("cast", {})
     if not isinstance(cast, dict):
         raise UsageError("rules file: cast must be a table of glob = dtype", path)

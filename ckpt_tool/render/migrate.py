@@ -113,15 +113,6 @@ def render(report: MigrateReport) -> str:
         out.append(f"metadata: kept {_sample(list(report.metadata_kept))}")
     if report.copied:
         out.append(f"copied:   {len(report.copied)} file(s) beside the weights: {_sample(list(report.copied))}")
-    out.extend(_beside_lines(report))
-    out.extend(target_lines(report))
-    out.extend(_outcome_lines(report))
-    return "\n".join(out)
-
-
-def _beside_lines(report: MigrateReport) -> list[str]:
-    """What was left out of the output folder, and what --sanitize changed."""
-    out: list[str] = []
     if report.left_out:
         by_why: dict[str, list[str]] = {}
         for f, why in report.left_out:
@@ -133,12 +124,7 @@ def _beside_lines(report: MigrateReport) -> list[str]:
         out.extend(f"  {c}" for c in report.sanitized[:40])
         if len(report.sanitized) > 40:
             out.append(f"  ... and {len(report.sanitized) - 40} more (--json lists them all)")
-    return out
-
-
-def _outcome_lines(report: MigrateReport) -> list[str]:
-    """The plan of a dry run, or what happened: a failed cast or verification, or what was written; warnings."""
-    out: list[str] = []
+    out.extend(target_lines(report))
     if report.dry_run:
         out.append("")
         out.append(plan_table(report))
@@ -157,5 +143,4 @@ def _outcome_lines(report: MigrateReport) -> list[str]:
     if report.warnings:
         out.append("warnings:")
         out.extend(f"  - {w}" for w in report.warnings)
-    return out
-
+    return "\n".join(out)

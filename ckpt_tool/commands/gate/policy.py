@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -189,12 +189,6 @@ def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | N
             raise UsageError(f"{label(name)} must be true or false")
     if "target_kwargs" in out and not isinstance(out["target_kwargs"], Mapping):
         raise UsageError(f"{label('target_kwargs')} must be a table of keyword arguments")
-    _convert(out, label)
-    return out
-
-
-def _convert(out: dict[str, Any], label: Callable[[str], str]) -> None:
-    """The values given as text or lists become their canonical types, in place (dtypes, sizes, names)."""
     for name in ("allowed_float_dtypes", "allowed_dtypes"):
         if name in out:
             out[name] = _dtype_list(out[name], label(name))
@@ -216,6 +210,7 @@ def _convert(out: dict[str, Any], label: Callable[[str], str]) -> None:
         out["weights_only_torch"] = _torch_version(out["weights_only_torch"], label("weights_only_torch"))
     if "sha256" in out and out["sha256"] is not None:
         out["sha256"] = _sha(out["sha256"], label("sha256"))
+    return out
 
 
 def _global_names(value: Any, origin: str) -> tuple[str, ...]:

@@ -36,7 +36,8 @@ with its folder: what any converter must at least do), twice: in one go
 then fsync, and 64 MiB at a time with early write-back as ckpt's writers do
 it (the disk here is sometimes faster one way, sometimes the other). ckpt's
 time is reported as a ratio to the faster of the two in the same round. Wall time and peak RSS (GNU time's %M) are medians over the counted
-rounds; a first round warms the page cache and is not counted.
+rounds; a first round warms the page cache and is not counted (--ref-runs N: the slow references, and
+ckpt's outputs compared with them, run in the last N rounds only).
 
     python3 benchmarks/consolidate.py                 # ~4 GiB inputs, 3 counted rounds
     python3 benchmarks/consolidate.py --gib 1 --runs 2
@@ -149,6 +150,7 @@ class Row:
     output: str | None = None  # removed before each run
     kind: str = "ckpt"  # ckpt, limit, reference
     may_fail: bool = False  # a reference known to fail on this layout: its error is the result
+    sparse: bool = False  # runs only in the last --ref-runs rounds (the references and the outputs beside them)
     error: str | None = None  # its last stderr line, when it failed
     times: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
@@ -201,10 +203,18 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def measure(rows: list[Row], runs: int, env: dict[str, str], log: callable, cold: bool = False) -> None:
+def measure(rows: list[Row], runs: int, env: dict[str, str], log: callable, cold: bool = False,
+            ref_runs: int | None = None) -> None:
+    """Every row once per round, in order; the limit rows right after the ckpt run whose output they copy.
+
+    Rows marked ``sparse`` (the slow references and the outputs compared with them) run only in the last
+    ``ref_runs`` rounds, without a warm-up. Outputs that nothing reads later are deleted as soon as possible, so
+    an 8 GiB layout never holds more than its input, one ckpt output and the last round's reference outputs.
+    """
+    first_sparse = 1 if ref_runs is None else max(1, runs - ref_runs + 1)
     for round_ in range(runs + 1):  # round 0 warms the page cache (and the interpreters' bytecode)
         for row in rows:
-            if row.error:  # failed once: it fails the same way every round
+            if row.error or (row.sparse and round_ < first_sparse):  # failed once: it fails every round
                 continue
             wall, peak = run_once(row, env, cold and round_ > 0)
             if row.error:
@@ -213,8 +223,14 @@ def measure(rows: list[Row], runs: int, env: dict[str, str], log: callable, cold
             if round_:
                 row.times.append(wall)
                 row.rss.append(peak)
+            if row.kind == "limit" and row.output:
+                _remove(row.output)  # a copy nothing compares
             log(f"  {'warm-up' if not round_ else f'round {round_}'}: {row.label}: {wall:.2f} s, "
-                f"{peak / 2**20:.0f} MiB")
+                f"{peak / 2**20:.0f} MiB, load {os.getloadavg()[0]:.1f}")
+        if round_ < runs:
+            for row in rows:
+                if row.output and not row.sparse:
+                    _remove(row.output)
 
 
 def folder_bytes(path: str) -> int:
@@ -276,15 +292,21 @@ def limit_times(rows: list[Row]) -> list[float]:
     return [min(ts) for ts in zip(*limits, strict=False)]
 
 
+WORKER_ROWS: list[int] = [2]  # --workers N rows beside the default one (main sets them from --workers-rows)
+
+
 def ckpt_rows(src: str, work: str, name: str, extra: tuple[str, ...] = ()) -> list[Row]:
-    """ckpt with 1 and 2 workers, and the limit right after the first (whose output it copies)."""
-    rows = []
-    for workers in (1, 2):
+    """ckpt with the default worker count (then the limit, which copies its output) and each of WORKER_ROWS."""
+    opts = " ".join(extra) + " " if extra else ""
+    out = os.path.join(work, f"{name}-default.safetensors")
+    rows = [Row(f"ckpt migrate {opts}-o x.safetensors (default --workers: {DEFAULT_WORKERS} here)",
+                [PY, "-m", "ckpt_tool", "migrate", src, *extra, "-o", out, "-q"], out)]
+    rows += [limit_row(work, name, out), limit_row(work, name, out, True)]
+    for workers in WORKER_ROWS:
         out = os.path.join(work, f"{name}-w{workers}.safetensors")
-        rows.append(Row(f"ckpt migrate {' '.join(extra) + ' ' if extra else ''}-o x.safetensors --workers {workers}",
+        rows.append(Row(f"ckpt migrate {opts}-o x.safetensors --workers {workers}",
                         [PY, "-m", "ckpt_tool", "migrate", src, *extra, "-o", out, "--workers", str(workers), "-q"],
                         out))
-    rows[1:1] = [limit_row(work, name, rows[0].output or ""), limit_row(work, name, rows[0].output or "", True)]
     return rows
 
 
@@ -297,7 +319,7 @@ def zero3_table(c: Context) -> Table:
     if c.with_ds:
         out = os.path.join(c.work, "ds-out")
         rows.append(Row("DeepSpeed convert_zero_checkpoint_to_fp32_state_dict (safetensors)",
-                        [DS_PYTHON, "-c", _DS, z3, out], out, kind="reference"))
+                        [DS_PYTHON, "-c", _DS, z3, out], out, kind="reference", sparse=True))
     return Table("DeepSpeed ZeRO-3", z3, rows)
 
 
@@ -309,9 +331,9 @@ def dcp_table(c: Context) -> Table:
     rows = ckpt_rows(dcp, c.work, "dcp")
     pth = os.path.join(c.work, "dcp.pth")
     rows.append(Row("ckpt migrate -o x.pth (the container dcp_to_torch_save writes)",
-                    [PY, "-m", "ckpt_tool", "migrate", dcp, "-o", pth, "-q"], pth))
+                    [PY, "-m", "ckpt_tool", "migrate", dcp, "-o", pth, "-q"], pth, sparse=True))
     pt = os.path.join(c.work, "dcp-torch.pt")
-    rows.append(Row("torch dcp_to_torch_save (.pt)", [PY, "-c", _DCP, dcp, pt], pt, kind="reference"))
+    rows.append(Row("torch dcp_to_torch_save (.pt)", [PY, "-c", _DCP, dcp, pt], pt, kind="reference", sparse=True))
     return Table("DCP (FSDP2 Shard(0), model only)", dcp, rows)
 
 
@@ -325,7 +347,7 @@ def dist_st_table(c: Context) -> Table:
                  write_dist_safetensors(f, generate_dcp.llama_like_spec(c.gib, c.world)), c.log)
     rows = ckpt_rows(src, c.work, "dist-st")
     hf = os.path.join(c.work, "dist-st-torch")
-    rows.append(Row("torch consolidate_safetensors_files", [PY, "-c", _HF, src, hf], hf, kind="reference"))
+    rows.append(Row("torch consolidate_safetensors_files", [PY, "-c", _HF, src, hf], hf, kind="reference", sparse=True))
     return Table("Distributed HF safetensors (save_distributed=True, Shard(0))", src, rows)
 
 
@@ -343,7 +365,8 @@ def ranks_table(c: Context) -> Table:
     rows = ckpt_rows(src, c.work, "ranks")
     out = os.path.join(c.work, "verl-merge.safetensors")
     rows.append(Row("verl's merge: torch.load(weights_only=False) every rank, cat, save_file",
-                    [PY, os.path.join(HERE, "generate_ranks.py"), "--merge", src, out], out, kind="reference"))
+                    [PY, os.path.join(HERE, "generate_ranks.py"), "--merge", src, out], out, kind="reference",
+                    sparse=True))
     return Table("Per-rank DTensor files (verl, FSDP2 Shard(0))", src, rows)
 
 
@@ -357,10 +380,11 @@ def pipeline_table(c: Context) -> Table:
     if c.with_ds:
         out = os.path.join(c.work, "ds-pipeline-out")
         rows.append(Row("DeepSpeed convert_zero_checkpoint_to_fp32_state_dict (safetensors)",
-                        [DS_PYTHON, "-c", _DS, src, out], out, kind="reference", may_fail=True))
+                        [DS_PYTHON, "-c", _DS, src, out], out, kind="reference",
+                        may_fail=True, sparse=True))
     out = os.path.join(c.work, "pipeline-layers.safetensors")
     rows.append(Row("torch.load(weights_only=True) of each layer_XX file, save_file (the live fp32 modules)",
-                    [PY, "-c", _LAYERS, src, out], out, kind="reference"))
+                    [PY, "-c", _LAYERS, src, out], out, kind="reference", sparse=True))
     return Table(f"DeepSpeed pipeline-parallel run (pp={c.world}, ZeRO-1)", src, rows)
 
 
@@ -373,7 +397,7 @@ def universal_table(c: Context) -> Table:
     rows = ckpt_rows(src, c.work, "universal")
     out = os.path.join(c.work, "universal-script.safetensors")
     rows.append(Row("torch.load(weights_only=True) of each zero/<param>/fp32.pt, save_file",
-                    [PY, "-c", _UNIVERSAL, src, out], out, kind="reference"))
+                    [PY, "-c", _UNIVERSAL, src, out], out, kind="reference", sparse=True))
     return Table("DeepSpeed universal checkpoint (ds_to_universal of tp=2)", src, rows)
 
 
@@ -386,9 +410,10 @@ def megatron_table(c: Context) -> Table:
     rows = ckpt_rows(src, c.work, "megatron", ("--unstack-layers",))
     pth = os.path.join(c.work, "megatron.pth")
     rows.append(Row("ckpt migrate -o x.pth (stacked: the container dcp_to_torch_save writes)",
-                    [PY, "-m", "ckpt_tool", "migrate", src, "-o", pth, "-q"], pth))
+                    [PY, "-m", "ckpt_tool", "migrate", src, "-o", pth, "-q"], pth, sparse=True))
     pt = os.path.join(c.work, "megatron-torch.pt")
-    rows.append(Row("torch dcp_to_torch_save (.pt, stacked)", [PY, "-c", _DCP, src, pt], pt, kind="reference"))
+    rows.append(Row("torch dcp_to_torch_save (.pt, stacked)", [PY, "-c", _DCP, src, pt], pt, kind="reference",
+                    sparse=True))
     return Table("Megatron-core torch_dist (TP=1, --unstack-layers)", src, rows, ("--unstack-layers",))
 
 
@@ -427,10 +452,11 @@ def compare(a: str, b: str, env: dict[str, str]) -> str:
 
 
 def check_outputs(name: str, rows: list[Row], env: dict[str, str], log: callable) -> list[str]:
-    """The last round's outputs compared: ckpt with the reference (same format), 1 worker with 2."""
+    """The last round's outputs compared: ckpt with the reference (same format), the default with N workers."""
     mine = [r for r in rows if r.kind == "ckpt"]
     same_format = next((r for r in mine if "x.pth" in r.label), mine[0])  # the .pth beside dcp_to_torch_save's .pt
-    pairs = [(same_format, r) for r in rows if r.kind == "reference" and not r.error] + [(mine[0], mine[1])]
+    pairs = [(same_format, r) for r in rows if r.kind == "reference" and not r.error]
+    pairs += [(mine[0], r) for r in mine[1:] if "--workers" in r.label]
     found = []
     for mine, other in pairs:
         if mine.output and other.output and os.path.exists(mine.output) and os.path.exists(other.output):
@@ -469,12 +495,12 @@ def best_round_ratio(row: Row, limit: list[float]) -> float:
 
 def goals(name: str, src_bytes: int, largest: int, rows: list[Row]) -> list[str]:
     limit = limit_times(rows)
-    w1, w2 = [r for r in rows if r.kind == "ckpt"][:2]
-    best = min(w1, w2, key=lambda r: r.time)
+    mine = [r for r in rows if r.kind == "ckpt"]
+    best = mine[0]  # the default worker count: what users run
     refs = [r for r in rows if r.kind == "reference"]
     lines = []
-    ratio = min(per_round_ratio(w1, limit), per_round_ratio(w2, limit))
-    fastest = min(best_round_ratio(w1, limit), best_round_ratio(w2, limit))
+    ratio = per_round_ratio(best, limit)
+    fastest = best_round_ratio(best, limit)
     lines.append(f"{'PASS' if ratio <= 1.3 else 'FAIL'}  {name}: ckpt at {ratio:.2f}x the durable write of its "
                  f"output's bytes (median of each round's ratio to the faster limit row; medians {best.time:.2f} s "
                  f"vs {statistics.median(limit) if limit else float('nan'):.2f} s; goal <= 1.3x); "
@@ -490,21 +516,43 @@ def goals(name: str, src_bytes: int, largest: int, rows: list[Row]) -> list[str]
         ok = best.time < ref.time and worst < ref.peak
         lines.append(f"{'PASS' if ok else 'FAIL'}  {name}: ahead of {ref.label.split(' (')[0]}: "
                      f"{ref.time / best.time:.1f}x faster, {ref.peak / max(worst, 1):.1f}x less memory")
-    lines.append(f"{'PASS' if w2.time < w1.time else 'FAIL'}  {name}: 2 workers {w1.time / w2.time:.2f}x the speed "
-                 f"of 1 ({w1.time:.2f} s -> {w2.time:.2f} s; {os.cpu_count()} cores)")
+    for other in (r for r in mine[1:] if "--workers" in r.label):
+        paired = statistics.median(a / b for a, b in zip(other.times, best.times, strict=False))
+        lines.append(f"{'PASS' if paired >= 1 else 'FAIL'}  {name}: the default worker count "
+                     f"({DEFAULT_WORKERS} here) {paired:.2f}x the speed of {other.label.split(' -o ')[-1][17:]} "
+                     f"(median of per-round ratios; {other.time:.2f} s -> {best.time:.2f} s; "
+                     f"{USABLE_CORES} usable cores)")
     return lines
 
 
-def report(results: list[tuple[str, str, int, int, list[Row]]], args: argparse.Namespace) -> str:
+def round_lines(rows: list[Row], limit: list[float]) -> list[str]:
+    """Each counted round: ckpt's time, each limit row's, and their ratio (the goal's measure is their median)."""
+    mine, limits = rows[0], [r for r in rows if r.kind == "limit"]
+    out = ["| round | ckpt (s) | " + " | ".join(("limit", "limit, write-back")[:len(limits)]) +
+           " | ckpt / faster limit |", "| ---: | ---: | " + " | ".join("---:" for _ in limits) + " | ---: |"]
+    for i, (t, lim) in enumerate(zip(mine.times, limit, strict=False)):
+        cells = " | ".join(f"{r.times[i]:.2f}" for r in limits)
+        out.append(f"| {i + 1} | {t:.2f} | {cells} | {t / lim:.2f} |")
+    return out
+
+
+Result = tuple[str, str, int, int, list[Row], tuple[float, ...], tuple[float, ...]]
+
+
+def report(results: list[Result], args: argparse.Namespace) -> str:
+    refs = (f"the references and the outputs compared with them in the last {args.ref_runs} round(s) only"
+            if args.ref_runs is not None else "every row in every round")
     out = ["# Consolidation benchmark (benchmarks/consolidate.py)", "",
            f"Inputs ~{args.gib:g} GiB each, {args.world_size} ranks; {args.runs} counted round(s) after a warm-up "
-           f"round, medians; {os.cpu_count()} cores; python {sys.version.split()[0]}; load average "
-           f"{args.load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other jobs share the machine).", "",
-           *host_memory_note(), ""]
+           f"round ({refs}), medians; {os.cpu_count()} cores ({USABLE_CORES} usable: ckpt's default worker count "
+           f"here is {DEFAULT_WORKERS}); python {sys.version.split()[0]}; load average (1, 5, 15 min) "
+           f"{_load(args.load_before)} at the start, {_load(os.getloadavg())} at the end (other jobs share "
+           "the machine).", "", *host_memory_note(), ""]
     passes = []
-    for name, src, src_bytes, largest, rows in results:
+    for name, src, src_bytes, largest, rows, load0, load1 in results:
         out += [f"## {name}", "", f"`{os.path.basename(src)}`: {src_bytes / 2**30:.2f} GiB in the input files, "
-                f"largest output tensor {largest / 2**20:.0f} MiB", "",
+                f"largest output tensor {largest / 2**20:.0f} MiB; load average {_load(load0)} at the start, "
+                f"{_load(load1)} at the end", "",
                 "| command | time (s) | x limit (per round, the faster row) | x limit (best rounds) | "
                 "peak RSS (MiB) | input GB/s |",
                 "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -516,10 +564,27 @@ def report(results: list[tuple[str, str, int, int, list[Row]]], args: argparse.N
             ratio = per_round_ratio(r, limit) if limit else float("nan")
             out.append(f"| {r.label} | {r.time:.2f} | {ratio:.2f} | {best_round_ratio(r, limit):.2f} | "
                        f"{r.peak / 2**20:.0f} | {src_bytes / r.time / 1e9:.2f} |")
-        out.append("")
+        out += ["", "Round by round (ckpt's default row and the limit rows, in the order they ran):", "",
+                *round_lines(rows, limit), ""]
         passes += goals(name, src_bytes, largest, rows)
     out += ["## Goals", "", "```", *passes, "```", ""]
     return "\n".join(out)
+
+
+def _load(avg: tuple[float, ...]) -> str:
+    return " / ".join(f"{x:.2f}" for x in avg)
+
+
+def _machine() -> tuple[int, int]:
+    """The usable cores and the default worker count ckpt picks here for a large consolidation."""
+    sys.path.insert(0, ROOT)
+    from ckpt_tool.commands.migrate.parallel.choice import default_workers, usable_cores
+
+    cores = usable_cores()
+    return cores, default_workers(cores, 1 << 40)
+
+
+USABLE_CORES, DEFAULT_WORKERS = _machine()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -527,6 +592,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gib", type=float, default=4.0)
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--ref-runs", type=int, default=None, metavar="N",
+                        help="run the references (and the outputs compared with them) in the last N rounds only")
+    parser.add_argument("--workers-rows", default="2", metavar="N[,N...]",
+                        help="--workers N rows beside the default worker count (default: 2; '' for none)")
+    parser.add_argument("--delete-inputs", action="store_true",
+                        help="delete each layout's input once it is measured (8 GiB inputs on a small disk)")
     parser.add_argument("--data", default=os.path.join(HERE, "data"))
     parser.add_argument("--output", help="default: benchmarks/RESULTS-consolidate.md for every layout, "
                         "DATA/RESULTS-consolidate-only.md with --only (so a partial run never replaces it)")
@@ -545,7 +616,8 @@ def main(argv: list[str] | None = None) -> int:
         partial = set(only) != set(LAYOUTS)
         args.output = os.path.join(args.data, "RESULTS-consolidate-only.md") if partial else \
             os.path.join(HERE, "RESULTS-consolidate.md")
-    args.load_before = os.getloadavg()[0]
+    args.load_before = os.getloadavg()
+    WORKER_ROWS[:] = [int(x) for x in args.workers_rows.split(",") if x.strip()]
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     os.makedirs(args.data, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
@@ -568,20 +640,30 @@ def main(argv: list[str] | None = None) -> int:
                 table = LAYOUTS[key](context)
                 name, src, rows = f"{table.name}, {mode} cache", table.src, table.rows
                 log(f"{name}: {src}")
-                measure(rows, args.runs, env, log, cold=mode == "cold")
-                results.append((name, src, folder_bytes(src), largest_tensor(src, env, table.inspect), rows))
+                load0 = os.getloadavg()
+                measure(rows, args.runs, env, log, cold=mode == "cold", ref_runs=args.ref_runs)
+                load1 = os.getloadavg()
+                results.append((name, src, folder_bytes(src), largest_tensor(src, env, table.inspect), rows,
+                                load0, load1))
                 if mode == modes[0]:
                     checks += check_outputs(name, rows, env, log)
                 for r in rows:
                     if r.output:
                         _remove(r.output)
+                if args.delete_inputs and mode == modes[-1]:
+                    _remove(src)
+                _write(args.output, report(results, args), checks)  # what finished survives a later failure
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    text = report(results, args) + "\n## Outputs compared\n\n" + "\n".join(f"- {c}" for c in checks) + "\n"
-    with open(args.output, "w") as f:
-        f.write(text)
-    print(text)
+    print(_write(args.output, report(results, args), checks))
     return 0
+
+
+def _write(path: str, text: str, checks: list[str]) -> str:
+    text += "\n## Outputs compared\n\n" + "\n".join(f"- {c}" for c in checks) + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class Format(Name):
     # its tensors are read where they are (tensors/live.py, commands/inputs.py).
     IN_MEMORY = "in-memory"
     # Megatron-LM's legacy checkpoint folder (``mp_rank_XX/model_optim_rng.pt`` per tensor-parallel rank),
-    # merged by the user's rules (formats/deepspeed/megatron.py)
+    # merged by the user's rules (formats/megatron/legacy_folder.py)
     MEGATRON_LEGACY = "megatron-legacy"
     # torch.distributed.checkpoint's HuggingFaceStorageWriter(save_distributed=True): one safetensors file per
     # rank holding slices placed by DCP_SHARDING_INFO, read as the consolidated model (formats/safetensors/)
@@ -75,7 +75,7 @@ class DeepSpeedLayout(Name):
 
 
 class TpMerge(Name):
-    """How the tensor-parallel shards of one tensor become the whole tensor (formats/deepspeed/tprules.py)."""
+    """How the tensor-parallel shards of one tensor become the whole tensor (formats/tp/tprules.py)."""
 
     CONCAT = "concat"  # the ranks' pieces concatenated along ``dim``
     REPLICATED = "replicated"  # every rank holds the whole tensor (checked equal), written once

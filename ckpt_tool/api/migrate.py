@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import ParamSpec
 
-from ..commands.migrate import command as _command
+from ..commands.migrate import call as _command
 from ..commands.migrate.report import MigrateReport as _MigrateReport
 from ..errors import UsageError
 from ..render.migrate import render

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import ParamSpec
 
+from ..commands.scan import call as _call
 from ..commands.scan import command as _command
 from ..errors import UsageError
 from ..render.scan import render
@@ -44,6 +45,6 @@ def _paths_only(command: Callable[P, _command.ScanReport]) -> Callable[P, _comma
     return call
 
 
-scan = returning(ScanReport, _paths_only(_command.scan))
+scan = returning(ScanReport, _paths_only(_call.scan))
 
 __all__ = ["ScanReport", "scan"]

@@ -1,7 +1,7 @@
 """ckpt gate PATH... [--target SPEC] [--policy FILE]"""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,9 +11,9 @@ from .options import (
     json_option,
     key_option,
     limit_options,
-    limits_from,
     quiet_option,
     sarif_option,
+    source_options,
     target_kwargs_from,
     target_options,
     torch_version_option,
@@ -22,6 +22,9 @@ from .options import (
 from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
 from .report_exit import exit_code
+
+if TYPE_CHECKING:
+    from ..formats.options import SourceOptions
 
 
 @click.command("gate")
@@ -60,13 +63,13 @@ from .report_exit import exit_code
 @download_option
 @verbose_option
 @limit_options
-def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | None, target_kwargs: str | None,
-                 key: str | None, strict: bool | None, nan_check: bool | None, allow_dtypes: tuple[str, ...],
-                 max_size: str | None, required: tuple[str, ...], sha256: str | None,
-                 weights_only_check: bool | None, allow_globals: tuple[str, ...], torch_version: str | None,
-                 require_dtype: bool | None, skip: tuple[str, ...], tp_rules: str | None, junit_file: str | None,
-                 sarif_file: str | None,
-                 as_json: bool, quiet: bool, download: bool, verbose: bool, **kwargs: Any) -> int:
+@source_options
+def gate_command(paths: tuple[str, ...], source: SourceOptions, policy_file: str | None, target: str | None,
+                 target_kwargs: str | None, strict: bool | None, nan_check: bool | None,
+                 allow_dtypes: tuple[str, ...], max_size: str | None, required: tuple[str, ...], sha256: str | None,
+                 weights_only_check: bool | None, allow_globals: tuple[str, ...], require_dtype: bool | None,
+                 skip: tuple[str, ...], junit_file: str | None, sarif_file: str | None, as_json: bool, quiet: bool,
+                 verbose: bool) -> int:
     """The pre-deploy checks for CI, each reported pass/fail with its detail.
 
     loads-safely (no dangerous pickle content), weights-only (the deployment's
@@ -77,20 +80,20 @@ def gate_command(paths: tuple[str, ...], policy_file: str | None, target: str | 
     Exit code: 0 all passed, 1 a check failed (a dangerous file fails with 1
     even when it is also unreadable), 2 a file or folder could not be read.
     """
-    from ..commands.gate.command import gate
+    from ..commands.gate import GateOptions, gate_paths
     from ..commands.gate.policy import Policy, load_policy
 
     policy = load_policy(policy_file) if policy_file else Policy()
-    kw = target_kwargs_from(target_kwargs)
+    options = GateOptions(
+        target=target, target_kwargs=target_kwargs_from(target_kwargs), policy=policy, strict=strict,
+        nan_check=nan_check,
+        allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size, required_metadata=required or None,
+        sha256=sha256, weights_only_check=weights_only_check, allow_globals=allow_globals or None,
+        require_dtype=require_dtype, skip=skip or None)
     bars = progress_bars(quiet=quiet or as_json, paths=paths)
     try:
-        with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
-            report = gate(paths, target=target, target_kwargs=kw, policy=policy, key=key, strict=strict,
-                          nan_check=nan_check, allowed_float_dtypes=allow_dtypes or None, max_file_size=max_size,
-                          required_metadata=required or None, sha256=sha256, weights_only_check=weights_only_check,
-                          allow_globals=allow_globals or None, torch_version=torch_version,
-                          require_dtype=require_dtype, skip=skip or None,
-                          limits=limits_from(kwargs), progress=bars, tp_rules=tp_rules)
+        with remote_scope(paths, download=source.download, verbose=verbose, quiet=quiet):
+            report = gate_paths(paths, source, options, bars)
     finally:
         bars.done()
     keep_until_exit(report)

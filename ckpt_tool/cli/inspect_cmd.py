@@ -1,6 +1,8 @@
 """ckpt inspect PATH"""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from . import keep_until_exit
@@ -8,14 +10,18 @@ from .options import (
     json_option,
     key_option,
     limit_options,
-    limits_from,
     quiet_option,
+    source_options,
     torch_version_option,
     tp_rules_option,
     unsafe_option,
+    unstack_layers_option,
 )
 from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
+
+if TYPE_CHECKING:
+    from ..formats.options import SourceOptions
 
 
 @click.command("inspect")
@@ -28,29 +34,24 @@ from .remote_io import download_option, remote_scope, verbose_option
 @click.option("--tree", is_flag=True, help="Group keys by module path with parameter counts.")
 @torch_version_option
 @tp_rules_option
-@click.option("--unstack-layers", is_flag=True,
-              help="A Megatron-core torch_dist checkpoint's layers (and MoE experts), saved stacked on a leading axis, "
-                   "under Megatron's per-layer names (decoder.layers.0.mlp.linear_fc1.weight), as a model's "
-                   "state_dict holds them. Default: off (the keys and shapes as saved).")
+@unstack_layers_option
 @download_option
 @verbose_option
 @limit_options
-def inspect_command(path: str, as_json: bool, key: str | None, unsafe: bool, quiet: bool,
-                    stats: bool, tree: bool, torch_version: str | None, tp_rules: str | None, unstack_layers: bool,
-                    download: bool,
-                    verbose: bool, **kwargs: object) -> int:
+@source_options
+def inspect_command(path: str, source: SourceOptions, as_json: bool, quiet: bool, stats: bool, tree: bool,
+                    verbose: bool) -> int:
     """Show what is in a checkpoint: keys, shapes, dtypes, layout, metadata.
 
     Reads no tensor data unless --stats is given.
     """
-    from ..commands.inspect.command import inspect
+    from ..commands.inspect import InspectOptions, inspect_input
     from ..render.inspect import json_text, render
 
     bars = progress_bars(quiet=quiet, paths=[path])
     try:
-        with remote_scope([path], download=download, verbose=verbose, quiet=quiet):
-            report = inspect(path, key=key, unsafe=unsafe, stats=stats, limits=limits_from(kwargs), progress=bars,
-                             torch_version=torch_version, tp_rules=tp_rules, unstack_layers=unstack_layers)
+        with remote_scope([path], download=source.download, verbose=verbose, quiet=quiet):
+            report = inspect_input(path, source, InspectOptions(stats=stats), bars)
     finally:
         bars.done()
     keep_until_exit(report)

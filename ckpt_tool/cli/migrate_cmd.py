@@ -12,18 +12,20 @@ from .options import (
     key_option,
     key_rule_options,
     limit_options,
-    limits_from,
     quiet_option,
+    source_options,
     target_kwargs_for,
     target_options,
     tp_rules_option,
     unsafe_option,
+    unstack_layers_option,
 )
 from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
 from .report_exit import exit_code
 
 if TYPE_CHECKING:
+    from ..formats.options import SourceOptions
     from ..io.atomic.staletemp import CleanReport
     from ..keys.rules import RuleSet
 
@@ -54,8 +56,9 @@ if TYPE_CHECKING:
 @click.option("--max-shard-size", default=None, metavar="SIZE",
               help="Write a sharded safetensors folder with shards of at most SIZE (5GB, 500MB, 2GiB).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Processes writing a .safetensors or sharded output (default: the cores, for DeepSpeed and "
-                   "DCP sources). Under torchrun each rank writes its share instead.")
+              help="Processes writing a .safetensors or sharded output (default for consolidation sources: one "
+                   "per 2 usable cores and 1 GiB of output, at most 8, else 1). Under torchrun each rank writes "
+                   "its share instead.")
 @click.option("--state-dict-only", is_flag=True, help="Write only the weights, not epoch/optimizer/args metadata.")
 @click.option("--keep-container", is_flag=True,
               help="With --key: write the selected state_dict back inside the rest of the container (epoch, "
@@ -70,27 +73,21 @@ if TYPE_CHECKING:
 @click.option("--dry-run", is_flag=True, help="Print the plan (old key -> new key, dropped, cast); write nothing.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Re-read OUT and compare every tensor bit for bit (and load into --target).")
-@click.option("--unstack-layers", is_flag=True,
-              help="A Megatron-core torch_dist checkpoint's layers (and MoE experts), saved stacked on a leading axis, "
-                   "under Megatron's per-layer names (decoder.layers.0.mlp.linear_fc1.weight), as a model's "
-                   "state_dict holds them. Default: off (the keys and shapes as saved).")
+@unstack_layers_option
 @unsafe_option
 @json_option
 @quiet_option
 @download_option
 @verbose_option
 @limit_options
-def migrate_command(src: str, out: str | None, to: str | None, key: str | None, strip_prefix: tuple[str, ...],
+@source_options
+def migrate_command(src: str, out: str | None, source: SourceOptions, to: str | None, strip_prefix: tuple[str, ...],
                     add_prefix: str | None, rename: tuple[str, ...], drop: tuple[str, ...], dtype: str | None,
-                    allow_overflow: bool, rules_file: str | None, tp_rules: str | None, target: str | None,
-                    target_kwargs: str | None,
-                    auto: bool,
-                    allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
+                    allow_overflow: bool, rules_file: str | None, target: str | None, target_kwargs: str | None,
+                    auto: bool, allow_missing: tuple[str, ...], devices: tuple[str, ...], max_shard_size: str | None,
                     workers: int | None, state_dict_only: bool, keep_container: bool, config_from: str | None,
-                    sanitize: bool, force: bool,
-                    dry_run: bool,
-                    verify: bool, unstack_layers: bool, unsafe: bool, as_json: bool, quiet: bool, download: bool,
-                    verbose: bool, **kwargs: object) -> int:
+                    sanitize: bool, force: bool, dry_run: bool, verify: bool, as_json: bool, quiet: bool,
+                    verbose: bool) -> int:
     """Rewrite keys, format and dtype of SRC into OUT, atomically, and prove the result.
 
     Rules apply in this order: --key, --strip-prefix, --add-prefix, --rename,
@@ -103,7 +100,7 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
     0 written and verified (or a clean dry run), 1 verification or target
     check failed (nothing written), 2 error.
     """
-    from ..commands.migrate.command import migrate
+    from ..commands.migrate import Hooks, MigrateOptions, run_migration
     from ..commands.migrate.parallel.torchrun import follower
     from ..render.migrate import render
 
@@ -123,20 +120,17 @@ def migrate_command(src: str, out: str | None, to: str | None, key: str | None, 
         if found.removed and not quiet:
             click.echo(removed_line(found.removed), err=True)
 
+    options = MigrateOptions(
+        to=to, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename, drop=drop, dtype=dtype,
+        allow_overflow=allow_overflow, rules_file=rules_file, target=target, target_kwargs=kw, auto=auto,
+        allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
+        state_dict_only=state_dict_only, keep_container=keep_container, config_from=config_from, sanitize=sanitize,
+        force=force, dry_run=dry_run, verify=verify)
     bars = progress_bars(quiet=quiet, label_width=12)  # remote_scope below draws no bar of its own
     try:
-        with remote_scope([src], download=download, verbose=verbose, quiet=True):  # its own bars show progress
-            report = migrate(
-                src, out, to=to, key=key, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
-                drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, tp_rules=tp_rules,
-                target=target, target_kwargs=kw, auto=auto,
-                allow_missing=allow_missing, devices=devices or None, max_shard_size=max_shard_size, workers=workers,
-                state_dict_only=state_dict_only, keep_container=keep_container, config_from=config_from,
-                sanitize=sanitize, force=force,
-                dry_run=dry_run, verify=verify,
-                unsafe=unsafe, unstack_layers=unstack_layers,
-                limits=limits_from(kwargs), progress=bars, on_rules=announce, on_cleaned=cleaned,
-            )
+        with remote_scope([src], download=source.download, verbose=verbose, quiet=True):  # its own bars show progress
+            hooks = Hooks(progress=bars, on_rules=announce, on_cleaned=cleaned)
+            report = run_migration(src, out, source, options, hooks)
         keep_until_exit(report)
     finally:
         bars.done()  # a bar left open by an error is closed before the message

@@ -1,12 +1,21 @@
-"""Options shared by several commands, declared once."""
+"""Options shared by several commands, declared once.
+
+The options that say how a source is read (--key, --unsafe, --tp-rules,
+--unstack-layers, --torch-version, --download, --max-*) are each declared
+once here; a command puts the ones it offers where its help lists them, and
+``source_options`` hands it all of them as ONE frozen ``SourceOptions``
+(formats/options.py), --tp-rules parsed once, before anything is read.
+"""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 if TYPE_CHECKING:
+    from ..formats.options import SourceOptions
     from ..limits import Limits
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,6 +42,12 @@ def _torch_version(ctx: click.Context, param: click.Parameter, value: str | None
             raise click.BadParameter(f"{value!r} is not a torch version such as 2.6 or 2.13.0") from None
     return value
 
+
+unstack_layers_option = click.option(
+    "--unstack-layers", is_flag=True,
+    help="A Megatron-core torch_dist checkpoint's layers (and MoE experts), saved stacked on a leading axis, "
+         "under Megatron's per-layer names (decoder.layers.0.mlp.linear_fc1.weight), as a model's "
+         "state_dict holds them. Default: off (the keys and shapes as saved).")
 
 torch_version_option = click.option(
     "--torch-version", default=None, metavar="VERSION", callback=_torch_version,
@@ -76,6 +91,42 @@ def limits_from(kwargs: dict[str, Any]) -> Limits:
         max_key_length=kwargs.pop("max_key_length", DEFAULT_LIMITS.max_key_length),
         max_member_bytes=kwargs.pop("max_member_bytes", DEFAULT_LIMITS.max_member_bytes),
     )
+
+
+# the click parameters (of the options above and remote_io.download_option) that SourceOptions holds
+_SOURCE_PARAMS = ("key", "unsafe", "tp_rules", "unstack_layers", "torch_version", "download")
+
+
+def source_options(command: Callable[..., int]) -> Callable[..., int]:
+    """Hand a click command function ONE ``source: SourceOptions`` instead of the reading options it declares.
+
+    Put it right above the ``def``; the options themselves stay where the
+    command lists them (its --help is unchanged). Only the options the command
+    declares are read, the others keep SourceOptions' defaults. A bad
+    --tp-rules file is exit 2 here, before any input is opened.
+    """
+
+    @functools.wraps(command)
+    def with_source(**kwargs: Any) -> int:
+        source = source_from(kwargs)
+        return command(source=source, **kwargs)
+
+    return with_source
+
+
+def source_from(kwargs: dict[str, Any]) -> SourceOptions:
+    """The SourceOptions of a command's parsed parameters; the ones it holds are popped from ``kwargs``."""
+    from dataclasses import replace
+
+    from ..formats.options import DEFAULT_SOURCE
+
+    given = {name: kwargs.pop(name) for name in _SOURCE_PARAMS if name in kwargs}
+    rules_file = given.pop("tp_rules", None)
+    if rules_file:
+        from ..formats.tp import load_rules
+
+        given["tp_rules"] = load_rules(rules_file)
+    return replace(DEFAULT_SOURCE, limits=limits_from(kwargs), **given)
 
 
 def target_options(purpose: str) -> Callable[[F], F]:

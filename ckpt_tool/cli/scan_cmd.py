@@ -1,15 +1,18 @@
 """ckpt scan PATH..."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..render.common import dumps
 from . import keep_until_exit, one_line
-from .options import json_option, limit_options, limits_from, quiet_option, sarif_option
+from .options import json_option, limit_options, quiet_option, sarif_option, source_options
 from .remote_io import download_option, remote_scope
 from .report_exit import exit_code
+
+if TYPE_CHECKING:
+    from ..formats.options import SourceOptions
 
 
 @click.command("scan")
@@ -27,9 +30,9 @@ from .report_exit import exit_code
 @sarif_option
 @download_option
 @limit_options
-def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: bool, verbose: bool,
-                 skip_other: bool, allow_globals: tuple[str, ...], sarif_file: str | None, download: bool,
-                 **kwargs: Any) -> int:
+@source_options
+def scan_command(paths: tuple[str, ...], source: SourceOptions, as_json: bool, quiet: bool, strict: bool,
+                 verbose: bool, skip_other: bool, allow_globals: tuple[str, ...], sarif_file: str | None) -> int:
     """Statically scan every pickle in the inputs, without running any of it.
 
     Folders are scanned recursively. Each global a pickle imports gets a
@@ -37,11 +40,11 @@ def scan_command(paths: tuple[str, ...], as_json: bool, quiet: bool, strict: boo
     code: 0 all safe (or suspicious without --strict), 1 dangerous content
     (with --strict also suspicious), 2 a file could not be read.
     """
-    from ..commands.scan.command import scan
+    from ..commands.scan import ScanOptions, scan_paths
 
-    with remote_scope(paths, download=download, verbose=verbose, quiet=quiet):
-        report = scan(paths, strict=strict, limits=limits_from(kwargs), skip_other=skip_other,
-                      allow_globals=allow_globals)
+    options = ScanOptions(strict=strict, skip_other=skip_other, allow_globals=allow_globals)
+    with remote_scope(paths, download=source.download, verbose=verbose, quiet=quiet):
+        report = scan_paths(paths, source, options)
     keep_until_exit(report)
     for f in report.files:
         for e in f.errors:

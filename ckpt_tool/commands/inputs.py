@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, TypeAlias, TypeGuard
 
 from ..errors import InputError
 from ..format_names import Format
-from ..limits import DEFAULT_LIMITS, Limits
+from ..formats.options import DEFAULT_SOURCE, SourceOptions
 from ..model import Checkpoint
 
 if TYPE_CHECKING:
-    from ..formats.deepspeed import TpRules
-    from ..tensors.data import InMemoryState
+    from ..tensors.data.live import InMemoryState
 
 # A checkpoint argument: a path or URL, or (Python API) a state dict, a container of one, or an nn.Module.
 CheckpointInput: TypeAlias = "str | os.PathLike[str] | InMemoryState"
@@ -29,25 +28,24 @@ def is_path(value: object) -> TypeGuard[str | os.PathLike[str]]:
     return isinstance(value, (str, os.PathLike))
 
 
-def open_input(value: CheckpointInput, *, key: str | None = None, unsafe: bool = False,
-               limits: Limits = DEFAULT_LIMITS, read_values: bool = False,
-               tp_rules: TpRules | None = None, unstack_layers: bool = False) -> Checkpoint:
-    """``formats.load`` for a path; for a state dict or a module, the Checkpoint of its tensors in memory."""
-    from ..formats import load
+def open_input(value: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE, *,
+               read_values: bool = False) -> Checkpoint:
+    """``formats.read_checkpoint`` for a path; for a state dict or a module, the Checkpoint of its tensors in
+    memory."""
+    from ..formats import read_checkpoint
 
     if is_path(value):
-        return load(os.fspath(value), key=key, unsafe=unsafe, limits=limits, read_values=read_values,
-                    tp_rules=tp_rules, unstack_layers=unstack_layers)
+        return read_checkpoint(os.fspath(value), source, read_values=read_values)
     from ..formats import Loaded
     from ..formats.checkpoint.build import build
-    from ..tensors.data import in_memory_state
+    from ..tensors.data.live import in_memory_state
 
     found = in_memory_state(value)
     if found is None:
         raise InputError(f"a checkpoint is a path, a state dict (a mapping of str to tensors) or an nn.Module, "
                          f"not {type(value).__name__}")
     state, label = found
-    return build(Loaded(Format.IN_MEMORY, state), label, key, limits)
+    return build(Loaded(Format.IN_MEMORY, state), label, source.key, source.limits)
 
 
 def label_of(value: CheckpointInput, ckpt: Checkpoint) -> str:

@@ -67,7 +67,7 @@ def detect(path: str) -> Format:
 
         if is_deepspeed(path):
             return Format.DEEPSPEED
-        from .deepspeed.megatron import is_megatron_legacy
+        from .megatron import is_megatron_legacy
         from .ranks.files import is_ranks_folder
 
         if is_megatron_legacy(path):

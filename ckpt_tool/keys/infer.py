@@ -122,6 +122,22 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
     improving.sort(key=lambda x: x[0])
     if improving and not _ambiguous([x[2] for x in improving]):
         _, best_rules, best = improving[0]
+    best_rules, best = _add_renames(scorer, best_rules, best)
+    if not best_rules.is_empty and not scorer.agrees_with_migrate(best_rules):
+        return None  # migrate would not do what was scored: never print a command that misleads
+    reconciled = len(best.matched - base.matched)
+    if best.unexpected and not best.missing and not best.shape_bad:
+        dropped = _drop_head(scorer, best_rules, source)
+        if dropped is not None:
+            return Suggestion(dropped[0], reconciled, 0, 0, 0, best.renamed, dropped=dropped[1])
+    if best_rules.is_empty:
+        return None
+    return Suggestion(best_rules, reconciled, best.missing, best.unexpected, best.shape_bad, best.renamed)
+
+
+def _add_renames(scorer: Scorer, best_rules: RuleSet, best: Score) -> tuple[RuleSet, Score]:
+    """``best_rules`` with shape-preserving renames added one at a time while each removes differences and no
+    other rename would do equally well; with the score of the result."""
     for _ in range(_MAX_RENAMES):
         if best.differences == 0:
             break
@@ -141,16 +157,7 @@ def suggest(source: Sequence[TensorMeta], target: Sequence[TensorMeta], *,
         if _ambiguous([x[3] for x in ranked]):
             break
         _, _, best_rules, best = ranked[0]
-    if not best_rules.is_empty and not scorer.agrees_with_migrate(best_rules):
-        return None  # migrate would not do what was scored: never print a command that misleads
-    reconciled = len(best.matched - base.matched)
-    if best.unexpected and not best.missing and not best.shape_bad:
-        dropped = _drop_head(scorer, best_rules, source)
-        if dropped is not None:
-            return Suggestion(dropped[0], reconciled, 0, 0, 0, best.renamed, dropped=dropped[1])
-    if best_rules.is_empty:
-        return None
-    return Suggestion(best_rules, reconciled, best.missing, best.unexpected, best.shape_bad, best.renamed)
+    return best_rules, best
 
 
 def _drop_head(scorer: Scorer, rules: RuleSet, source: Sequence[TensorMeta]) -> tuple[RuleSet, int] | None:

@@ -219,18 +219,7 @@ def load_rules_file(path: str) -> RuleSet:
             raise UsageError(f"rules file: {name} must be a string or a list of strings", path)
         return tuple(value)
 
-    rename = doc.get("rename", [])
-    pairs: list[tuple[str, str]] = []
-    if isinstance(rename, dict):
-        pairs = [(str(k), str(v)) for k, v in rename.items()]
-    elif isinstance(rename, list):
-        for item in rename:
-            if isinstance(item, str):
-                pairs.append(parse_rename(item))
-            elif isinstance(item, dict) and {"pattern", "replacement"} <= set(item):
-                pairs.append((str(item["pattern"]), str(item["replacement"])))
-            else:
-                raise UsageError("rules file: rename entries are 'REGEX=REPLACEMENT' or {pattern, replacement}", path)
+    pairs = _rename_pairs(doc.get("rename", []), path)
     cast = doc.get("cast", {})
     if not isinstance(cast, dict):
         raise UsageError("rules file: cast must be a table of glob = dtype", path)
@@ -240,5 +229,22 @@ def load_rules_file(path: str) -> RuleSet:
     dt = doc.get("dtype")
     if dt is not None and not isinstance(dt, str):
         raise UsageError("rules file: dtype must be a string", path)
-    return RuleSet(str_list("strip_prefix"), add or None, tuple(pairs), str_list("drop"), dt,
+    return RuleSet(str_list("strip_prefix"), add or None, pairs, str_list("drop"), dt,
                    tuple((str(k), str(v)) for k, v in cast.items()))
+
+
+def _rename_pairs(rename: object, path: str) -> tuple[tuple[str, str], ...]:
+    """A rules file's ``rename``: a table of REGEX = REPLACEMENT, or a list of 'REGEX=REPLACEMENT' strings and
+    {pattern, replacement} tables, in order."""
+    if isinstance(rename, dict):
+        return tuple((str(k), str(v)) for k, v in rename.items())
+    pairs: list[tuple[str, str]] = []
+    if isinstance(rename, list):
+        for item in rename:
+            if isinstance(item, str):
+                pairs.append(parse_rename(item))
+            elif isinstance(item, dict) and {"pattern", "replacement"} <= set(item):
+                pairs.append((str(item["pattern"]), str(item["replacement"])))
+            else:
+                raise UsageError("rules file: rename entries are 'REGEX=REPLACEMENT' or {pattern, replacement}", path)
+    return tuple(pairs)

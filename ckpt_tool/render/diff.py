@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..commands.diff.report import DiffReport
-from ..tensors.numerics import ValueDiff
+from ..commands.diff import DiffReport, KeyDiff, MetadataDiff, Mismatch, Sides, ValueFigures, WeightsOnlyPair
+from ..tensors.numerics.closeness import ValueDiff
 from .common import fold_labeled, shape_str, simple_table, write_report
 
 # Folded lines shown per section; --json always lists every key.
@@ -68,17 +68,18 @@ def _value_table(diffs: Sequence[ValueDiff]) -> str:
     return simple_table(rows, VALUE_COLUMNS)
 
 
-def _rollup_lines(r: DiffReport) -> list[str]:
-    if not r.view.wants_rollups:
+def _rollup_lines(f: ValueFigures) -> list[str]:
+    view = f.view
+    if not view.wants_rollups:
         return []
     how = []
-    if r.view.rollup_layers:
+    if view.rollup_layers:
         how.append("layer indices folded")
-    if r.view.rollup_depth is not None:
-        how.append(f"keys cut to {r.view.rollup_depth} part(s)")
+    if view.rollup_depth is not None:
+        how.append(f"keys cut to {view.rollup_depth} part(s)")
     rows = [[g.name, f"{g.tensors:,}", f"{g.numel:,}", _fmt_float(g.max_abs), _fmt_float(g.mean_abs),
-             _fmt_float(g.rel_l2), _fmt_cos(g.cosine), f"{g.mismatched_share:.2%}"] for g in r.rollups]
-    out = ["", f"rollup ({', '.join(how)}): {len(r.rollups)} group(s); mean_abs and outside tol element-weighted, "
+             _fmt_float(g.rel_l2), _fmt_cos(g.cosine), f"{g.mismatched_share:.2%}"] for g in f.rollups]
+    out = ["", f"rollup ({', '.join(how)}): {len(f.rollups)} group(s); mean_abs and outside tol element-weighted, "
                "rel_l2 and cosine of each group as one vector"]
     table = simple_table(rows[:MAX_LINES], ["group", "tensors", "numel", "max_abs", "mean_abs", "rel_l2", "cosine",
                                             "outside tol"])
@@ -97,7 +98,7 @@ def csv_text(report: DiffReport) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["key", "numel", "max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "mismatched",
                 "mismatched_share", "nan_a", "nan_b", "inf_a", "inf_b", "compared_as", "passed"])
-    for v in report.values:
+    for v in report.figures.values:
         w.writerow([v.key, v.numel, repr(v.max_abs), repr(v.max_rel), repr(v.mean_abs), repr(v.rel_l2),
                     repr(v.cosine), v.mismatched, repr(v.mismatched_share), v.nan_a, v.nan_b, v.inf_a, v.inf_b,
                     v.compared_as, "true" if v.passed else "false"])
@@ -109,56 +110,53 @@ def write_csv(report: DiffReport, path: str) -> None:
     write_report(csv_text(report).encode("utf-8"), path, "CSV table")
 
 
-def _torch_message(report: DiffReport) -> list[str]:
+def _torch_message(keys: KeyDiff) -> list[str]:
     """What load_state_dict(strict=True) would raise, in its own words (the text people search for)."""
     parts = []
-    if report.missing:
-        shown = ", ".join(f'"{k}"' for k in report.missing[:6]) + (", ..." if len(report.missing) > 6 else "")
+    if keys.missing:
+        shown = ", ".join(f'"{k}"' for k in keys.missing[:6]) + (", ..." if len(keys.missing) > 6 else "")
         parts.append(f"Missing key(s) in state_dict: {shown}.")
-    if report.unexpected:
-        shown = ", ".join(f'"{k}"' for k in report.unexpected[:6]) + (", ..." if len(report.unexpected) > 6 else "")
+    if keys.unexpected:
+        shown = ", ".join(f'"{k}"' for k in keys.unexpected[:6]) + (", ..." if len(keys.unexpected) > 6 else "")
         parts.append(f"Unexpected key(s) in state_dict: {shown}.")
-    for m in report.shape_mismatch[:3]:
+    for m in keys.shape_mismatch[:3]:
         parts.append(f"size mismatch for {m.key}: copying a param with shape torch.Size({m.a}) from checkpoint, "
                      f"the shape in current model is torch.Size({m.b}).")
-    if len(report.shape_mismatch) > 3:
-        parts.append(f"... and {len(report.shape_mismatch) - 3} more size mismatches.")
+    if len(keys.shape_mismatch) > 3:
+        parts.append(f"... and {len(keys.shape_mismatch) - 3} more size mismatches.")
     return parts
 
 
-def _metadata_lines(meta: dict[str, Any]) -> list[str]:
-    rows = []
-    for item in meta.get("changed", []):
-        rows.append(f"changed    {item['path']}: {_short(item['a'])} -> {_short(item['b'])}")
-    for item in meta.get("only_a", []):
-        rows.append(f"only in A  {item['path']}: {_short(item['value'])}")
-    for item in meta.get("only_b", []):
-        rows.append(f"only in B  {item['path']}: {_short(item['value'])}")
+def _metadata_lines(meta: MetadataDiff) -> list[str]:
+    rows = [f"changed    {c.path}: {_short(c.a)} -> {_short(c.b)}" for c in meta.changed]
+    rows += [f"only in A  {o.path}: {_short(o.value)}" for o in meta.only_a]
+    rows += [f"only in B  {o.path}: {_short(o.value)}" for o in meta.only_b]
     return rows
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _short(value: object, limit: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _values_lines(r: DiffReport) -> list[str]:
+def _values_lines(f: ValueFigures, suggested: bool) -> list[str]:
     """The --values section: the count, the table (as --sort/--top ask, else what differs), the rollups."""
     out: list[str] = []
-    failed = len(r.value_mismatch)
-    out.append(f"values (atol={r.atol:g}, rtol={r.rtol:g}): {r.compared} compared, {failed} outside tolerance")
-    if not r.compared:
-        tail = "; apply the fix below first)" if r.suggestion else ")"
+    failed = len(f.value_mismatch)
+    out.append(f"values (atol={f.atol:g}, rtol={f.rtol:g}): {f.compared} compared, {failed} outside tolerance")
+    if not f.compared:
+        tail = "; apply the fix below first)" if suggested else ")"
         out.append("  (no key of equal shape on both sides" + tail)
-    if r.view.sort is not None or r.view.top is not None:
-        table = list(r.values)  # as asked: in --sort order, cut to --top
-        more = len(table) > MAX_LINES and r.view.top is None
-        table = table if r.view.top is not None else table[:MAX_LINES]
-        title = f"by {r.view.sort}" if r.view.sort is not None else "in A's order"
-        out.append(f"  {title}" + (f", first {r.view.top}" if r.view.top is not None else "") + ":")
+    view = f.view
+    if view.sort is not None or view.top is not None:
+        table = list(f.values)  # as asked: in --sort order, cut to --top
+        more = len(table) > MAX_LINES and view.top is None
+        table = table if view.top is not None else table[:MAX_LINES]
+        title = f"by {view.sort}" if view.sort is not None else "in A's order"
+        out.append(f"  {title}" + (f", first {view.top}" if view.top is not None else "") + ":")
     else:
-        shown = list(r.value_mismatch) if failed else []
-        nonzero = [v for v in r.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
+        shown = list(f.value_mismatch) if failed else []
+        nonzero = [v for v in f.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
         table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
         more = len(table) > MAX_LINES or len(nonzero) + len(shown) > len(table)
         table = table[:MAX_LINES]
@@ -166,88 +164,97 @@ def _values_lines(r: DiffReport) -> list[str]:
         out.extend("  " + line for line in _value_table(table).splitlines())
         if more:
             out.append("  ... (--json lists every tensor; --sort and --top choose which are shown)")
-    out += _rollup_lines(r)
+    out += _rollup_lines(f)
     return out
 
 
 def render(report: DiffReport) -> str:
     r = report
-    b_what = f"{r.b_format}, {r.b_count} tensors"
-    out = [f"A: {r.a}  ({r.a_format}, {r.a_count} tensors)", f"B: {r.b}  ({b_what})", ""]
-    if r.missing:
-        out += _section("missing keys (in B, not in A)", _folded([(k, None) for k in r.missing], lambda _: ""),
-                        len(r.missing))
-    if r.unexpected:
-        out += _section("unexpected keys (in A, not in B)", _folded([(k, None) for k in r.unexpected], lambda _: ""),
-                        len(r.unexpected))
-    if r.shape_mismatch:
-        items = [(m.key, (tuple(m.a), tuple(m.b))) for m in r.shape_mismatch]
-        out += _section("shape mismatch (A -> B)",
-                        _folded(items, lambda s: f"{shape_str(s[0])} -> {shape_str(s[1])}"), len(r.shape_mismatch))
-    if r.dtype_mismatch:
-        items = [(m.key, (m.a, m.b)) for m in r.dtype_mismatch]
-        pairs = {label for _, label in items}
-        if len(pairs) == 1 and len(items) > 3:
-            (a_dt, b_dt), = pairs
-            rows = [f"all {len(items)} keys: {a_dt} -> {b_dt}"]
-        else:
-            rows = _folded(items, lambda s: f"{s[0]} -> {s[1]}")
-        out += _section("dtype mismatch (A -> B)", rows, len(r.dtype_mismatch))
-        if r.b_kind == "target":
-            out.append("  (load_state_dict casts these while copying; nothing fails)")
-        else:
-            out.append(f"  (to convert A: ckpt migrate ... --dtype {r.dtype_mismatch[0].b})")
-    if r.rule_steps:
-        out.append(f"A's keys rewritten before comparing: {r.rules_text()} ({r.renamed} renamed)")
-    if r.compared_values:
-        out += _values_lines(r)
-    meta_rows = _metadata_lines(r.metadata_diff)
+    out = [f"A: {r.sides.a}  ({r.sides.a_format}, {r.sides.a_count} tensors)",
+           f"B: {r.sides.b}  ({r.sides.b_format}, {r.sides.b_count} tensors)", ""]
+    out += _key_lines(r.keys, r.sides)
+    if r.rewrite.steps:
+        out.append(f"A's keys rewritten before comparing: {r.rules_text()} ({r.rewrite.renamed} renamed)")
+    if r.figures.compared_values:
+        out += _values_lines(r.figures, r.suggestion is not None)
+    meta_rows = _metadata_lines(r.metadata)
     if meta_rows:
         counted = "" if r.fail_on_metadata else " (not counted; --fail-on-metadata counts them)"
-        title = "metadata differences" + counted
-        out += _section(title, meta_rows, len(meta_rows))
-    if r.missing or r.unexpected or r.shape_mismatch:
-        out.append("")
-        out.append("load_state_dict(strict=True) would raise:")
-        out.extend(f"  {p}" for p in _torch_message(r))
-    if r.suggestion is not None:
-        s = r.suggestion
-        out.append("")
-        what = s.rules.describe()
-        remain = []
-        if s.remaining_missing:
-            remain.append(f"{s.remaining_missing} missing")
-        if s.remaining_unexpected:
-            remain.append(f"{s.remaining_unexpected} unexpected")
-        if s.remaining_shape_mismatch:
-            remain.append(f"{s.remaining_shape_mismatch} shape mismatch(es)")
-        left = ("; still left: " + ", ".join(remain)) if remain else "; no key differences remain"
-        given = f" (after {r.rules_text()}, given)" if r.rule_steps else ""
-        dropped = r.dropped_by_fix()
-        drops = (f" and leaves out {len(dropped)} the other side lacks ({', '.join(dropped[:4])}"
-                 + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "") + ")") if dropped else ""
-        out.append(f"fix: {what}{given}  reconciles {s.reconciled} key(s){drops}{left}")
-        if r.a_in_memory:
-            out.append("  (A is in memory: save it first, torch.save(state_dict, 'a.pth'), then)")
-        out.append(f"  {r.migrate_command()}")
-    elif r.rule_steps and r.renamed:
-        out += ["", "to write A with the keys it was compared under:", f"  {r.migrate_command()}"]
-    out += _weights_only_lines(r)
+        out += _section("metadata differences" + counted, meta_rows, len(meta_rows))
+    if r.keys.missing or r.keys.unexpected or r.keys.shape_mismatch:
+        out += ["", "load_state_dict(strict=True) would raise:"]
+        out.extend(f"  {p}" for p in _torch_message(r.keys))
+    out += _fix_lines(r)
+    out += _weights_only_lines(r.weights_only)
     if r.warnings:
-        out.append("")
-        out.append("warnings:")
+        out += ["", "warnings:"]
         out.extend(f"  - {w}" for w in r.warnings)
-    out.append("")
-    out.append(verdict(r))
+    out += ["", verdict(r)]
     text = "\n".join(out)
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
     return text
 
 
-def _weights_only_lines(r: DiffReport) -> list[str]:
+def _key_lines(keys: KeyDiff, sides: Sides) -> list[str]:
+    """The missing, unexpected, shape- and dtype-mismatched keys, folded (``layers.{0..11}.attn``)."""
+    out: list[str] = []
+    if keys.missing:
+        out += _section("missing keys (in B, not in A)", _folded([(k, None) for k in keys.missing], lambda _: ""),
+                        len(keys.missing))
+    if keys.unexpected:
+        out += _section("unexpected keys (in A, not in B)",
+                        _folded([(k, None) for k in keys.unexpected], lambda _: ""), len(keys.unexpected))
+    if keys.shape_mismatch:
+        items = [(m.key, (tuple(m.a), tuple(m.b))) for m in keys.shape_mismatch]
+        out += _section("shape mismatch (A -> B)",
+                        _folded(items, lambda s: f"{shape_str(s[0])} -> {shape_str(s[1])}"), len(keys.shape_mismatch))
+    if keys.dtype_mismatch:
+        out += _dtype_lines(keys.dtype_mismatch, sides)
+    return out
+
+
+def _dtype_lines(mismatch: Sequence[Mismatch], sides: Sides) -> list[str]:
+    items = [(m.key, (m.a, m.b)) for m in mismatch]
+    pairs = {label for _, label in items}
+    if len(pairs) == 1 and len(items) > 3:
+        (a_dt, b_dt), = pairs
+        rows = [f"all {len(items)} keys: {a_dt} -> {b_dt}"]
+    else:
+        rows = _folded(items, lambda s: f"{s[0]} -> {s[1]}")
+    out = _section("dtype mismatch (A -> B)", rows, len(mismatch))
+    if sides.b_kind == "target":
+        out.append("  (load_state_dict casts these while copying; nothing fails)")
+    else:
+        out.append(f"  (to convert A: ckpt migrate ... --dtype {mismatch[0].b})")
+    return out
+
+
+def _fix_lines(r: DiffReport) -> list[str]:
+    """The suggested rewrite and what it leaves, then the ``ckpt migrate`` command that applies it."""
+    s = r.suggestion
+    if s is None:
+        if r.rewrite.steps and r.rewrite.renamed:
+            return ["", "to write A with the keys it was compared under:", f"  {r.migrate_command()}"]
+        return []
+    remain = [f"{n} {what}" for n, what in ((s.remaining_missing, "missing"),
+                                            (s.remaining_unexpected, "unexpected"),
+                                            (s.remaining_shape_mismatch, "shape mismatch(es)")) if n]
+    left = ("; still left: " + ", ".join(remain)) if remain else "; no key differences remain"
+    given = f" (after {r.rules_text()}, given)" if r.rewrite.steps else ""
+    dropped = r.dropped_by_fix()
+    drops = (f" and leaves out {len(dropped)} the other side lacks ({', '.join(dropped[:4])}"
+             + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "") + ")") if dropped else ""
+    out = ["", f"fix: {s.rules.describe()}{given}  reconciles {s.reconciled} key(s){drops}{left}"]
+    if r.a_in_memory:
+        out.append("  (A is in memory: save it first, torch.save(state_dict, 'a.pth'), then)")
+    out.append(f"  {r.migrate_command()}")
+    return out
+
+
+def _weights_only_lines(pair: WeightsOnlyPair) -> list[str]:
     """torch.load(weights_only=True) of each side: one line each, the fix only for a side that needs one."""
-    sides = [(label, wo) for label, wo in (("A", r.weights_only_a), ("B", r.weights_only_b)) if wo is not None]
+    sides = [(label, wo) for label, wo in (("A", pair.a), ("B", pair.b)) if wo is not None]
     if not sides:
         return []
     out = ["", "weights_only:"]
@@ -261,17 +268,16 @@ def _weights_only_lines(r: DiffReport) -> list[str]:
 def verdict(r: DiffReport) -> str:
     """The one-line result (all that ``-q`` prints)."""
     if r.equal:
-        if r.b_kind == "target":
+        if r.sides.b_kind == "target":
             return "result: A loads into the target with strict=True (no differences)"
-        if not r.compared_values:
+        if not r.figures.compared_values:
             return "result: no key, shape or dtype differences (values not compared; --values compares them)"
         return "result: no differences (keys, shapes, dtypes and values)"
-    counts = []
-    for name, n in (("missing", len(r.missing)), ("unexpected", len(r.unexpected)),
-                    ("shape mismatch", len(r.shape_mismatch)), ("dtype mismatch", len(r.dtype_mismatch)),
-                    ("value mismatch", len(r.value_mismatch))):
-        if n:
-            counts.append(f"{n} {name}")
-    if r.fail_on_metadata and r.metadata_differs:
+    keys = r.keys
+    counts = [f"{n} {name}" for name, n in (
+        ("missing", len(keys.missing)), ("unexpected", len(keys.unexpected)),
+        ("shape mismatch", len(keys.shape_mismatch)), ("dtype mismatch", len(keys.dtype_mismatch)),
+        ("value mismatch", len(r.figures.value_mismatch))) if n]
+    if r.fail_on_metadata and r.metadata.differs:
         counts.append("metadata differs")
     return "result: differences: " + ", ".join(counts)

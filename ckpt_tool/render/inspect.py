@@ -8,7 +8,7 @@ from json.encoder import encode_basestring_ascii as _quote
 from operator import attrgetter
 from typing import Any
 
-from ..commands.inspect.command import InspectReport, subclass_json
+from ..commands.inspect import DeepSpeedRun, InspectReport, MegatronCore, SourceFacts, subclass_json
 from ..format_names import Format
 from .common import dumps, human_bytes, human_count, shape_str, simple_columns
 
@@ -61,47 +61,26 @@ def _tensor_rows(report: InspectReport) -> str:
 
 def summary_lines(report: InspectReport) -> list[str]:
     c = report.checkpoint
+    facts = report.facts
     lines = [f"path:       {c.path}"]
-    fmt = c.format + (f" ({c.metadata.get('shard_format')} shards: {len(c.metadata.get('shards', []))})"
-                      if c.format == Format.SHARDED else "")
+    fmt = c.format + (f" ({facts.sharded.shard_format} shards: {facts.sharded.shards})"
+                      if facts.sharded is not None else "")
     lines.append(f"format:     {fmt}" + ("  (TorchScript archive)" if c.format == Format.TORCHSCRIPT else ""))
     layout = c.layout
     if c.framework:
         layout += f", {c.framework}"
     lines.append(f"layout:     {layout}")
-    ds = c.metadata.get("deepspeed") if c.format == Format.DEEPSPEED else None
-    if isinstance(ds, dict):  # what was consolidated: the run the partitions come from
-        universal = ds.get("layout") == "universal"
-        kind = "universal checkpoint" if universal else f"ZeRO-{ds.get('zero_stage')}"
-        parallel = (f", {'merged from' if universal else ds.get('layout')} pp={ds.get('pp')} tp={ds.get('tp')}"
-                    if "pp" in ds else "")
-        moe = ds.get("moe")
-        experts = (f", MoE {len(moe['num_experts'])} layer(s) x {'/'.join(map(str, moe['num_experts']))} experts "
-                   f"({moe['expert_files']} expert files)" if isinstance(moe, dict) and moe.get("num_experts") else "")
-        lines.append(f"training:   DeepSpeed {kind}, {ds.get('world_size')} rank(s){parallel}, "
-                     f"{ds.get('dtype')}{experts}, tag {ds.get('tag')} (DeepSpeed {ds.get('ds_version', '?')})")
-    meg = c.metadata.get("megatron") if c.framework == "megatron" else None
-    if isinstance(meg, dict) and c.format == Format.MEGATRON_LEGACY:  # Megatron-LM's mp_rank_XX folders
-        merged = meg.get("tp_rules")
-        how = (f", merged by {merged.get('from')}" if isinstance(merged, dict) else "") if meg.get("tp", 1) != 1 else ""
-        lines.append(f"training:   Megatron-LM legacy checkpoint, iteration {meg.get('iteration')}, "
-                     f"pp={meg.get('pp')} tp={meg.get('tp')}{how}")
-    elif isinstance(meg, dict):  # Megatron-core torch_dist: what metadata.json and common.pt say
-        backend = meg.get("metadata.json") or {}
-        common = meg.get("common.pt")
-        lines.append(f"training:   Megatron-core {backend.get('sharded_backend', '?')} "
-                     f"v{backend.get('sharded_backend_version', '?')}; layers "
-                     f"{'unstacked' if meg.get('unstacked') else 'stacked'} ({meg.get('stacked_layers') or 0}); "
-                     f"common.pt: {', '.join(sorted(common)[:8]) or 'empty' if isinstance(common, dict) else 'none'}"
-                     + ("; saved with " + " ".join(f"{k}={v}" for k, v in meg["parallel"].items())
-                        if isinstance(meg.get("parallel"), dict) else ""))
-    dist = c.metadata.get("distributed_safetensors") if c.format == Format.DIST_SAFETENSORS else None
-    if isinstance(dist, dict):
-        lines.append(f"training:   torch.distributed.checkpoint HuggingFaceStorageWriter(save_distributed=True), "
-                     f"{dist.get('ranks')} rank(s), {dist.get('files')} file(s), {dist.get('slices')} slices")
+    lines += _training_lines(facts)
     from .hf_folder import folder_lines
 
     lines.extend(folder_lines(c.metadata))  # a library's folder: who wrote it, what config.json says
+    return lines + _contents_lines(report)
+
+
+def _contents_lines(report: InspectReport) -> list[str]:
+    """Where the state_dict is, what it holds, the other metadata and the weights_only prediction."""
+    c = report.checkpoint
+    lines = []
     if c.state_dict_key is not None:
         where = repr(c.state_dict_key) if c.state_dict_key else "top level"
         lines.append(f"state_dict: {where}")
@@ -132,6 +111,44 @@ def summary_lines(report: InspectReport) -> list[str]:
         lines.append(f"weights_only: {first}")
         lines.extend(f"            {line}" for line in rest)
     return lines
+
+
+def _training_lines(facts: SourceFacts) -> list[str]:
+    """The run a checkpoint comes from: DeepSpeed, Megatron-LM or -core, a distributed safetensors writer."""
+    lines = []
+    if facts.deepspeed is not None:  # what was consolidated: the run the partitions come from
+        lines.append(_deepspeed_line(facts.deepspeed))
+    if facts.megatron_legacy is not None:  # Megatron-LM's mp_rank_XX folders
+        meg = facts.megatron_legacy
+        how = f", merged by {meg.merged_by}" if meg.merged else ""
+        lines.append(f"training:   Megatron-LM legacy checkpoint, iteration {meg.iteration}, "
+                     f"pp={meg.pp} tp={meg.tp}{how}")
+    elif facts.megatron_core is not None:  # Megatron-core torch_dist: what metadata.json and common.pt say
+        lines.append(_megatron_core_line(facts.megatron_core))
+    dist = facts.distributed
+    if dist is not None:
+        lines.append(f"training:   torch.distributed.checkpoint HuggingFaceStorageWriter(save_distributed=True), "
+                     f"{dist.ranks} rank(s), {dist.files} file(s), {dist.slices} slices")
+    return lines
+
+
+def _deepspeed_line(ds: DeepSpeedRun) -> str:
+    kind = "universal checkpoint" if ds.universal else f"ZeRO-{ds.zero_stage}"
+    parallel = ""
+    if ds.parallel is not None:
+        pp, tp = ds.parallel
+        parallel = f", {'merged from' if ds.universal else ds.layout} pp={pp} tp={tp}"
+    experts = (f", MoE {len(ds.experts)} layer(s) x {'/'.join(map(str, ds.experts))} experts "
+               f"({ds.expert_files} expert files)" if ds.experts else "")
+    return (f"training:   DeepSpeed {kind}, {ds.world_size} rank(s){parallel}, {ds.dtype}{experts}, tag {ds.tag} "
+            f"(DeepSpeed {ds.version})")
+
+
+def _megatron_core_line(meg: MegatronCore) -> str:
+    common = "none" if meg.common_keys is None else ", ".join(meg.common_keys[:8]) or "empty"
+    saved = "" if meg.saved_with is None else "; saved with " + " ".join(f"{k}={v}" for k, v in meg.saved_with)
+    return (f"training:   Megatron-core {meg.backend} v{meg.backend_version}; layers "
+            f"{'unstacked' if meg.unstacked else 'stacked'} ({meg.stacked_layers}); common.pt: {common}{saved}")
 
 
 def render_table(report: InspectReport) -> str:

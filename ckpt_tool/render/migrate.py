@@ -84,6 +84,15 @@ def cast_line(report: MigrateReport) -> str | None:
 
 
 def render(report: MigrateReport) -> str:
+    out = _plan_lines(report) + _beside_lines(report) + target_lines(report) + _outcome_lines(report)
+    if report.warnings:
+        out.append("warnings:")
+        out.extend(f"  - {w}" for w in report.warnings)
+    return "\n".join(out)
+
+
+def _plan_lines(report: MigrateReport) -> list[str]:
+    """Source, output, rules and what they do to the keys and tensors."""
     out = [f"source:   {report.source} ({report.source_format})",
            f"output:   {report.output or '-'} ({report.format})"
            + ("  [dry run: nothing written]" if report.dry_run else "")]
@@ -107,6 +116,12 @@ def render(report: MigrateReport) -> str:
     total = sum(t.nbytes for t in report.tensors)
     out.append(f"tensors:  {len(report.tensors)} ({human_bytes(total)})"
                + (f", {len(report.aliases)} tied (stored once)" if report.aliases else ""))
+    return out
+
+
+def _beside_lines(report: MigrateReport) -> list[str]:
+    """What the output holds beside the tensors: shards, metadata, copied files, sanitized objects."""
+    out = []
     if report.shards:
         out.append(f"shards:   {len(report.shards)}")
     if report.metadata_kept:
@@ -124,23 +139,23 @@ def render(report: MigrateReport) -> str:
         out.extend(f"  {c}" for c in report.sanitized[:40])
         if len(report.sanitized) > 40:
             out.append(f"  ... and {len(report.sanitized) - 40} more (--json lists them all)")
-    out.extend(target_lines(report))
+    return out
+
+
+def _outcome_lines(report: MigrateReport) -> list[str]:
+    """The plan of a dry run, or what became of the output: failed, or verified and written."""
     if report.dry_run:
-        out.append("")
-        out.append(plan_table(report))
-    elif report.failures and any(c.loss.overflowed for c in report.cast_loss) and not report.overflow_allowed:
-        out.append("CAST FAILED: values became inf/NaN or were clamped; nothing was written "
-                   "(an existing output was left as it was)")
-        out.extend(f"  - {f}" for f in report.failures)
-    elif report.failures:
-        out.append("VERIFICATION FAILED: the output was removed (an existing output was left as it was)")
-        out.extend(f"  - {f}" for f in report.failures)
-    elif report.written:
-        out.append(verification_line(report))
-        if report.weights_only_load is not None:
-            out.append(f"weights_only: torch.load(weights_only=True) in a fresh process: {report.weights_only_load}")
-        out.append(f"wrote:    {report.output} ({human_bytes(report.bytes_written)})")
-    if report.warnings:
-        out.append("warnings:")
-        out.extend(f"  - {w}" for w in report.warnings)
-    return "\n".join(out)
+        return ["", plan_table(report)]
+    if report.failures and any(c.loss.overflowed for c in report.cast_loss) and not report.overflow_allowed:
+        return ["CAST FAILED: values became inf/NaN or were clamped; nothing was written "
+                "(an existing output was left as it was)"] + [f"  - {f}" for f in report.failures]
+    if report.failures:
+        return (["VERIFICATION FAILED: the output was removed (an existing output was left as it was)"]
+                + [f"  - {f}" for f in report.failures])
+    if not report.written:
+        return []
+    out = [verification_line(report)]
+    if report.weights_only_load is not None:
+        out.append(f"weights_only: torch.load(weights_only=True) in a fresh process: {report.weights_only_load}")
+    out.append(f"wrote:    {report.output} ({human_bytes(report.bytes_written)})")
+    return out

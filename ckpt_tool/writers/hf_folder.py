@@ -13,12 +13,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from ..format_names import OutputFormat
 from ..formats.hf.deploy import HfOutput
 from ..io import paths
+from .interface import PayloadMismatch, Reread, Shaped, ShapeRequest, WriteRequest, Written, folder_of
 from .output import write_all
 from .payload import SafetensorsPayload
+
+if TYPE_CHECKING:
+    from ..io.atomic.write import AtomicDir, AtomicFile
+    from .safetensors.writer import SafetensorsWriter, ShardedWriter
 
 _CHUNK = 8 << 20
 _DTYPE_FIELDS = ("torch_dtype", "dtype")  # transformers 4 writes the first, 5 the second
@@ -94,3 +100,63 @@ def write_hf_folder(folder: str, create: Callable[[str], int], payload: Safetens
             finally:
                 os.close(fd)
     return HfWritten(tuple(shards), hf.files, retyped)
+
+
+class HfFolderWriter:
+    """A folder ``from_pretrained`` loads: the weights as safetensors (sharded by ``--max-shard-size``) beside the
+    source folder's config, tokenizer and other small files (formats/hf/deploy.py chose them)."""
+
+    format = OutputFormat.HF_FOLDER
+    names = ("hf", "hf-folder")
+    extensions: tuple[str, ...] = ()
+    folder = True
+    shared = False
+    suffixes = (".safetensors", ".index.json")  # safetensors/sharded.SHARD_SUFFIXES; the copied files are named
+    reread: Reread = "mapping"  # the weights, re-read as the safetensors file or set they are; the folder after
+
+    def shape(self, request: ShapeRequest) -> Shaped:
+        """The weights as a safetensors file or set; say what from_pretrained will lack."""
+        from dataclasses import replace
+
+        from .safetensors.writer import shape_flat
+
+        shaped = shape_flat(request, self.format)
+        hf = request.hf
+        more: list[str] = []
+        configs = ("config.json", "adapter_config.json", f"{hf.weights_dir}/config.json") if hf is not None else ()
+        if hf is not None and not any(c in hf.files for c in configs):
+            more.append("the output folder gets no config.json, which from_pretrained needs"
+                        + (f" ({hf.copy_from} holds none)" if hf.copy_from else "")
+                        + ": --config-from DIR copies a model's config and tokenizer files"
+                        + (f" (e.g. --config-from {hf.hint})" if hf.hint else ""))
+        if hf is not None:
+            pickled = [f for f in hf.files if f.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
+            if pickled:
+                more.append(f"copied as they are, not migrated: {', '.join(pickled[:5])} (another module's pickled "
+                            "weights: `ckpt scan` them before loading)")
+        return replace(shaped, warnings=shaped.warnings + tuple(more))
+
+    def sizes(self, request: WriteRequest) -> list[int]:
+        return _weights_writer(request).sizes(request)
+
+    def bound(self, request: WriteRequest) -> tuple[int, int] | None:
+        return _weights_writer(request).bound(request)
+
+    def write(self, into: AtomicFile | AtomicDir, request: WriteRequest) -> Written:
+        from .safetensors.writer import payload_of
+
+        tmp, payload, p, hf = folder_of(into), payload_of(request, self.format), request.progress, request.hf
+        if hf is None:
+            raise PayloadMismatch("a Hugging Face folder output was planned without its folder plan")
+        cast_to = request.cast_to
+        p.start("writing", sum(t.nbytes for t in payload.stored))
+        written = write_hf_folder(tmp.path, tmp.create, payload, hf, request.shard_bytes, cast_to, p.advance)
+        notes = (f"{written.retyped}: its dtype field rewritten to {cast_to}, the dtype the weights were cast to "
+                 "(the other copied files are byte for byte the source's)",) if written.retyped else ()
+        return Written(written.shards, notes)
+
+
+def _weights_writer(request: WriteRequest) -> SafetensorsWriter | ShardedWriter:
+    from .safetensors.writer import SafetensorsWriter, ShardedWriter
+
+    return ShardedWriter() if request.shard_bytes else SafetensorsWriter()

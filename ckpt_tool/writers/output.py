@@ -156,51 +156,76 @@ def copy_region(out: Output, region: Region, *, crc: bool = False,
     start, size = source.region(ref.key)
     if region.offset + region.length > size:
         source.read(ref.key, region.offset, region.length)  # raises the reader's own error
+
     def copied(n: int) -> None:
         out.wrote(n)
         if on_bytes is not None:
             on_bytes(n)
 
     if not _page_aligned(start + region.offset, out.fd):  # one pass through the buffer, the CRC on the way
-        value = crc_start
-        for piece in stream_region(ref, region.offset, region.length):
-            if crc:
-                value = zlib.crc32(piece, value)
-            copied(write_all(out.fd, piece))
-        out.pos += region.length
-        return value if crc else 0
-    src_fd = source.fd()  # opened here, before a second thread could race to open it
-    crcs: list[int] = [crc_start]  # what the checksum thread hands back: its CRC, or the error it met
-    errors: list[BaseException] = []
-    stop = threading.Event()
-    worker = None
-    if crc:
-        def checksum() -> None:
-            value = crc_start
-            try:
-                for piece in region.chunks():
-                    if stop.is_set():
-                        return
-                    value = zlib.crc32(piece, value)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
-                errors.append(exc)
-                return
-            crcs[0] = value
+        value = _copy_buffered(out.fd, region, copied, crc_start if crc else None)
+    else:
+        value = _copy_in_kernel(out.fd, source.fd(), start, region, copied, crc_start if crc else None)
+    out.pos += region.length
+    return value if crc else 0
 
-        worker = threading.Thread(target=checksum, name="ckpt-crc", daemon=True)
-        worker.start()
+
+def _copy_buffered(fd: int, region: Region, copied: Callable[[int], None], crc: int | None) -> int:
+    """``region`` written through the buffer; its CRC32 continued from ``crc`` (0 when None)."""
+    value = crc or 0
+    for piece in stream_region(region.ref, region.offset, region.length):
+        if crc is not None:
+            value = zlib.crc32(piece, value)
+        copied(write_all(fd, piece))
+    return value
+
+
+class _Checksum:
+    """The CRC32 of a region computed on a second thread while the kernel copies it."""
+
+    def __init__(self, region: Region, start: int) -> None:
+        self.value = start
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+        self._region = region
+        self._thread = threading.Thread(target=self._run, name="ckpt-crc", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        value = self.value
+        try:
+            for piece in self._region.chunks():
+                if self.stop.is_set():
+                    return
+                value = zlib.crc32(piece, value)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
+            self.error = exc
+            return
+        self.value = value
+
+    def join(self) -> None:
+        self._thread.join()
+
+
+def _copy_in_kernel(fd: int, src_fd: int, start: int, region: Region, copied: Callable[[int], None],
+                    crc: int | None) -> int:
+    """``region`` (at ``start`` in ``src_fd``, opened before a second thread could race to open it) copied in the
+    kernel where it can be, the rest through the buffer; its CRC32 continued from ``crc`` (0 when None)."""
+    checksum = _Checksum(region, crc) if crc is not None else None
     try:
-        done = _kernel_copy(src_fd, out.fd, start + region.offset, region.length, copied)
+        done = _kernel_copy(src_fd, fd, start + region.offset, region.length, copied)
         if done < region.length:  # no kernel copy here: the rest through the buffer
-            for piece in stream_region(ref, region.offset + done, region.length - done):
-                copied(write_all(out.fd, piece))
+            for piece in stream_region(region.ref, region.offset + done, region.length - done):
+                copied(write_all(fd, piece))
     except BaseException:
-        stop.set()
+        if checksum is not None:
+            checksum.stop.set()
         raise
     finally:
-        if worker is not None:
-            worker.join()
-    if errors:
-        raise errors[0]
-    out.pos += region.length
-    return crcs[0]
+        if checksum is not None:
+            checksum.join()
+    if checksum is None:
+        return 0
+    if checksum.error is not None:
+        raise checksum.error
+    return checksum.value

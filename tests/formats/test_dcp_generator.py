@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import generate_dcp as gd  # noqa: E402
 
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 
 FSDP = ROOT / "fixtures" / "dcp_multi" / "accelerate" / "pytorch_model_fsdp_0"
 SHARDED = [("tok.weight", (10, 4), torch.float32), ("odd.weight", (7, 4), torch.float32),

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
 from ckpt_tool import load  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 from ckpt_tool.formats.dcp.stream import DcpStreamSource  # noqa: E402
 
 MULTI = ROOT / "fixtures" / "dcp_multi"

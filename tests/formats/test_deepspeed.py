@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import generate_training as gt  # noqa: E402
 
 from ckpt_tool import load  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 from ckpt_tool.formats.deepspeed.merge import zero2_group, zero3_params  # noqa: E402
 from ckpt_tool.io.segments import Part, SegmentSource, concat_slice  # noqa: E402
 

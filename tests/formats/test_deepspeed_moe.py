@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cli
 
-from ckpt_tool.commands.migrate.command import migrate
+from ckpt_tool.commands.migrate import migrate
 from tests.helpers.bits import raw_bytes
 
 MOE = ROOT / "fixtures" / "deepspeed_moe"

@@ -27,7 +27,7 @@ import generate_deepspeed_parallel as gp  # noqa: E402
 from test_deepspeed_layout_generator import load, pickle_globals, signature  # noqa: E402
 
 from ckpt_tool import load as ckpt_load  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 
 FIXTURES = ROOT / "fixtures" / "deepspeed_parallel"
 

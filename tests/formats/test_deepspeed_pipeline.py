@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
 from ckpt_tool import load  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 
 RUN = ROOT / "fixtures" / "deepspeed_parallel" / "pipeline"
 

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
 from ckpt_tool import load  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dist_safetensors"  # fixtures/dist_safetensors/generate.py
 

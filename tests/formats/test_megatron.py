@@ -149,7 +149,7 @@ def strict_loads(tmp_path_factory) -> str:
     """Each layout migrated to .pth, then loaded strictly by TP=1 models in ONE megatron subprocess."""
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
         pytest.skip("megatron-core is not installed (test-only: requirements-test.txt)")
-    from ckpt_tool.commands.migrate.command import migrate
+    from ckpt_tool.commands.migrate import migrate
 
     root = tmp_path_factory.mktemp("megatron-load")
     args = []
@@ -177,7 +177,7 @@ def test_a_tp1_model_loads_the_unstacked_output_strictly(strict_loads, layout, c
 
 
 def test_unstacked_safetensors_holds_each_layers_bytes(tmp_path):
-    from ckpt_tool.commands.migrate.command import migrate
+    from ckpt_tool.commands.migrate import migrate
 
     folder = MEGATRON / "pp2"
     stacked, flat = tmp_path / "stacked.safetensors", tmp_path / "flat.safetensors"

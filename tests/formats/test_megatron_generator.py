@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import generate_megatron as gm  # noqa: E402
 
 from ckpt_tool import load  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 
 COMMITTED = ROOT / "fixtures" / "megatron" / "dense"
 CONFIG = dict(hidden=8, ffn=12, vocab=16, layers=2, bias=True, norm_bias=True, position_embeddings=8)

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
 from ckpt_tool import load  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 from ckpt_tool.format_names import Format  # noqa: E402
 from ckpt_tool.formats.detect import detect  # noqa: E402
 

@@ -17,7 +17,7 @@ from conftest import ROOT
 
 from ckpt_tool.errors import UsageError
 from ckpt_tool.format_names import TpMerge
-from ckpt_tool.formats.deepspeed.tprules import TpRule, from_universal_info, parse_rules
+from ckpt_tool.formats.tp.tprules import TpRule, from_universal_info, parse_rules
 from tests.helpers import tp_fixtures as tp
 from tests.helpers.bits import bits
 from tests.helpers.errors import assert_one_line_error
@@ -77,7 +77,7 @@ torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
 from ckpt_tool import load  # noqa: E402
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 
 
 def assert_bit_equal(path: Path) -> None:

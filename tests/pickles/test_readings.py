@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ckpt_tool.commands.scan.command import scan
+from ckpt_tool.commands.scan import scan
 from ckpt_tool.formats import detect
 from tests.helpers.errors import assert_one_line_error
 from tests.hostile import builders as b

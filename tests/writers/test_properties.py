@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from ckpt_tool.commands.migrate.command import migrate
+from ckpt_tool.commands.migrate import migrate
 from ckpt_tool.errors import RuleConflict
 from ckpt_tool.formats import load
 from ckpt_tool.keys.rules import RuleSet, make_plan

@@ -1,18 +1,29 @@
-"""What ``ckpt diff`` reports: key, shape and dtype mismatches, value differences, the verdict.
+"""What ``ckpt diff`` reports: one typed part per question (parts.py), the verdict, the fix command and the JSON.
 
-Frozen dataclasses that the comparisons (diff.py, tensors/closeness.py) fill in and
-the renderers (render/diff.py) read; nothing here reads a checkpoint.
+Frozen values that the steps (steps.py) fill in and the renderers
+(render/diff.py, render/html/) read; nothing here reads a checkpoint.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...io.remote.counts import with_remote
-from ...tensors.numerics import ValueDiff
-from ...tensors.target import TiedKey
-from .rollup import AGGREGATION, Metric, Rollup
+from ...tensors.numerics.closeness import ValueDiff
+from ...tensors.target.ties import TiedKey
+from .parts import (
+    PLAIN_VIEW,
+    KeyDiff,
+    MetadataDiff,
+    Mismatch,
+    RulesApplied,
+    Sides,
+    ValueFigures,
+    ValueView,
+    WeightsOnlyPair,
+)
+from .rollup import AGGREGATION, Rollup
 
 if TYPE_CHECKING:
     from ...keys.infer import Suggestion
@@ -20,83 +31,28 @@ if TYPE_CHECKING:
     from ..loads_check.verdict import WeightsOnlyReport
 
 
-@dataclass(frozen=True)
-class Mismatch:
-    """One key whose shape (or dtype) differs: ``a`` is what A holds, ``b`` what B expects."""
-
-    key: str
-    a: Any  # shape list or dtype string
-    b: Any
-
-
-@dataclass(frozen=True)
-class ValueView:
-    """How the ``--values`` figures are presented: order, cut, rollups, histograms (none of it changes ``equal``)."""
-
-    sort: Metric | None = None  # None: A's key order
-    top: int | None = None  # keep the first N tensors of ``values`` (after sorting)
-    rollup_depth: int | None = None  # group by the first N dotted parts of the key
-    rollup_layers: bool = False  # group with every layer index folded (layers.*.attn.q.weight)
-    histograms: int = 0  # bin A, B and B-A of the first N tensors in --sort order (the HTML report)
-
-    @property
-    def wants_rollups(self) -> bool:
-        return self.rollup_depth is not None or self.rollup_layers
-
-    @property
-    def needs_norms(self) -> bool:
-        """Rollups and the report's heatmap need every tensor's norm, identical ones included."""
-        return self.wants_rollups or self.histograms > 0
-
-
-PLAIN_VIEW = ValueView()
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DiffReport:
-    """Everything ``ckpt diff`` found; ``equal`` decides the exit code."""
+    """Everything ``ckpt diff`` found, in one typed part per question; ``equal`` decides the exit code.
 
-    a: str
-    b: str
-    missing: tuple[str, ...]
-    unexpected: tuple[str, ...]
-    shape_mismatch: tuple[Mismatch, ...]
-    dtype_mismatch: tuple[Mismatch, ...]
-    value_mismatch: tuple[ValueDiff, ...]
-    values: tuple[ValueDiff, ...]
-    metadata_diff: dict[str, Any]
+    The flat names below each part (``missing``, ``values``, ``rule_steps``, ...) read the parts: callers of
+    the Python API have used them since diff had one, and the JSON keeps them.
+    """
+
+    sides: Sides
+    keys: KeyDiff
+    figures: ValueFigures
+    rewrite: RulesApplied
+    metadata: MetadataDiff
     suggestion: Suggestion | None
+    weights_only: WeightsOnlyPair
     warnings: tuple[str, ...]
-    b_kind: str = "checkpoint"  # or "target"
-    a_format: str = ""
-    b_format: str = ""
-    a_count: int = 0
-    b_count: int = 0
-    compared_values: bool = False
-    atol: float = 1e-8
-    rtol: float = 1e-5
     fail_on_metadata: bool = False
-    key: str | None = None
-    key_b: str | None = None
-    target_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    plain_tensor_attributes: tuple[str, ...] = ()
-    tied: tuple[TiedKey, ...] = ()  # missing keys the --target's shared Parameters fill (still in ``missing``)
-    # torch.load(weights_only=True) of each side (b: None for a --target); never part of ``equal``
-    weights_only_a: WeightsOnlyReport | None = None
-    weights_only_b: WeightsOnlyReport | None = None
     remote: dict[str, int] | None = None  # requests and bytes, when a path was a URL
-    compared: int = 0  # pairs whose values were compared (``values`` may be cut to --top)
-    all_values: tuple[ValueDiff, ...] = ()  # every compared pair, in A's order (the HTML heatmap); not in JSON
-    rollups: tuple[Rollup, ...] = ()
-    view: ValueView = PLAIN_VIEW
-    rules: RuleSet | None = None  # applied to A's keys before comparing, as one set (None if they are not one)
-    rule_steps: tuple[RuleSet, ...] = ()  # the rules given, then those --auto inferred, applied in turn
-    fix_rules: RuleSet | None = None  # with rules given: the one rewrite of A's own keys the fix command states
-    renamed: int = 0  # A's keys those rules changed
 
     @property
     def metadata_differs(self) -> bool:
-        return any(self.metadata_diff.get(k) for k in ("changed", "only_a", "only_b"))
+        return self.metadata.differs
 
     @property
     def equal(self) -> bool:
@@ -105,7 +61,7 @@ class DiffReport:
         Metadata differences (epoch, optimizer, ...) count only with
         ``fail_on_metadata``: they never change what load_state_dict does.
         """
-        differs = self.missing or self.unexpected or self.shape_mismatch or self.dtype_mismatch or self.value_mismatch
+        differs = self.keys.differs or bool(self.figures.value_mismatch)
         return not differs and not (self.fail_on_metadata and self.metadata_differs)
 
     def migrate_command(self, output: str | None = None) -> str | None:
@@ -154,45 +110,191 @@ class DiffReport:
         return " then ".join(step.describe() for step in self.rule_steps)
 
     def to_json(self) -> dict[str, Any]:
-        suggestion = None
-        if self.suggestion is not None:
-            suggestion = self.suggestion.to_json()
-            suggestion["command"] = self.migrate_command()
-            suggestion["dropped_keys"] = self.dropped_by_fix()
+        """The JSON CONTRACT fixes: flat keys in this order, whichever part holds them."""
+        sides, keys, figures = self.sides, self.keys, self.figures
         return with_remote({
             "equal": self.equal,
-            "a": self.a,
-            "b": self.b,
-            "b_kind": self.b_kind,
-            "a_format": self.a_format,
-            "b_format": self.b_format,
-            "a_tensors": self.a_count,
-            "b_tensors": self.b_count,
-            "missing": list(self.missing),
-            "unexpected": list(self.unexpected),
-            "shape_mismatch": [{"key": m.key, "a": m.a, "b": m.b} for m in self.shape_mismatch],
-            "dtype_mismatch": [{"key": m.key, "a": m.a, "b": m.b} for m in self.dtype_mismatch],
-            "value_mismatch": [v.to_json() for v in self.value_mismatch],
-            "values_compared": self.compared_values,
-            "values": [v.to_json() for v in self.values] if self.compared_values else None,
-            "values_total": self.compared if self.compared_values else None,
-            "sort": self.view.sort.value if self.view.sort is not None else None,
-            "top": self.view.top,
-            "rollups": ({"depth": self.view.rollup_depth, "layers_folded": self.view.rollup_layers,
-                         "aggregation": dict(AGGREGATION), "groups": [g.to_json() for g in self.rollups]}
-                        if self.view.wants_rollups else None),
-            "rules_applied": ({"options": [a for step in self.rule_steps for a in step.cli_args()],
-                               "steps": [step.cli_args() for step in self.rule_steps], "renamed": self.renamed,
-                               "command": self.migrate_command()} if self.rule_steps else None),
-            "atol": self.atol,
-            "rtol": self.rtol,
-            "metadata_diff": self.metadata_diff,
-            "suggestion": suggestion,
-            "plain_tensor_attributes": list(self.plain_tensor_attributes),
-            "tied": [t.to_json() for t in self.tied],
+            "a": sides.a,
+            "b": sides.b,
+            "b_kind": sides.b_kind,
+            "a_format": sides.a_format,
+            "b_format": sides.b_format,
+            "a_tensors": sides.a_count,
+            "b_tensors": sides.b_count,
+            "missing": list(keys.missing),
+            "unexpected": list(keys.unexpected),
+            "shape_mismatch": [{"key": m.key, "a": m.a, "b": m.b} for m in keys.shape_mismatch],
+            "dtype_mismatch": [{"key": m.key, "a": m.a, "b": m.b} for m in keys.dtype_mismatch],
+            **self._values_json(),
+            "rules_applied": self._rules_json(),
+            "atol": figures.atol,
+            "rtol": figures.rtol,
+            "metadata_diff": self.metadata.to_json(),
+            "suggestion": self._suggestion_json(),
+            "plain_tensor_attributes": list(sides.plain_tensor_attributes),
+            "tied": [t.to_json() for t in keys.tied],
             "warnings": list(self.warnings),
-            "weights_only": {
-                "a": self.weights_only_a.to_json() if self.weights_only_a is not None else None,
-                "b": self.weights_only_b.to_json() if self.weights_only_b is not None else None,
-            },
+            "weights_only": self.weights_only.to_json(),
         }, self.remote)
+
+    def _values_json(self) -> dict[str, Any]:
+        f, view = self.figures, self.figures.view
+        return {
+            "value_mismatch": [v.to_json() for v in f.value_mismatch],
+            "values_compared": f.compared_values,
+            "values": [v.to_json() for v in f.values] if f.compared_values else None,
+            "values_total": f.compared if f.compared_values else None,
+            "sort": view.sort.value if view.sort is not None else None,
+            "top": view.top,
+            "rollups": ({"depth": view.rollup_depth, "layers_folded": view.rollup_layers,
+                         "aggregation": dict(AGGREGATION), "groups": [g.to_json() for g in f.rollups]}
+                        if view.wants_rollups else None),
+        }
+
+    def _rules_json(self) -> dict[str, Any] | None:
+        steps = self.rewrite.steps
+        if not steps:
+            return None
+        return {"options": [a for step in steps for a in step.cli_args()],
+                "steps": [step.cli_args() for step in steps], "renamed": self.rewrite.renamed,
+                "command": self.migrate_command()}
+
+    def _suggestion_json(self) -> dict[str, Any] | None:
+        if self.suggestion is None:
+            return None
+        out = self.suggestion.to_json()
+        out["command"] = self.migrate_command()
+        out["dropped_keys"] = self.dropped_by_fix()
+        return out
+
+    # ---------------------------------------------- the flat names of the Python API, read from the parts
+    @property
+    def a(self) -> str:
+        return self.sides.a
+
+    @property
+    def b(self) -> str:
+        return self.sides.b
+
+    @property
+    def b_kind(self) -> str:
+        return self.sides.b_kind
+
+    @property
+    def a_format(self) -> str:
+        return self.sides.a_format
+
+    @property
+    def b_format(self) -> str:
+        return self.sides.b_format
+
+    @property
+    def a_count(self) -> int:
+        return self.sides.a_count
+
+    @property
+    def b_count(self) -> int:
+        return self.sides.b_count
+
+    @property
+    def key(self) -> str | None:
+        return self.sides.key
+
+    @property
+    def key_b(self) -> str | None:
+        return self.sides.key_b
+
+    @property
+    def target_kwargs(self) -> Mapping[str, object]:
+        return self.sides.target_kwargs
+
+    @property
+    def plain_tensor_attributes(self) -> tuple[str, ...]:
+        return self.sides.plain_tensor_attributes
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return self.keys.missing
+
+    @property
+    def unexpected(self) -> tuple[str, ...]:
+        return self.keys.unexpected
+
+    @property
+    def shape_mismatch(self) -> tuple[Mismatch, ...]:
+        return self.keys.shape_mismatch
+
+    @property
+    def dtype_mismatch(self) -> tuple[Mismatch, ...]:
+        return self.keys.dtype_mismatch
+
+    @property
+    def tied(self) -> tuple[TiedKey, ...]:
+        return self.keys.tied
+
+    @property
+    def compared_values(self) -> bool:
+        return self.figures.compared_values
+
+    @property
+    def atol(self) -> float:
+        return self.figures.atol
+
+    @property
+    def rtol(self) -> float:
+        return self.figures.rtol
+
+    @property
+    def view(self) -> ValueView:
+        return self.figures.view
+
+    @property
+    def value_mismatch(self) -> tuple[ValueDiff, ...]:
+        return self.figures.value_mismatch
+
+    @property
+    def values(self) -> tuple[ValueDiff, ...]:
+        return self.figures.values
+
+    @property
+    def compared(self) -> int:
+        return self.figures.compared
+
+    @property
+    def all_values(self) -> tuple[ValueDiff, ...]:
+        return self.figures.all_values
+
+    @property
+    def rollups(self) -> tuple[Rollup, ...]:
+        return self.figures.rollups
+
+    @property
+    def rule_steps(self) -> tuple[RuleSet, ...]:
+        return self.rewrite.steps
+
+    @property
+    def rules(self) -> RuleSet | None:
+        return self.rewrite.merged
+
+    @property
+    def fix_rules(self) -> RuleSet | None:
+        return self.rewrite.fix
+
+    @property
+    def renamed(self) -> int:
+        return self.rewrite.renamed
+
+    @property
+    def metadata_diff(self) -> dict[str, list[dict[str, object]]]:
+        return self.metadata.to_json()
+
+    @property
+    def weights_only_a(self) -> WeightsOnlyReport | None:
+        return self.weights_only.a
+
+    @property
+    def weights_only_b(self) -> WeightsOnlyReport | None:
+        return self.weights_only.b
+
+
+__all__ = ["PLAIN_VIEW", "DiffReport", "Mismatch", "ValueView"]

@@ -2,6 +2,6 @@
 
 # The surface siblings and users import (``from ckpt_tool.commands.gate import gate`` as before the
 # package split); the modules below it are the feature's own.
-from .command import GateReport, gate
+from .command import GateCall, GateOptions, GateReport, gate, gate_paths
 
-__all__ = ["GateReport", "gate"]
+__all__ = ["GateCall", "GateOptions", "GateReport", "gate", "gate_paths"]

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import CkptError, UsageError
 from ...exit_codes import outcome_code
+from ...formats.options import Keyed, Limited, Predicting, SourceOptions, TpRulesFile
 from ...io.remote.counts import counts_remote, with_remote
-from ...limits import DEFAULT_LIMITS, Limits
 from ...progress import NO_PROGRESS, Progress
+from ..keywords import Counted, options_of, source_of, verb
 from .checks import (
     Check,
     check_dtype_policy,
@@ -31,7 +32,6 @@ from .names import CheckName
 from .policy import Policy
 
 if TYPE_CHECKING:
-    from ...formats.deepspeed import TpRules
     from ...tensors.target import TargetSpec
 
 
@@ -72,29 +72,28 @@ class GateReport:
                             "policy": self.policy.to_json()}, self.remote)
 
 
-@counts_remote("paths")
-def gate(
-    paths: Sequence[str | os.PathLike[str]],
-    *,
-    target: TargetSpec | None = None,
-    target_kwargs: Mapping[str, Any] | None = None,
-    policy: Policy | None = None,
-    key: str | None = None,
-    strict: bool | None = None,
-    nan_check: bool | None = None,
-    allowed_float_dtypes: Sequence[str] | None = None,
-    max_file_size: int | str | None = None,
-    required_metadata: Sequence[str] | None = None,
-    sha256: str | None = None,
-    weights_only_check: bool | None = None,
-    allow_globals: Sequence[str] | None = None,
-    torch_version: str | None = None,
-    require_dtype: bool | None = None,
-    skip: Sequence[str] | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-    progress: Progress = NO_PROGRESS,
-    tp_rules: str | None = None,
-) -> GateReport:
+@dataclass(frozen=True, kw_only=True)
+class GateOptions:
+    """gate's own options; those that are not None override the policy's (how the files are read, and the
+    policy's ``key`` and ``weights_only_torch``, come from the SourceOptions beside them)."""
+
+    target: TargetSpec | None = None
+    target_kwargs: Mapping[str, Any] | None = None
+    policy: Policy | None = None
+    strict: bool | None = None
+    nan_check: bool | None = None
+    allowed_float_dtypes: Sequence[str] | None = None
+    max_file_size: int | str | None = None
+    required_metadata: Sequence[str] | None = None
+    sha256: str | None = None
+    weights_only_check: bool | None = None
+    allow_globals: Sequence[str] | None = None
+    require_dtype: bool | None = None
+    skip: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class GateCall(GateOptions, Counted, TpRulesFile, Predicting, Limited, Keyed):
     """Check each path against the policy; arguments that are not None override it.
 
     ``target`` is a SPEC, or from Python an nn.Module class or instance (the policy shows its name).
@@ -106,6 +105,21 @@ def gate(
     Megatron-LM ``mp_rank_XX`` folder or a DeepSpeed run without universal_checkpoint_info is then checked as
     the merged model instead of failing ``readable``.
     """
+
+    paths: Sequence[str | os.PathLike[str]]
+
+
+def _called(call: GateCall) -> GateReport:
+    return gate_paths(call.paths, source_of(call), options_of(GateOptions, call), call.progress)
+
+
+gate = verb("gate", GateCall, _called)  # the Python verb: keyword arguments (commands/keywords.py)
+
+
+@counts_remote("paths")
+def gate_paths(paths: Sequence[str | os.PathLike[str]], source: SourceOptions, options: GateOptions,
+               progress: Progress = NO_PROGRESS) -> GateReport:
+    """Check each path against the policy, overridden by ``options`` and ``source.key``/``torch_version``."""
     if not paths:
         raise UsageError("give at least one checkpoint to gate")
     if isinstance(paths, (str, os.PathLike)):
@@ -114,20 +128,7 @@ def gate(
     if held:
         raise UsageError(f"gate checks files and folders (the bytes that are deployed: their pickles, size and pin), "
                          f"not a {held[0]}: save it first, or compare it with ckpt_tool.diff / ckpt_tool.inspect")
-    from ...tensors.target import target_label  # light: building one imports torch, naming one does not
-
-    pol = (policy or Policy()).with_overrides(
-        target=target_label(target) if target is not None else None,
-        target_kwargs=dict(target_kwargs) if target_kwargs is not None else None, key=key,
-        strict=strict, nan_check=nan_check,
-        allowed_float_dtypes=tuple(allowed_float_dtypes) if allowed_float_dtypes else None,
-        max_file_size=max_file_size, required_metadata=tuple(required_metadata) if required_metadata else None,
-        sha256=sha256, weights_only_check=weights_only_check,
-        weights_only_allow=tuple(dict.fromkeys((policy or Policy()).weights_only_allow + tuple(allow_globals)))
-        if allow_globals else None,
-        weights_only_torch=torch_version, require_target_dtype=require_dtype,
-        skip=tuple((policy or Policy()).skip) + tuple(skip) if skip else None,
-    )
+    pol = _policy(source, options)
     if pol.sha256 is not None and len(paths) > 1:
         raise UsageError("a single sha256 pin needs a single PATH; pin several files in the policy's [sha256] table")
     built = None
@@ -135,24 +136,42 @@ def gate(
         from ...tensors.target import build_target
 
         # a Python object (an nn.Module class or instance) is built as given; its label is only its name
+        target = options.target
         built = build_target(pol.target if target is None or isinstance(target, str) else target,
                              dict(pol.target_kwargs or {}))
-    from ...formats.deepspeed import load_rules
-
-    rules = load_rules(tp_rules) if tp_rules else None  # a bad rules file: exit 2, nothing gated
-    files = [_gate_one(os.fspath(p), pol, built, limits, progress, rules) for p in paths]
+    files = [_gate_one(os.fspath(p), pol, built, source, progress) for p in paths]
     return GateReport(tuple(files), pol)
 
 
-def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Progress,
-              tp_rules: TpRules | None) -> FileGate:
+def _policy(source: SourceOptions, o: GateOptions) -> Policy:
+    """The policy file's (or the default) policy, with the options that are not None over it."""
+    from ...tensors.target import target_label  # light: building one imports torch, naming one does not
+
+    base = o.policy or Policy()
+    return base.with_overrides(
+        target=target_label(o.target) if o.target is not None else None,
+        target_kwargs=dict(o.target_kwargs) if o.target_kwargs is not None else None, key=source.key,
+        strict=o.strict, nan_check=o.nan_check,
+        allowed_float_dtypes=tuple(o.allowed_float_dtypes) if o.allowed_float_dtypes else None,
+        max_file_size=o.max_file_size, required_metadata=tuple(o.required_metadata) if o.required_metadata else None,
+        sha256=o.sha256, weights_only_check=o.weights_only_check,
+        weights_only_allow=tuple(dict.fromkeys(base.weights_only_allow + tuple(o.allow_globals)))
+        if o.allow_globals else None,
+        weights_only_torch=source.torch_version, require_target_dtype=o.require_dtype,
+        skip=tuple(base.skip) + tuple(o.skip) if o.skip else None,
+    )
+
+
+def _gate_one(path: str, pol: Policy, built: Any, source: SourceOptions, progress: Progress) -> FileGate:
+    limits = source.limits
     safety = loads_safely(path, pol, limits)
     checks = [safety.check]
     danger = safety.dangerous
     try:
-        from ...formats import load
+        from ...formats import read_checkpoint
 
-        ckpt = load(path, key=pol.key, limits=limits, tp_rules=tp_rules)
+        # never unpickled: the gate judges the file as the deployment's safe loader meets it
+        ckpt = read_checkpoint(path, SourceOptions(key=pol.key, limits=limits, tp_rules=source.tp_rules))
     except CkptError as exc:
         checks.append(Check(CheckName.READABLE, False, exc.message))
         return FileGate(path, tuple(checks), exc.message, danger)
@@ -178,4 +197,4 @@ def _gate_one(path: str, pol: Policy, built: Any, limits: Limits, progress: Prog
     return FileGate(path, tuple(checks), safety.unread, danger)
 
 
-__all__ = ["Check", "CheckName", "FileGate", "GateReport", "Policy", "gate"]
+__all__ = ["Check", "CheckName", "FileGate", "GateCall", "GateOptions", "GateReport", "Policy", "gate", "gate_paths"]

@@ -36,10 +36,12 @@ class SafetyVerdict:
 def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
     """Scan ``path`` as ``ckpt scan`` does: dangerous names first, then what could not be read."""
     from ...errors import CkptError
-    from ..scan.command import scan
+    from ...formats.options import SourceOptions
+    from ..scan import ScanOptions, scan_paths
 
     try:
-        report = scan([path], strict=pol.strict, limits=limits, allow_globals=pol.weights_only_allow)
+        report = scan_paths([path], SourceOptions(limits=limits),
+                            ScanOptions(strict=pol.strict, allow_globals=pol.weights_only_allow))
     except CkptError as exc:  # nothing to scan at all (a folder holding no checkpoint data)
         return SafetyVerdict(Check(CheckName.LOADS_SAFELY, False, f"could not be scanned: {exc.message}"), False,
                              exc.message)

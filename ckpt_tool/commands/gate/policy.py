@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -181,36 +181,39 @@ def _normalise(values: dict[str, Any], origin: str, names: Mapping[str, str] | N
         return names.get(name, name) if names is not None else f"{origin}: {name}"
 
     out = dict(values)
-    for name in ("target", "key"):
-        if name in out and not isinstance(out[name], str):
-            raise UsageError(f"{label(name)} must be a string")
-    for name in ("strict", "nan_check", "ignore_target_dtype", "require_target_dtype", "weights_only_check"):
-        if name in out and not isinstance(out[name], bool):
-            raise UsageError(f"{label(name)} must be true or false")
-    if "target_kwargs" in out and not isinstance(out["target_kwargs"], Mapping):
-        raise UsageError(f"{label('target_kwargs')} must be a table of keyword arguments")
-    for name in ("allowed_float_dtypes", "allowed_dtypes"):
+    for name, convert in _CONVERTERS:  # in this order: the first bad value is the one reported
         if name in out:
-            out[name] = _dtype_list(out[name], label(name))
-    if "required_metadata" in out:
-        keys = out["required_metadata"]
-        if isinstance(keys, str):
-            keys = [keys]
-        if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) and k for k in keys):
-            raise UsageError(f"{label('required_metadata')} must be a list of key names")
-        out["required_metadata"] = tuple(keys)
-    for name in ("max_file_size", "max_metadata_bytes"):
-        if name in out:
-            out[name] = parse_size(out[name], label(name))
-    if "skip" in out:
-        out["skip"] = _check_names(out["skip"], label("skip"))
-    if "weights_only_allow" in out:
-        out["weights_only_allow"] = _global_names(out["weights_only_allow"], label("weights_only_allow"))
-    if "weights_only_torch" in out:
-        out["weights_only_torch"] = _torch_version(out["weights_only_torch"], label("weights_only_torch"))
-    if "sha256" in out and out["sha256"] is not None:
-        out["sha256"] = _sha(out["sha256"], label("sha256"))
+            out[name] = convert(out[name], label(name))
     return out
+
+
+def _string(value: Any, origin: str) -> str:
+    if not isinstance(value, str):
+        raise UsageError(f"{origin} must be a string")
+    return value
+
+
+def _flag(value: Any, origin: str) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{origin} must be true or false")
+    return value
+
+
+def _table(value: Any, origin: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{origin} must be a table of keyword arguments")
+    return value
+
+
+def _key_names(value: Any, origin: str) -> tuple[str, ...]:
+    keys = [value] if isinstance(value, str) else value
+    if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) and k for k in keys):
+        raise UsageError(f"{origin} must be a list of key names")
+    return tuple(keys)
+
+
+def _pin(value: Any, origin: str) -> str | None:
+    return None if value is None else _sha(value, origin)
 
 
 def _global_names(value: Any, origin: str) -> tuple[str, ...]:
@@ -285,3 +288,19 @@ def parse_size(value: Any, origin: str = "size") -> int:
     if size < 0:
         raise UsageError(f"{origin} must not be negative")
     return size
+
+
+# policy key -> its check and canonical form, in the order _normalise applies them
+_CONVERTERS: tuple[tuple[str, Callable[[Any, str], Any]], ...] = (
+    ("target", _string), ("key", _string),
+    ("strict", _flag), ("nan_check", _flag), ("ignore_target_dtype", _flag), ("require_target_dtype", _flag),
+    ("weights_only_check", _flag),
+    ("target_kwargs", _table),
+    ("allowed_float_dtypes", _dtype_list), ("allowed_dtypes", _dtype_list),
+    ("required_metadata", _key_names),
+    ("max_file_size", parse_size), ("max_metadata_bytes", parse_size),
+    ("skip", _check_names),
+    ("weights_only_allow", _global_names),
+    ("weights_only_torch", _torch_version),
+    ("sha256", _pin),
+)

@@ -11,16 +11,27 @@ from typing import Any
 
 from ...errors import InputError
 from ...formats.dcp.deferred import unread
+from ...formats.options import (
+    DEFAULT_SOURCE,
+    Keyed,
+    Limited,
+    Predicting,
+    SourceOptions,
+    TpRulesFile,
+    Unpickling,
+    Unstacking,
+)
 from ...formats.quantization import DeclaredQuantization, declared
 from ...io.paths import is_url, url_bytes
 from ...io.remote.counts import counts_remote
 from ...keys.prefixes import detect_prefixes
-from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.numerics import TensorStats, compute_stats
+from ...tensors.numerics.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
+from ..keywords import Counted, options_of, source_of, verb
 from ..loads_check.verdict import WeightsOnlyReport, assess
+from .facts import NO_FACTS, SourceFacts, source_facts
 
 
 @dataclass(frozen=True)
@@ -32,9 +43,10 @@ class InspectReport:
     stats: dict[str, TensorStats] | None = None
     file_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
-    weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (loads_check/verdict.py)
+    weights_only: WeightsOnlyReport | None = None  # None: nothing to predict from (weights_only/verdict.py)
     remote: dict[str, int] | None = None  # requests and bytes fetched, for a URL
     quantization: DeclaredQuantization | None = None  # what the checkpoint declares (formats/quantization.py)
+    facts: SourceFacts = NO_FACTS  # the run it comes from, as the readers recorded it (facts.py); not in JSON
 
     @property
     def not_read(self) -> list[tuple[str, Deferred]]:
@@ -148,31 +160,48 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
     return notes
 
 
-@counts_remote("path")
-def inspect(
-    path: CheckpointInput,
-    *,
-    key: str | None = None,
-    unsafe: bool = False,
-    stats: bool = False,
-    limits: Limits = DEFAULT_LIMITS,
-    progress: Progress = NO_PROGRESS,
-    torch_version: str | None = None,
-    tp_rules: str | None = None,
-    unstack_layers: bool = False,
-) -> InspectReport:
+@dataclass(frozen=True, kw_only=True)
+class InspectOptions:
+    """inspect's own options (how the source is read is the SourceOptions beside them)."""
+
+    stats: bool = False  # read tensor data: min/max/mean/std and NaN/Inf counts
+
+
+PLAIN_INSPECT = InspectOptions()
+
+
+@dataclass(frozen=True)
+class InspectCall(InspectOptions, Counted, TpRulesFile, Unstacking, Predicting, Limited, Unpickling, Keyed):
     """Describe a checkpoint. Reads tensor bytes only when ``stats`` is true (tensors read go to ``progress``).
 
     ``torch_version`` picks the torch whose weights_only rules the prediction
     applies (default: the installed torch, else the newest known). ``tp_rules`` names a TOML file
     saying how tensor-parallel shards merge (formats/deepspeed/tprules.py, docs/consolidate.md).
+    ``unstack_layers`` gives a Megatron torch_dist checkpoint's stacked layers their per-layer names.
+    """
+
+    path: CheckpointInput
+
+
+def _called(call: InspectCall) -> InspectReport:
+    return inspect_input(call.path, source_of(call), options_of(InspectOptions, call), call.progress)
+
+
+inspect = verb("inspect", InspectCall, _called)  # the Python verb: keyword arguments (commands/keywords.py)
+
+
+@counts_remote("path")
+def inspect_input(path: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE,
+                  options: InspectOptions = PLAIN_INSPECT, progress: Progress = NO_PROGRESS) -> InspectReport:
+    """Describe a checkpoint. Reads tensor bytes only when ``options.stats`` (tensors read go to ``progress``).
+
+    ``source.torch_version`` picks the torch whose weights_only rules the prediction
+    applies (default: the installed torch, else the newest known).
     """
     if is_path(path):
         _refuse_unread(os.fspath(path))
-    from ...formats.deepspeed import load_rules
-
-    ckpt = open_input(path, key=key, unsafe=unsafe, limits=limits,  # a path, or (Python) a state dict or module
-                      tp_rules=load_rules(tp_rules) if tp_rules else None, unstack_layers=unstack_layers)
+    ckpt = open_input(path, source)  # a path, or (Python) a state dict or module
+    stats = options.stats
     per_tensor = None
     if stats:
         per_tensor = {}
@@ -195,8 +224,9 @@ def inspect(
         stats=per_tensor,
         file_bytes=size,
         warnings=ckpt.warnings,
-        weights_only=assess(ckpt, torch_version),
+        weights_only=assess(ckpt, source.torch_version),
         quantization=declared(ckpt),
+        facts=source_facts(ckpt),
     )
 
 

@@ -121,8 +121,7 @@ def _rank_files(ck: Checkpoint, record: str, loader: str, torch_version: str | N
                 per_file: PerFile) -> tuple[FileVerdict, ...]:
     """Each rank file its reader recorded (``metadata[record]``: folder, files), its pickle read again (without
     its tensor bytes) for the prediction."""
-    from ...formats import read_file
-    from ...formats.checkpoint.loaded import ReadOptions
+    from ...formats import ReadOptions, read_file
 
     meta = ck.metadata.get(record)
     if not isinstance(meta, dict):

@@ -14,8 +14,7 @@ import re
 from collections.abc import Mapping
 
 from ...errors import CkptError
-from ...formats import read_file
-from ...formats.checkpoint.loaded import ReadOptions
+from ...formats import ReadOptions, read_file
 from ...io.paths import join
 from ...model import Checkpoint
 from ...pickles.torch_rules.inputs import SAFETENSORS as ST_INPUT

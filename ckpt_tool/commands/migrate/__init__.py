@@ -2,7 +2,10 @@
 
 # The surface siblings and users import (``from ckpt_tool.commands.migrate import migrate`` as before the
 # package split); the modules below it are the feature's own.
-from .command import migrate
+from .call import MigrateCall, migrate
+from .command import execute, run_migration
+from .plan import Hooks, MigrateOptions, MigratePlan, plan_migration
 from .report import MigrateReport
 
-__all__ = ["MigrateReport", "migrate"]
+__all__ = ["Hooks", "MigrateCall", "MigrateOptions", "MigratePlan", "MigrateReport", "execute", "migrate",
+           "plan_migration", "run_migration"]

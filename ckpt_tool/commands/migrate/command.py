@@ -19,28 +19,27 @@ import fnmatch
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ... import dtypes
 from ...errors import InputError, UsageError
 from ...format_names import OutputFormat
-from ...formats import load
+from ...formats import read_checkpoint
 from ...formats.checkpoint.locate import resolve_key
+from ...formats.options import SourceOptions
 from ...io.atomic import destination, freespace, interrupts, staletemp
 from ...io.remote.counts import counts_remote
 from ...keys.rules import Plan, RuleSet, make_plan
-from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, TensorMeta
-from ...progress import NO_PROGRESS, Progress
 from ...writers.base import OutTensor, require_data
 from ...writers.payload import Payload
 from .exact import refuse_quantized_rewrites, refuse_subclasses
 from .job import WriteJob
-from .plan import Hooks, MigratePlan, build_rules, plan_migration
+from .plan import NO_HOOKS, Hooks, MigrateOptions, MigratePlan, build_rules, plan_migration
 from .report import MigrateReport, TargetCheck
-from .shape import SHAPERS, refuse_opaque
+from .shape import refuse_opaque, shape_output
 from .write import write_and_publish
 
 if TYPE_CHECKING:
@@ -95,81 +94,15 @@ def _source_paths(src: str, ck: Checkpoint) -> list[str]:
 
 
 @counts_remote("src")  # a URL source: remote {requests, bytes} in the report
-def migrate(
-    src: str | os.PathLike[str],
-    out: str | os.PathLike[str] | None = None,
-    *,
-    to: str | None = None,
-    key: str | None = None,
-    rules: RuleSet | None = None,
-    strip_prefix: Sequence[str] = (),
-    add_prefix: str | None = None,
-    rename: Sequence[str | tuple[str, str]] = (),
-    drop: Sequence[str] = (),
-    dtype: str | None = None,
-    allow_overflow: bool = False,
-    rules_file: str | None = None,
-    tp_rules: str | None = None,
-    target: str | None = None,
-    target_kwargs: Mapping[str, object] | None = None,
-    auto: bool = False,
-    allow_missing: Sequence[str] = (),
-    devices: Sequence[str] | None = None,
-    max_shard_size: int | str | None = None,
-    workers: int | None = None,
-    state_dict_only: bool = False,
-    keep_container: bool = False,
-    config_from: str | None = None,
-    sanitize: bool = False,
-    force: bool = False,
-    dry_run: bool = False,
-    verify: bool = True,
-    unsafe: bool = False,
-    limits: Limits = DEFAULT_LIMITS,
-    progress: Progress | None = None,
-    on_rules: Callable[[RuleSet], None] | None = None,
-    on_cleaned: Callable[[staletemp.CleanReport], None] | None = None,
-    _after_write: Callable[[str], None] | None = None,
-    unstack_layers: bool = False,
-) -> MigrateReport:
-    """Rewrite SRC's keys (and format, and dtype) into OUT; see the module docstring.
+def run_migration(src: str | os.PathLike[str], out: str | os.PathLike[str] | None, source: SourceOptions,
+                  options: MigrateOptions, hooks: Hooks = NO_HOOKS) -> MigrateReport:
+    """Rewrite SRC's keys (and format, and dtype) into OUT: plan it (plan.plan_migration), then carry it out."""
+    return execute(plan_migration(src, out, source, options), hooks)
 
-    ``rules`` replaces the individual rule options when given. ``on_rules``
-    is called with rules inferred by ``auto`` before they are applied.
-    ``on_cleaned`` is called as soon as stale temporaries of killed runs were
-    removed from OUT's folder (or failed to be), whatever happens next.
-    ``_after_write`` (tests only) sees the temporary output before it is verified.
-    ``unstack_layers`` reads a Megatron torch_dist source with per-layer names (docs/consolidate.md).
-    ``sanitize`` rewrites the metadata of a torch output into types
-    ``torch.load(weights_only=True)`` accepts (writers/torchsave/sanitize.py) and proves
-    the output loads that way in a fresh process; without it, objects read
-    as placeholders are written back exactly as they were.
-    ``key`` selects the state_dict to write: the output holds that sub-dict alone, unless
-    ``keep_container`` writes it back in place inside the rest of the container.
-    ``to="hf"`` writes a Hugging Face folder that ``from_pretrained`` loads: the weights as safetensors
-    (sharded with ``max_shard_size``) beside the source folder's config and tokenizer files, or those of
-    ``config_from``.
-    ``allow_overflow`` writes an output even when a cast turned finite values
-    into inf/NaN (the counts are in the report); without it that fails, and
-    nothing is published.
-    ``tp_rules`` names a TOML file saying how a DeepSpeed run's tensor-parallel shards merge
-    (docs/consolidate.md); without it, the rules the run records (``universal_checkpoint_info``) are used.
-    ``workers`` (default: the cores, for DeepSpeed/DCP sources) write a safetensors or sharded output from
-    several processes; under ``torchrun`` every rank writes its share (commands/migrate/parallel/workers.py).
-    """
-    plan = plan_migration(
-        src, out, to=to, key=key, rules=rules, strip_prefix=strip_prefix, add_prefix=add_prefix, rename=rename,
-        drop=drop, dtype=dtype, allow_overflow=allow_overflow, rules_file=rules_file, tp_rules=tp_rules,
-        target=target, target_kwargs=target_kwargs, auto=auto, allow_missing=allow_missing, devices=devices,
-        max_shard_size=max_shard_size, workers=workers, state_dict_only=state_dict_only, keep_container=keep_container,
-        config_from=config_from, sanitize=sanitize, force=force, dry_run=dry_run, verify=verify, unsafe=unsafe,
-        limits=limits, unstack_layers=unstack_layers)
-    hooks = Hooks(progress=progress or NO_PROGRESS, on_rules=on_rules, on_cleaned=on_cleaned,
-                  after_write=_after_write)
-    s = plan.source
-    # read_values: a DCP folder's values
-    ck = load(s.path, key=s.key, unsafe=s.unsafe, limits=s.limits, read_values=True, tp_rules=s.tp_rules,
-              unstack_layers=s.unstack_layers)
+
+def execute(plan: MigratePlan, hooks: Hooks = NO_HOOKS) -> MigrateReport:
+    """Carry out a plan: read the source, then every check, write, verify and publish (the module docstring)."""
+    ck = read_checkpoint(plan.source.path, plan.source, read_values=True)  # read_values: a DCP folder's values
     try:
         return run_plan(ck, plan, hooks)
     finally:
@@ -193,7 +126,7 @@ def run_plan(ck: Checkpoint, plan: MigratePlan, hooks: Hooks) -> MigrateReport:
     chosen = resolve_key(ck.root, ck.state_dict_key or "", plan.source.path) if ck.state_dict_key else ck.root
     if built is not None:
         refuse_opaque(built, chosen, plan.rules)
-    shaped = SHAPERS[plan.output.format](ck, plan, chosen, tensors)
+    shaped = shape_output(ck, plan, chosen, tensors)
     warnings += shaped.warnings
     # 4. where it goes, and on which devices it will be proven
     run_devices, status = _devices(v.enabled and not plan.output.dry_run, v.devices)
@@ -369,4 +302,6 @@ def _devices(active: bool, devices: Sequence[str] | None) -> tuple[list[str], di
     return resolve_devices(devices)
 
 
-__all__ = ["build_rules", "check_target", "keep_packed_dtypes", "migrate", "run_plan"]
+__all__ = ["Hooks", "MigrateOptions", "MigratePlan", "build_rules", "check_target", "execute", "keep_packed_dtypes",
+           "plan_migration", "run_migration", "run_plan"]
+

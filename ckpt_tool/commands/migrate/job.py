@@ -1,8 +1,8 @@
 """A planned migration ready to write: the plan, and what planning it against the source decided.
 
 migrate.py builds one ``WriteJob`` after every check that can fail before
-writing has passed; write.py (one process) and parallel/workers.py (several)
-consume it. ``report`` is the report of the plan so far (what would be
+writing has passed; write.py (one process) and parallel/ (several) write
+it, and publish.py verifies and publishes it. ``report`` is the report of the plan so far (what would be
 written, the warnings found); the write step completes it with
 ``dataclasses.replace``. ``Outcome`` is what a multi-process write decided,
 small enough for torch.distributed to broadcast from rank 0.
@@ -55,6 +55,7 @@ class Outcome:
     bytes_written: int = 0
     warnings: tuple[str, ...] = ()
     cast_loss: tuple[CastReport, ...] = ()
+    weights_only_load: str | None = None  # --sanitize: torch.load(weights_only=True) of the output, when tried
 
 
 def device_status(job: WriteJob, verified: Mapping[str, bool], warnings: list[str]) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Migrate's plan: every option of ``migrate(...)`` turned once into frozen, typed parts.
+"""Migrate's plan: the SourceOptions and MigrateOptions turned once into frozen, typed parts.
 
 The planner (``plan_migration``) checks the options against each other and
 fixes the output format before the source is read; every later step reads
@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from ... import writers
 from ...errors import UsageError
 from ...format_names import OutputFormat
-from ...formats.deepspeed import TpRules, load_rules
+from ...formats.options import SourceOptions
 from ...io.atomic import staletemp
 from ...keys.rules import RuleSet, load_rules_file, parse_rename
-from ...limits import DEFAULT_LIMITS, Limits
 from ...progress import NO_PROGRESS, Progress
 from .parallel.torchrun import Dist
 
@@ -28,15 +27,46 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SourcePlan:
-    """How the source is read, by this process and again by each worker."""
+class SourcePlan(SourceOptions):
+    """How the source is read, by this process and again by each worker: the SourceOptions and the path."""
 
     path: str
-    key: str | None = None
-    unsafe: bool = False
-    limits: Limits = DEFAULT_LIMITS
-    tp_rules: TpRules | None = None  # --tp-rules FILE: how a DeepSpeed run's tensor-parallel shards merge
-    unstack_layers: bool = False  # a Megatron torch_dist source read with per-layer names (formats/dcp/megatron.py)
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], source: SourceOptions) -> SourcePlan:
+        return cls(path=os.fspath(path), **{f.name: getattr(source, f.name) for f in fields(SourceOptions)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigrateOptions:
+    """migrate's own options, as the caller gave them (how the source is read is the SourceOptions beside them).
+
+    ``rules`` replaces the individual rule options (``rules_file`` to ``dtype``) when given.
+    """
+
+    to: str | None = None  # the output format (default: from OUT's extension)
+    rules: RuleSet | None = None
+    rules_file: str | None = None
+    strip_prefix: Sequence[str] = ()
+    add_prefix: str | None = None
+    rename: Sequence[str | tuple[str, str]] = ()
+    drop: Sequence[str] = ()
+    dtype: str | None = None
+    allow_overflow: bool = False
+    target: str | None = None
+    target_kwargs: Mapping[str, object] | None = None
+    auto: bool = False
+    allow_missing: Sequence[str] = ()
+    devices: Sequence[str] | None = None
+    max_shard_size: int | str | None = None
+    workers: int | None = None
+    state_dict_only: bool = False
+    keep_container: bool = False
+    config_from: str | None = None
+    sanitize: bool = False
+    force: bool = False
+    dry_run: bool = False
+    verify: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,93 +137,70 @@ class Hooks:
     after_write: Callable[[str], None] | None = None
 
 
-def build_rules(*, rules_file: str | None = None, strip_prefix: Sequence[str] = (), add_prefix: str | None = None,
-                rename: Sequence[str | tuple[str, str]] = (), drop: Sequence[str] = (),
-                dtype: str | None = None) -> RuleSet:
-    """A rules file (if any) followed by the command-line rules."""
-    base = load_rules_file(rules_file) if rules_file else RuleSet()
-    pairs = tuple(parse_rename(r) if isinstance(r, str) else (r[0], r[1]) for r in rename)
-    return base.then(RuleSet(tuple(strip_prefix), add_prefix or None, pairs, tuple(drop), dtype))
+NO_HOOKS = Hooks()
 
 
-def plan_migration(
-    src: str | os.PathLike[str],
-    out: str | os.PathLike[str] | None = None,
-    *,
-    to: str | None = None,
-    key: str | None = None,
-    rules: RuleSet | None = None,
-    strip_prefix: Sequence[str] = (),
-    add_prefix: str | None = None,
-    rename: Sequence[str | tuple[str, str]] = (),
-    drop: Sequence[str] = (),
-    dtype: str | None = None,
-    allow_overflow: bool = False,
-    rules_file: str | None = None,
-    tp_rules: str | None = None,
-    target: str | None = None,
-    target_kwargs: Mapping[str, object] | None = None,
-    auto: bool = False,
-    allow_missing: Sequence[str] = (),
-    devices: Sequence[str] | None = None,
-    max_shard_size: int | str | None = None,
-    workers: int | None = None,
-    state_dict_only: bool = False,
-    keep_container: bool = False,
-    config_from: str | None = None,
-    sanitize: bool = False,
-    force: bool = False,
-    dry_run: bool = False,
-    verify: bool = True,
-    unsafe: bool = False,
-    limits: Limits = DEFAULT_LIMITS,
-    unstack_layers: bool = False,
-) -> MigratePlan:
-    """The plan of ``migrate(...)``'s keyword arguments; a usage error raises here, before anything is read."""
+def build_rules(options: MigrateOptions) -> RuleSet:
+    """``options.rules``, else a rules file (if any) followed by the command-line rules."""
+    if options.rules is not None:
+        return options.rules
+    base = load_rules_file(options.rules_file) if options.rules_file else RuleSet()
+    pairs = tuple(parse_rename(r) if isinstance(r, str) else (r[0], r[1]) for r in options.rename)
+    return base.then(RuleSet(tuple(options.strip_prefix), options.add_prefix or None, pairs, tuple(options.drop),
+                             options.dtype))
+
+
+def plan_migration(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
+                   source: SourceOptions, options: MigrateOptions) -> MigratePlan:
+    """The plan of one migration; a usage error raises here, before anything is read."""
     out_path = os.fspath(out) if out is not None else None
-    if out_path is None and not dry_run:
+    o = options
+    if out_path is None and not o.dry_run:
         raise UsageError("give the output path with -o OUT (or --dry-run to only print the plan)")
-    if auto and not target:
+    if o.auto and not o.target:
         raise UsageError("--auto infers rules from a target: give --target SPEC too")
+    output = _output_plan(os.fspath(src), out_path, source, o)  # its usage errors before the rules file's
+    return MigratePlan(
+        source=SourcePlan.of(src, source),
+        rules=build_rules(o),
+        output=output,
+        verification=VerificationPlan(enabled=o.verify, devices=tuple(o.devices) if o.devices is not None else None,
+                                      target=o.target, target_kwargs=o.target_kwargs, auto=o.auto,
+                                      allow_missing=tuple(o.allow_missing), allow_overflow=o.allow_overflow),
+        parallelism=ParallelPlan(workers=o.workers, dist=None if o.dry_run else Dist.from_env()),
+    )
+
+
+def _output_plan(src: str, out_path: str | None, source: SourceOptions, o: MigrateOptions) -> OutputPlan:
+    """Where the output goes and what it is, the options checked against each other."""
     shard_bytes = None
-    if max_shard_size not in (None, ""):
+    if o.max_shard_size not in (None, ""):
         from ...writers.safetensors.sharded import parse_size
 
-        shard_bytes = parse_size(str(max_shard_size))
-    fmt = writers.choose_format(out_path, to, shard_bytes)
-    if sanitize and fmt is not OutputFormat.TORCH_ZIP:
+        shard_bytes = parse_size(str(o.max_shard_size))
+    fmt = writers.choose_format(out_path, o.to, shard_bytes)
+    if o.sanitize and fmt is not OutputFormat.TORCH_ZIP:
         raise UsageError("--sanitize rewrites the metadata of a torch (.pth) output; a safetensors or DCP output "
                          "holds no pickled metadata, so it needs none")
     hf = None
+    state_dict_only = o.state_dict_only
     if fmt is OutputFormat.HF_FOLDER:
         from ...formats.hf.deploy import plan_hf_output
 
-        hf = plan_hf_output(os.fspath(src), config_from)
+        hf = plan_hf_output(src, o.config_from)
         if shard_bytes and not hf.shardable:
             raise UsageError("PEFT loads an adapter from one adapter_model.safetensors, never a sharded set: "
                              "drop --max-shard-size")
-        if keep_container:
+        if o.keep_container:
             raise UsageError("a Hugging Face folder holds the weights alone: --keep-container cannot apply")
         state_dict_only = True  # a model folder holds weights; the training state is left behind
-    elif config_from is not None:
+    elif o.config_from is not None:
         raise UsageError("--config-from copies a model's config and tokenizer files into a Hugging Face folder: "
                          "give --to hf too")
-    if keep_container and state_dict_only:
+    if o.keep_container and state_dict_only:
         raise UsageError("--keep-container and --state-dict-only contradict each other: give one")
     # --key selects the state_dict to write (CONTRACT: "select (--key)"): the output is that sub-dict alone,
     # unless --keep-container writes it back into the rest of the container
-    state_dict_only = state_dict_only or (key is not None and not keep_container)
-    if rules is None:
-        rules = build_rules(rules_file=rules_file, strip_prefix=strip_prefix, add_prefix=add_prefix,
-                            rename=rename, drop=drop, dtype=dtype)
-    return MigratePlan(
-        source=SourcePlan(path=os.fspath(src), key=key, unsafe=unsafe, limits=limits,
-                          tp_rules=load_rules(tp_rules) if tp_rules else None, unstack_layers=unstack_layers),
-        rules=rules,
-        output=OutputPlan(path=out_path, format=fmt, shard_bytes=shard_bytes, state_dict_only=state_dict_only,
-                          sanitize=sanitize, force=force, dry_run=dry_run, hf=hf),
-        verification=VerificationPlan(enabled=verify, devices=tuple(devices) if devices is not None else None,
-                                      target=target, target_kwargs=target_kwargs, auto=auto,
-                                      allow_missing=tuple(allow_missing), allow_overflow=allow_overflow),
-        parallelism=ParallelPlan(workers=workers, dist=None if dry_run else Dist.from_env()),
-    )
+    state_dict_only = state_dict_only or (source.key is not None and not o.keep_container)
+    return OutputPlan(path=out_path, format=fmt, shard_bytes=shard_bytes, state_dict_only=state_dict_only,
+                      sanitize=o.sanitize, force=o.force, dry_run=o.dry_run, hf=hf)

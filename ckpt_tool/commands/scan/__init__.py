@@ -2,6 +2,7 @@
 
 # The surface siblings and users import (``from ckpt_tool.commands.scan import scan`` as before the
 # package split); the modules below it are the feature's own.
-from .command import ScanReport, scan
+from .call import ScanCall, scan
+from .command import ScanOptions, ScanReport, scan_paths
 
-__all__ = ["ScanReport", "scan"]
+__all__ = ["ScanCall", "ScanOptions", "ScanReport", "scan", "scan_paths"]

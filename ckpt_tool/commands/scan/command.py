@@ -27,11 +27,11 @@ from typing import Any
 from ...errors import CkptError, InputError
 from ...exit_codes import outcome_code
 from ...format_names import Format
-from ...formats import read_file
+from ...formats import ReadOptions, read_file
 from ...formats.checkpoint.build import build
-from ...formats.checkpoint.loaded import ReadOptions
 from ...formats.dcp.metadata import ItemRegion, dcp_regions
 from ...formats.hf.index import read_index
+from ...formats.options import SourceOptions
 from ...io.paths import basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes
 from ...io.regions import Blob
 from ...io.remote.counts import counts_remote, with_remote
@@ -139,10 +139,17 @@ def lift(fs: FileScan, allowed: frozenset[str]) -> FileScan:
     return replace(fs, globals=globals_, findings=findings, verdict=verdict)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScanOptions:
+    """scan's own options (the readers' limits are the SourceOptions beside them)."""
+
+    strict: bool = False  # suspicious files fail too
+    skip_other: bool = False  # a named file with nothing to scan is skipped, not an error
+    allow_globals: Sequence[str] = ()  # "module.name" counted as inert (see ``lift``)
+
+
 @counts_remote("paths")
-def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
-         limits: Limits = DEFAULT_LIMITS, skip_other: bool = False,
-         allow_globals: Sequence[str] = ()) -> ScanReport:
+def scan_paths(paths: Sequence[str | os.PathLike[str]], source: SourceOptions, options: ScanOptions) -> ScanReport:
     """Scan files and folders (recursively) for pickles and judge what they would import.
 
     A file named explicitly that holds nothing to scan (no pickle, zip, tar,
@@ -150,12 +157,11 @@ def scan(paths: Sequence[str | os.PathLike[str]], *, strict: bool = False,
     ``skip_other`` (for hooks that pass every file of a commit); inside
     folders such files are skipped (see the module docstring for empty ones).
     A folder or file that cannot be read is an error, never skipped.
-    ``allow_globals`` ("module.name") count as inert (see ``lift``).
     """
-    report = _scan(paths, strict=strict, limits=limits, skip_other=skip_other)
-    if not allow_globals:
+    report = _scan(paths, strict=options.strict, limits=source.limits, skip_other=options.skip_other)
+    if not options.allow_globals:
         return report
-    allowed = frozenset(allow_globals)
+    allowed = frozenset(options.allow_globals)
     return replace(report, files=tuple(lift(f, allowed) for f in report.files))
 
 

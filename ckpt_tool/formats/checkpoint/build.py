@@ -6,7 +6,7 @@ this module checks the limits, keeps the metadata beside the state_dict
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import CkptError, LimitExceeded
@@ -16,7 +16,7 @@ from ...model import Candidate, Checkpoint, Deferred, GlobalRef, TensorMeta
 from ...pickles import severity
 from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, NumpyScalar, Placeholder, is_module_placeholder
 from ...tensors.data import is_tensor, packed_items
-from .loaded import Loaded
+from ..interface import Loaded
 from .locate import all_tensors_str_keys, choose, is_real_module, module_tensors, tensors_of
 from .metas import layout_warnings, metas_of, record_warnings
 
@@ -80,7 +80,7 @@ def detect_framework(root: Any) -> str | None:
     return None
 
 
-def file_danger(name: str, refs: list[GlobalRef], how: str = "") -> list[str]:
+def file_danger(name: str, refs: Sequence[GlobalRef], how: str = "") -> list[str]:
     """One warning naming a file of a folder whose pickle calls something dangerous (the folder's loader opens it)."""
     dangerous = sorted({r.qualname for r in refs if r.severity == severity.DANGEROUS})
     if not dangerous:
@@ -89,7 +89,7 @@ def file_danger(name: str, refs: list[GlobalRef], how: str = "") -> list[str]:
     return [f"{name}{opened}: dangerous reference(s), NOT executed: {', '.join(dangerous)}"]
 
 
-def reference_warnings(refs: list[GlobalRef]) -> list[str]:
+def reference_warnings(refs: Sequence[GlobalRef]) -> list[str]:
     warnings = []
     dangerous = sorted({r.qualname for r in refs if r.severity == severity.DANGEROUS})
     if dangerous:
@@ -117,6 +117,11 @@ def build(loaded: Loaded, path: str, key: str | None = None, limits: Limits = DE
         raise
 
 
+def located_tensors(loaded: Loaded, path: str) -> list[TensorMeta]:
+    """The tensors of one part of a larger set (a shard, a component), located as ``build`` locates them."""
+    return list(build(loaded, path).tensors)
+
+
 def _check_limits(held: Mapping[str, Any], limits: Limits) -> None:
     """--max-tensors and --max-key-length, for every format (C-speed passes over the keys)."""
     if len(held) > limits.max_tensors:
@@ -131,7 +136,7 @@ def _check_limits(held: Mapping[str, Any], limits: Limits) -> None:
 def _build(loaded: Loaded, path: str, key: str | None, limits: Limits) -> Checkpoint:
     root = loaded.root
     memory = MemorySource(path)
-    tensors: list[TensorMeta] | None = None
+    tensors: Sequence[TensorMeta] | None = None
     warnings = list(loaded.warnings)
     held: Mapping[str, Any]
     if loaded.tensors is not None and key is None:
@@ -168,7 +173,7 @@ def _build(loaded: Loaded, path: str, key: str | None, limits: Limits) -> Checkp
 
 def _checkpoint(
     loaded: Loaded, path: str, chosen: str | None, candidates: list[Candidate], held: Mapping[str, Any],
-    tensors: list[TensorMeta], warnings: list[str], memory: MemorySource,
+    tensors: Sequence[TensorMeta], warnings: list[str], memory: MemorySource,
 ) -> Checkpoint:
     """The Checkpoint around located tensors: layout, metadata beside the state_dict, warnings."""
     root = loaded.root

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ...errors import CkptError, InputError, LimitExceeded
@@ -24,7 +25,7 @@ from ...limits import Limits
 from ...model import GlobalRef
 from ...pickles import severity
 from ...pickles.torch_rules.inputs import SMALL_PICKLE
-from .loaded import Loaded
+from ..interface import Loaded
 
 if TYPE_CHECKING:
     from ...pickles.scanner import Scanner
@@ -115,15 +116,15 @@ def _items_set_on_non_dict(loaded: Loaded) -> bool:
     return False
 
 
-def join_walk(loaded: Loaded, path: str, limits: Limits) -> None:
-    """Judge the reader's globals as the walk does, and add what only the walk saw.
+def join_walk(loaded: Loaded, path: str, limits: Limits) -> Loaded:
+    """The reader's result with its globals judged as the walk does, and what only the walk saw added.
 
     The walk sees the same pickles with more context (how each global is used:
     called, or dill's closure idiom), so its verdict on a global wins.
     """
     scanner = walk_dcp(path, limits) if loaded.format == Format.DCP else walk_file(path, limits)
     if scanner is None:
-        return
+        return loaded
     judged: dict[tuple[str, str], GlobalRef] = {}
     for g in scanner.globals:
         key = (g.module, g.name)
@@ -134,13 +135,11 @@ def join_walk(loaded: Loaded, path: str, limits: Limits) -> None:
         seen = judged.pop((r.module, r.name), None)
         refs.append(r if seen is None else GlobalRef(r.module, r.name, seen.severity, r.where))
     refs.extend(g for g in judged.values() if g.severity != severity.SAFE)
-    loaded.references[:] = refs
     if loaded.format == Format.TORCHSCRIPT:
         _refuse_what_jit_refuses(scanner, path)
-    for f in scanner.findings:
-        if f.severity == severity.DANGEROUS:
-            where = f" ({f.where})" if f.where else ""
-            loaded.warnings.append(f"dangerous{where}: {f.message} (NOT executed)")
+    dangerous = tuple(f"dangerous{f' ({f.where})' if f.where else ''}: {f.message} (NOT executed)"
+                      for f in scanner.findings if f.severity == severity.DANGEROUS)
+    return replace(loaded, references=tuple(refs), warnings=loaded.warnings + dangerous)
 
 
 # The pickles torch.jit.load unpickles: its unpickler resolves only TorchScript's own types and builders.

@@ -42,6 +42,22 @@ def module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth:
         raise InputError("module nesting is too deep to read")
     if seen is None:
         seen = {}
+    _count_visit(module, seen)
+    attrs = module.attributes
+    _own_tensors(attrs, prefix, out)
+    modules = attrs.get("_modules") or {}
+    if isinstance(modules, Mapping):
+        for name, child in modules.items():
+            if is_module_placeholder(child):
+                module_tensors(child, f"{prefix}{name}.", out, depth + 1, seen)
+    for name, value in attrs.items():
+        if is_tensor(value) and not name.startswith("_"):
+            # plain tensor attributes never reach a state_dict; remembered for warnings
+            out.setdefault("\0plain:" + prefix + name, value)
+
+
+def _count_visit(module: Placeholder, seen: dict[int, int]) -> None:
+    """Record a visit of ``module``; too many revisits of shared submodules is a hostile file."""
     if id(module) in seen:
         seen[-1] = seen.get(-1, 0) + 1  # key -1 (never an id) counts the revisits
         if seen[-1] > MAX_SHARED_VISITS:
@@ -49,7 +65,10 @@ def module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth:
                                 f"enormous (over {MAX_SHARED_VISITS} visits of shared submodules): a corrupt or "
                                 "hostile file")
     seen[id(module)] = 1
-    attrs = module.attributes
+
+
+def _own_tensors(attrs: Mapping[str, Any], prefix: str, out: dict[str, Any]) -> None:
+    """A module's own parameters and persistent buffers, as its state_dict lists them (None entries skipped)."""
     params = attrs.get("_parameters") or {}
     buffers = attrs.get("_buffers") or {}
     non_persistent = attrs.get("_non_persistent_buffers_set") or set()
@@ -63,15 +82,6 @@ def module_tensors(module: Placeholder, prefix: str, out: dict[str, Any], depth:
         for name, value in buffers.items():
             if value is not None and name not in non_persistent:
                 out[prefix + str(name)] = value
-    modules = attrs.get("_modules") or {}
-    if isinstance(modules, Mapping):
-        for name, child in modules.items():
-            if is_module_placeholder(child):
-                module_tensors(child, f"{prefix}{name}.", out, depth + 1, seen)
-    for name, value in attrs.items():
-        if is_tensor(value) and not name.startswith("_"):
-            # plain tensor attributes never reach a state_dict; remembered for warnings
-            out.setdefault("\0plain:" + prefix + name, value)
 
 
 def real_module_tensors(module: Any) -> OrderedDict[str, Any]:

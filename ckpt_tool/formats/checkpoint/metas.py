@@ -7,7 +7,7 @@ storage once per distinct layout; then notes devices and shared storages.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from math import prod
 from operator import attrgetter
 from typing import Any
@@ -186,7 +186,7 @@ def _quantizer_part(key: str, value: Any, memory: MemorySource) -> Any:
     return to_meta(key, value, memory)
 
 
-def layout_warnings(tensors: list[TensorMeta]) -> list[str]:
+def layout_warnings(tensors: Sequence[TensorMeta]) -> list[str]:
     warnings = []
     all_devices = set(map(_DEVICE, tensors))  # C-speed passes: this runs on 200,000 tensors
     devices = sorted(all_devices - {"cpu", "meta"})

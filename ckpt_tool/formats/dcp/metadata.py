@@ -23,10 +23,11 @@ from ...io import paths
 from ...io.source import read_pickle_file
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
-from ..checkpoint.loaded import Loaded, ReadOptions
 from ..hf.index import outside_folder
+from ..interface import FormatReader, Loaded, ReadOptions
 from .items import BytesItem, nest
 from .stream import Chunk, DcpStreamSource
 
@@ -59,16 +60,16 @@ def read_dcp(path: str, options: ReadOptions) -> Loaded:
                                   where[0].transforms, fqn, options.limits) if where else "<bytes item, not read>"
         else:
             warnings.append(f"entry {fqn!r} has an unknown DCP storage type {kind!r}; not listed")
-    loaded = Loaded(Format.DCP, nest(flat, attrs.get("planner_data")), references, warnings, [source])
-    loaded.deferred = any(isinstance(v, BytesItem) for v in flat.values())
-    loaded.metadata["shards"] = sorted(shards)
+    metadata: dict[str, Any] = {"shards": sorted(shards)}
     version = attrs.get("version")
     if version is not None:
-        loaded.metadata["dcp_version"] = str(version)
+        metadata["dcp_version"] = str(version)
+    loaded = Loaded(Format.DCP, nest(flat, attrs.get("planner_data")), tuple(references), tuple(warnings), (source,),
+                    metadata=metadata, deferred=any(isinstance(v, BytesItem) for v in flat.values()))
     if _may_be_megatron(folder, flat) and paths.isfile(paths.join(folder, "metadata.json")):  # common.pt beside it
-        from .megatron import describe
+        from ..megatron import describe
 
-        describe(loaded, folder, options)
+        return describe(loaded, folder, options)
     return loaded
 
 
@@ -212,3 +213,7 @@ def dcp_regions(metadata_path: str, limits: Limits = DEFAULT_LIMITS) -> dict[str
             out.setdefault(c.relative_path, []).append(
                 ItemRegion(fqn, c.offset, c.length, is_bytes, bool(c.transforms)))
     return out
+
+
+READER = FormatReader(Format.DCP, read_dcp, weights_only_container=wo_input.OTHER, weights_only_note=(
+    "a torch.distributed.checkpoint folder: torch.distributed.checkpoint.load reads it, not torch.load"))

@@ -25,7 +25,7 @@ from ...io.segments import Part, Segment, SegmentSource
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import LazyTensor, Placeholder
 from ..checkpoint.build import file_danger
-from ..checkpoint.loaded import ReadOptions
+from ..interface import ReadOptions
 from .files import RunFiles, check_ranks
 from .merge import MergeError, zero2_group, zero3_frozen, zero3_params
 from .moe import expert_tensors, is_moe, judge_strays

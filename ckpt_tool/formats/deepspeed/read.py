@@ -2,22 +2,22 @@
 
 A data-parallel (ZeRO 0-3) run is one model-parallel rank (ranks.py);
 pipeline and tensor-parallel runs are several, joined and merged
-(parallel.py); a universal checkpoint is already merged (universal.py).
+(model_parallel.py); a universal checkpoint is already merged (universal.py).
 Only pickles are read (restricted unpickler); no tensor byte.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from dataclasses import replace
 
 from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
 from ..checkpoint.build import file_danger
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from .files import ParallelRun, find_parallel
 from .meta import describe
+from .model_parallel import parallel_sizes, read_parallel
 from .opened import opened
-from .parallel import parallel_sizes, read_parallel
 from .ranks import consolidate
 from .universal import read_universal
 
@@ -35,30 +35,32 @@ def read_deepspeed(path: str, options: ReadOptions) -> Loaded:
         loaded = read_parallel(path, par, options)
     else:
         loaded = _read_zero(par, options)
-    _judge_unread(loaded, par, options)
-    return loaded
+    return _judge_unread(loaded, par, options)
 
 
-def _judge_unread(loaded: Loaded, par: ParallelRun, options: ReadOptions) -> None:
+def _judge_unread(loaded: Loaded, par: ParallelRun, options: ReadOptions) -> Loaded:
     """Walk the pickle of every file the loader opens that no reader used (moments, other ranks' states, ...)."""
     from ..torchsave.archive import read_torch_zip
 
     files = opened(par)
     read = {s.path for s in loaded.sources}
+    references, warnings = list(loaded.references), list(loaded.warnings)
     for f in files:
         if f.path in read:
             continue
         part = read_torch_zip(f.path, options)
         try:
-            loaded.references += part.references
-            loaded.warnings += file_danger(_shown(f.path, par), part.references, f.how)
-            loaded.warnings += [f"{paths.basename(f.path)}: {w}" for w in part.warnings]
+            references += part.references
+            warnings += file_danger(_shown(f.path, par), part.references, f.how)
+            warnings += [f"{paths.basename(f.path)}: {w}" for w in part.warnings]
         finally:
             for source in part.sources:
                 source.close()
-    info = loaded.metadata.get("deepspeed")
+    metadata = loaded.metadata
+    info = metadata.get("deepspeed")
     if isinstance(info, dict):  # the list the weights-only verdict goes through, file by file
-        info["files"] = [_shown(f.path, par) for f in files]
+        metadata = {**metadata, "deepspeed": {**info, "files": [_shown(f.path, par) for f in files]}}
+    return replace(loaded, references=tuple(references), warnings=tuple(warnings), metadata=metadata)
 
 
 def _shown(path: str, par: ParallelRun) -> str:
@@ -76,12 +78,12 @@ def _read_zero(par: ParallelRun, options: ReadOptions) -> Loaded:
         raise InputError(f"the model states say pp={pp} x tp={tp} ({pp * tp} model-parallel ranks), but only "
                          "mp_rank_00 files are here: the other ranks' files are missing (not saved, or not copied)",
                          run.folder)
-    loaded = Loaded(Format.DEEPSPEED, OrderedDict(), part.reader.references, part.reader.warnings,
-                    [part.builder.source, *part.reader.sources])
-    loaded.root = part.tensors
-    loaded.tensors = list(loaded.root.values())
-    loaded.layout = "state_dict"
-    loaded.framework = "deepspeed"
-    loaded.metadata.update(describe(run, part.m0, part.optim, part.stage, part.world, loaded.tensors))
-    loaded.metadata["deepspeed"]["layout"] = str(DeepSpeedLayout.ZERO)
-    return loaded
+    tensors = list(part.tensors.values())
+    metadata = describe(run, part.m0, part.optim, part.stage, part.world, tensors)
+    metadata["deepspeed"]["layout"] = str(DeepSpeedLayout.ZERO)
+    return Loaded(Format.DEEPSPEED, part.tensors, tuple(part.reader.references), tuple(part.reader.warnings),
+                  (part.builder.source, *part.reader.sources), layout="state_dict", metadata=metadata,
+                  framework="deepspeed", tensors=tuple(tensors))
+
+
+READER = FormatReader(Format.DEEPSPEED, read_deepspeed)

@@ -24,11 +24,11 @@ from ...io.segments import SegmentSource
 from ...model import TensorMeta, contiguous_strides
 from ...pickles.unpickle.placeholders import LazyTensor
 from ..checkpoint.build import summarize
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
+from ..tp import UC_INFO
 from .files import ParallelRun
 from .meta import training_dtype
 from .ranks import StatesReader, TensorBuilder
-from .tprules import UC_INFO
 
 STATES = ("fp32.pt", "exp_avg.pt", "exp_avg_sq.pt", "step.pt")
 
@@ -67,10 +67,42 @@ def read_universal(par: ParallelRun, options: ReadOptions) -> Loaded:
         raise InputError("the universal checkpoint's zero/ folder holds no parameter folder", zero)
     source = SegmentSource(par.folder, reader.sources)
     builder = TensorBuilder(source, rank0.model[0][1])
+    states = _read_parameters(par, _order(m0, names), m0, reader, builder)
+    lost = _read_buffers(m0, builder)
+    frozen = m0.get("frozen_param_shapes")
+    dropped = [str(n) for n in (frozen if isinstance(frozen, Mapping) else ()) if str(n) not in builder.tensors]
+    if dropped:
+        reader.warnings.append(f"frozen parameter(s) {', '.join(dropped[:5])} are not in the universal checkpoint "
+                               "(ds_to_universal leaves out a ZeRO-3 run's frozen parameters); the output lacks them")
+    shared = m0.get("shared_params")
+    for tied, src in (shared.items() if isinstance(shared, Mapping) else ()):
+        if str(src) in builder.tensors:  # one storage, as the model's tie; not the module's copy under two names
+            builder.tensors.pop(str(tied), None)
+            builder.tie(str(tied), str(src))
+    if lost:
+        reader.warnings.append(f"buffer(s) {', '.join(lost[:5])} are not in the universal checkpoint "
+                               "(ds_to_universal converts parameters only, and this run kept its buffers in "
+                               "layer files it does not copy)")
+    tensors = builder.ordered(dict.fromkeys(_order(m0, list(builder.tensors))))
+    metadata: dict[str, Any] = {
+        "deepspeed": _describe(par, m0, list(tensors.values()), entries),
+        "optimizer": {"state": {s.removesuffix(".pt"): f"one file per parameter ({n}), not read"
+                                for s, n in states.items()}},
+    }
+    if m0.get(UC_INFO) is not None:
+        metadata[UC_INFO] = summarize(m0[UC_INFO])
+    return Loaded(Format.DEEPSPEED, tensors, tuple(reader.references), tuple(reader.warnings),
+                  (source, *reader.sources), layout="state_dict", metadata=metadata, framework="deepspeed",
+                  tensors=tuple(tensors.values()))
+
+
+def _read_parameters(par: ParallelRun, order: list[str], m0: Mapping[Any, Any], reader: StatesReader,
+                     builder: TensorBuilder) -> dict[str, int]:
+    """Each parameter's ``zero/NAME/fp32.pt`` into ``builder``; how many parameters have each optimizer state."""
     states: dict[str, int] = {}
     shapes = _shapes(m0)  # a flat fp32.pt (ZeRO-3) takes its recorded shape; a merged one keeps its own
-    for name in _order(m0, names):
-        folder = paths.join(zero, name)
+    for name in order:
+        folder = paths.join(par.universal or "", name)
         files = set(paths.listdir(folder))
         if "fp32.pt" not in files:
             raise InputError(f"zero/{name}/fp32.pt is missing: the universal checkpoint is incomplete", par.folder)
@@ -88,39 +120,30 @@ def read_universal(par: ParallelRun, options: ReadOptions) -> Loaded:
                 and meta.storage is not None and meta.is_contiguous:
             builder.tensors[name] = TensorMeta(name, meta.dtype, shape, contiguous_strides(shape),
                                                meta.storage_offset, meta.storage)
-    buffers = [str(b) for b in (m0.get("buffer_names") or [])]
+    return states
+
+
+def _read_buffers(m0: Mapping[Any, Any], builder: TensorBuilder) -> list[str]:
+    """Rank 0's buffers as saved (ds_to_universal's fp32.pt of a buffer is module[name].float()); those lost."""
     module = m0.get("module")
     lost = []
-    for name in buffers:  # as saved: ds_to_universal's fp32.pt of a buffer is module[name].float()
+    for name in [str(b) for b in (m0.get("buffer_names") or [])]:
         if isinstance(module, Mapping) and name in module:
             builder.saved(name, module[name], "buffer")
         elif name not in builder.tensors:
             lost.append(name)
-    frozen = m0.get("frozen_param_shapes")
-    dropped = [str(n) for n in (frozen if isinstance(frozen, Mapping) else ()) if str(n) not in builder.tensors]
-    if dropped:
-        reader.warnings.append(f"frozen parameter(s) {', '.join(dropped[:5])} are not in the universal checkpoint "
-                               "(ds_to_universal leaves out a ZeRO-3 run's frozen parameters); the output lacks them")
-    shared = m0.get("shared_params")
-    for tied, src in (shared.items() if isinstance(shared, Mapping) else ()):
-        if str(src) in builder.tensors:  # one storage, as the model's tie; not the module's copy under two names
-            builder.tensors.pop(str(tied), None)
-            builder.tie(str(tied), str(src))
-    if lost:
-        reader.warnings.append(f"buffer(s) {', '.join(lost[:5])} are not in the universal checkpoint "
-                               "(ds_to_universal converts parameters only, and this run kept its buffers in "
-                               "layer files it does not copy)")
-    tensors = builder.ordered(dict.fromkeys(_order(m0, list(builder.tensors))))
-    loaded = Loaded(Format.DEEPSPEED, tensors, reader.references, reader.warnings, [source, *reader.sources])
-    loaded.tensors = list(tensors.values())
-    loaded.layout = "state_dict"
-    loaded.framework = "deepspeed"
+    return lost
+
+
+def _describe(par: ParallelRun, m0: Mapping[Any, Any], tensors: list[TensorMeta], entries: list[str]
+              ) -> dict[str, Any]:
+    """The ``deepspeed`` metadata entry of a universal checkpoint."""
     dims = m0.get("checkpoint_parallel_dimensions")
     info: dict[str, Any] = {
         "layout": str(DeepSpeedLayout.UNIVERSAL),
         "zero_stage": "universal",
         "world_size": int(m0.get("dp_world_size") or 1),
-        "dtype": training_dtype(m0, loaded.tensors),
+        "dtype": training_dtype(m0, tensors),
         "tag": par.tag or paths.basename(par.folder if paths.is_url(par.folder) else os.path.abspath(par.folder)),
         "folder": par.folder,
         # the files DeepSpeed's loader opens with torch.load besides one fp32.pt per parameter
@@ -132,9 +155,4 @@ def read_universal(par: ParallelRun, options: ReadOptions) -> Loaded:
     for key in ("global_steps", "ds_version"):
         if key in m0:
             info[key] = summarize(m0[key])
-    loaded.metadata["deepspeed"] = info
-    loaded.metadata["optimizer"] = {"state": {s.removesuffix(".pt"): f"one file per parameter ({n}), not read"
-                                              for s, n in states.items()}}
-    if m0.get(UC_INFO) is not None:
-        loaded.metadata[UC_INFO] = summarize(m0[UC_INFO])
-    return loaded
+    return info

@@ -1,6 +1,7 @@
 """Sharded sets: a ``*.index.json`` weight map over safetensors or .bin shards."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections import OrderedDict
@@ -11,9 +12,11 @@ from ...errors import InputError, LimitExceeded
 from ...format_names import Format
 from ...io import paths
 from ...limits import DEFAULT_LIMITS
-from ...model import TensorMeta
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ...model import DataSource, GlobalRef, TensorMeta
+from ...pickles.torch_rules import inputs as wo_input
+from ..checkpoint.build import located_tensors
 from ..detect import find_index
+from ..interface import FormatReader, Loaded, ReadOptions, part_reader
 from ..safetensors.header import restore_aliases
 
 
@@ -86,15 +89,16 @@ def read_sharded(
         raise InputError(f"shard {missing[0]!r} named by the index is missing"
                          + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), ipath)
     merged: OrderedDict[str, TensorMeta] = OrderedDict()
-    loaded = Loaded(Format.SHARDED, merged, layout="state_dict")
-    loaded.metadata = {k: v for k, v in index.items() if k != "weight_map"}
+    references: list[GlobalRef] = []
+    warnings: list[str] = []
+    sources: list[DataSource] = []
     per_shard: dict[str, dict[str, TensorMeta]] = {}
     shard_formats = set()
     for shard, spath, part in _read_shards(folder, shards, options, read_file):
         shard_formats.add(part.format)
-        loaded.references.extend(part.references)
-        loaded.warnings.extend(f"{shard}: {w}" for w in part.warnings)
-        loaded.sources.extend(part.sources)
+        references.extend(part.references)
+        warnings.extend(f"{shard}: {w}" for w in part.warnings)
+        sources.extend(part.sources)
         per_shard[shard] = {t.key: t for t in locate(part, spath)}
     for key, shard in weight_map.items():
         tensor = per_shard[shard].get(key)
@@ -106,12 +110,29 @@ def read_sharded(
         restore_aliases(merged, {k: v for k, v in meta.items() if isinstance(v, str) and k not in weight_map})
     unlisted = sorted(k for shard, ts in per_shard.items() for k in ts if weight_map.get(k) != shard)
     if unlisted:
-        loaded.warnings.append(
+        warnings.append(
             f"{len(unlisted)} tensors in shards are not in the index weight_map (ignored): {', '.join(unlisted[:5])}"
         )
-    loaded.metadata["shards"] = shards
-    loaded.metadata["shard_format"] = "/".join(sorted(shard_formats))
-    return loaded
+    metadata = {k: v for k, v in index.items() if k != "weight_map"}
+    metadata["shards"] = shards
+    metadata["shard_format"] = "/".join(sorted(shard_formats))
+    return Loaded(Format.SHARDED, merged, tuple(references), tuple(warnings), tuple(sources), layout="state_dict",
+                  metadata=metadata)
+
+
+def read_sharded_set(path: str, options: ReadOptions) -> Loaded:
+    """A sharded set, each shard read by its own reader; weights_only is judged shard by shard."""
+    read_file = part_reader(options)
+    parts: list[tuple[str, Loaded]] = []
+
+    def read_part(p: str, o: ReadOptions) -> Loaded:
+        part = read_file(p, o)
+        parts.append((os.path.basename(p), part))
+        return part
+
+    loaded = read_sharded(path, options, read_part, located_tensors)
+    return dataclasses.replace(loaded, weights_only=wo_input.WeightsOnlyInput(wo_input.SHARDED, path=path, parts=tuple(
+        (name, part.weights_only) for name, part in parts)))
 
 
 def _read_shards(folder: str, shards: list[str], options: ReadOptions,
@@ -133,3 +154,6 @@ def _read_shards(folder: str, shards: list[str], options: ReadOptions,
         finally:
             for future in futures:
                 future.cancel()
+
+
+READER = FormatReader(Format.SHARDED, read_sharded_set, composite=True)

@@ -19,8 +19,8 @@ from ...errors import InputError
 from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
-from ..checkpoint.build import file_danger
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..checkpoint.build import file_danger, located_tensors
+from ..interface import FormatReader, Loaded, ReadOptions, part_reader
 from .folders import Folder, Layout, has_weights, identify
 from .opened import opened
 
@@ -35,31 +35,31 @@ def read_folder(path: str, options: ReadOptions, read_file: ReadFile, locate: Lo
         return _read_pipeline(found, options, read_file, locate)
     if found.weights is None:  # identify names the weights of every layout but a pipeline
         raise InputError(f"a {found.library} {found.layout} folder naming no weights file", path)
-    loaded = read_file(paths.join(found.folder, found.weights), options)
-    _judge_state_files(loaded, found, options, read_file)
-    meta = found.metadata()
-    loaded.metadata = {**loaded.metadata, "hf_folder": meta}
-    loaded.warnings.extend(f"{name} is not read: {why}" for name, why in found.not_read)
+    loaded = _judge_state_files(read_file(paths.join(found.folder, found.weights), options), found, options,
+                                read_file)
+    warnings = (*loaded.warnings, *(f"{name} is not read: {why}" for name, why in found.not_read))
     if found.run:
         others = found.run.get("others")
         also = ", ".join(str(o) for o in others) if isinstance(others, list) else ""
-        loaded.warnings.insert(0, f"a Trainer run folder: reading its latest checkpoint, {found.run['latest']}"
-                               + (f" (also here: {also})" if also else ""))
-    return loaded
+        warnings = (f"a Trainer run folder: reading its latest checkpoint, {found.run['latest']}"
+                    + (f" (also here: {also})" if also else ""), *warnings)
+    return dataclasses.replace(loaded, metadata={**loaded.metadata, "hf_folder": found.metadata()}, warnings=warnings)
 
 
-def _judge_state_files(loaded: Loaded, found: Folder, options: ReadOptions, read_file: ReadFile) -> None:
+def _judge_state_files(loaded: Loaded, found: Folder, options: ReadOptions, read_file: ReadFile) -> Loaded:
     """Walk the pickle of every state file the library's resume code opens (opened.py): inspect judges what
     scan and gate judge. One that cannot be read is an error, as it is for the loader."""
+    references, warnings = list(loaded.references), list(loaded.warnings)
     for f in opened(found):
         part = read_file(paths.join(found.folder, f.name), options)
         try:
-            loaded.references += part.references
-            loaded.warnings += file_danger(f.name, part.references, f.how)
-            loaded.warnings += [f"{f.name}: {w}" for w in part.warnings]
+            references += part.references
+            warnings += file_danger(f.name, part.references, f.how)
+            warnings += [f"{f.name}: {w}" for w in part.warnings]
         finally:
             for source in part.sources:
                 source.close()
+    return dataclasses.replace(loaded, references=tuple(references), warnings=tuple(warnings))
 
 
 def _read_pipeline(found: Folder, options: ReadOptions, read_file: ReadFile, locate: Locate) -> Loaded:
@@ -94,7 +94,13 @@ def _read_pipeline(found: Folder, options: ReadOptions, read_file: ReadFile, loc
     meta["components"] = components
     # one format when every component has it; a pipeline of mixed files is reported as the folder it is
     fmt = next(iter(formats)) if len(formats) == 1 else Format.HF_FOLDER
-    loaded = Loaded(fmt, merged, layout="state_dict", tensors=list(merged.values()))
-    loaded.metadata = {"hf_folder": meta}
-    loaded.references, loaded.warnings, loaded.sources = references, warnings, sources
-    return loaded
+    return Loaded(fmt, merged, tuple(references), tuple(warnings), tuple(sources), layout="state_dict",
+                  metadata={"hf_folder": meta}, tensors=tuple(merged.values()))
+
+
+def read_library_folder(path: str, options: ReadOptions) -> Loaded:
+    """``read_folder`` as the registry calls it: each file read through read_file."""
+    return read_folder(path, options, part_reader(options), located_tensors)
+
+
+READER = FormatReader(Format.HF_FOLDER, read_library_folder, composite=True)

@@ -22,10 +22,11 @@ from ...format_names import Format
 from ...io.paths import open_bytes
 from ...io.source import storage_source
 from ...io.zip.archive import ZipArchive
-from ...model import DataSource, StorageRef, TensorMeta
+from ...model import DataSource, GlobalRef, StorageRef, TensorMeta
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import NumpyArray
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from .header import MLX_BFLOAT16, NpyHeader, header_length, parse_header
 
 SINGLE_KEY = "arr_0"
@@ -55,11 +56,8 @@ def read_npy(path: str, options: ReadOptions) -> Loaded:
                          f"{size - header.data_start} follow", path)
     source = storage_source(path, lambda _key: (header.data_start, nbytes))
     meta = _tensor(SINGLE_KEY, header, StorageRef(source, SINGLE_KEY, nbytes))
-    loaded = Loaded(Format.NUMPY, OrderedDict([(SINGLE_KEY, meta)]), sources=[source], layout="state_dict",
-                    tensors=[meta])
-    if header.descr in (MLX_BFLOAT16, "|V2"):
-        loaded.warnings.append(MLX_WARNING)
-    return loaded
+    return Loaded(Format.NUMPY, OrderedDict([(SINGLE_KEY, meta)]), sources=(source,), layout="state_dict",
+                  warnings=(MLX_WARNING,) if header.descr in (MLX_BFLOAT16, "|V2") else (), tensors=(meta,))
 
 
 def read_npz(path: str, options: ReadOptions) -> Loaded:
@@ -69,7 +67,7 @@ def read_npz(path: str, options: ReadOptions) -> Loaded:
     root: OrderedDict[str, Any] = OrderedDict()
     tensors: list[TensorMeta] = []
     warnings: list[str] = []
-    references = []
+    references: list[GlobalRef] = []
     names = archive.names()
     if len(names) > options.limits.max_tensors:
         raise LimitExceeded(f".npz archive holds {len(names)} members, over the limit of "
@@ -107,8 +105,8 @@ def read_npz(path: str, options: ReadOptions) -> Loaded:
     if not names:
         raise InputError("empty .npz archive: it holds no arrays", path)
     flat = len(tensors) == len(root)
-    return Loaded(Format.NPZ, root, references, warnings, [source], layout="state_dict",
-                  tensors=tensors if flat else None)
+    return Loaded(Format.NPZ, root, tuple(references), tuple(warnings), (source,), layout="state_dict",
+                  tensors=tuple(tensors) if flat else None)
 
 
 class NpzSource(DataSource):
@@ -168,7 +166,7 @@ def _object_array(raw: bytes, path: str, options: ReadOptions, where: str) -> Lo
     if isinstance(obj, NumpyArray) and obj.type_string == "object":
         items = list(obj.items)
         obj = items[0] if obj.shape == () and len(items) == 1 else items
-    return Loaded(Format.NUMPY, obj, list(result.references))
+    return Loaded(Format.NUMPY, obj, tuple(result.references))
 
 
 def _nbytes(header: NpyHeader, key: str, where: str) -> int:
@@ -189,4 +187,8 @@ def is_npz(first_member: str) -> bool:
     return first_member.endswith(".npy")
 
 
-__all__ = ["SINGLE_KEY", "NpzSource", "header_length", "is_npz", "read_npy", "read_npz"]
+_NOTE = "a NumPy file: np.load reads it, not torch.load (which refuses it: no torch zip, no pickle at byte 0)"
+NPY_READER = FormatReader(Format.NUMPY, read_npy, weights_only_container=wo_input.OTHER, weights_only_note=_NOTE)
+NPZ_READER = FormatReader(Format.NPZ, read_npz, weights_only_container=wo_input.OTHER, weights_only_note=_NOTE)
+
+__all__ = ["NPY_READER", "NPZ_READER", "SINGLE_KEY", "NpzSource", "header_length", "is_npz", "read_npy", "read_npz"]

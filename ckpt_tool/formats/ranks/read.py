@@ -23,7 +23,7 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.torch_rules import inputs as wo_input
 from ..checkpoint.findings import join_walk, needs_walk
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from ..torchsave.archive import read_torch_zip
 from .files import RankFiles, rank_files
 from .placement import PLAIN, Block, Piece, global_shards, is_distributed, piece
@@ -57,7 +57,7 @@ def read_ranks(path: str, options: ReadOptions) -> Loaded:
         for i, name in enumerate(found.names):
             loaded = read_torch_zip(paths.join(path, name), wo)
             if options.walk and needs_walk(loaded):  # how each global is used (FSDP1's getattr): the walk's verdict
-                join_walk(loaded, paths.join(path, name), options.limits)
+                loaded = join_walk(loaded, paths.join(path, name), options.limits)
             inner.extend(loaded.sources)
             r = _rank(name, loaded, found, i, path)
             if r is None:
@@ -195,16 +195,14 @@ def _consolidate(folder: str, found: RankFiles, ranks: list[_Rank], skipped: lis
     # several meshes: sub-meshes of one run (FSDP2 on the dp mesh of a dp x tp run; their pieces tile above)
     shown_mesh = max(meshes, key=lambda m: (len(m), m)) if meshes else None
     root = _rebuild(ranks[0].loaded.root, metas)
-    loaded = Loaded(Format.RANKS, root, _references(ranks), _warnings(ranks, skipped, replicated), [source])
     kinds = sorted({k for r in ranks for k in r.kinds})
-    loaded.metadata["ranks"] = {
-        "layout": "verl" if found.verl else "per-rank files", "kind": ", ".join(kinds), "world_size": world,
-        "mesh": list(shown_mesh) if shown_mesh else None, "files": [r.name for r in ranks],
-        "placements": placements, "not_read": skipped,
-    }
-    loaded.weights_only = wo_input.WeightsOnlyInput(wo_input.SHARDED, path=folder, parts=tuple(
-        (r.name, r.loaded.weights_only) for r in ranks))
-    return loaded
+    return Loaded(Format.RANKS, root, tuple(_references(ranks)), tuple(_warnings(ranks, skipped, replicated)),
+                  (source,), metadata={"ranks": {
+                      "layout": "verl" if found.verl else "per-rank files", "kind": ", ".join(kinds),
+                      "world_size": world, "mesh": list(shown_mesh) if shown_mesh else None,
+                      "files": [r.name for r in ranks], "placements": placements, "not_read": skipped,
+                  }}, weights_only=wo_input.WeightsOnlyInput(wo_input.SHARDED, path=folder, parts=tuple(
+                      (r.name, r.loaded.weights_only) for r in ranks)))
 
 
 def _check_global_shards(key: str, ranks: list[_Rank], blocks: tuple[Block, ...], folder: str) -> None:
@@ -250,3 +248,6 @@ def _warnings(ranks: list[_Rank], skipped: list[str], replicated: list[str]) -> 
         out.append(f"{len(replicated)} tensor(s) have pieces several ranks hold ({_keys_shown(set(replicated))}): "
                    "each piece is read once; the copies are compared when the data is read")
     return out
+
+
+READER = FormatReader(Format.RANKS, read_ranks)

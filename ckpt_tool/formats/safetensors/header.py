@@ -16,8 +16,9 @@ from ...format_names import Format
 from ...io.paths import dirname, open_bytes
 from ...io.source import storage_source
 from ...model import StorageRef, TensorMeta
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ...pickles.torch_rules import inputs as wo_input
 from ..detect import is_distributed_shard
+from ..interface import FormatReader, Loaded, ReadOptions
 
 
 class _Duplicates(dict):  # type: ignore[type-arg]
@@ -103,15 +104,12 @@ def read_safetensors(path: str, options: ReadOptions) -> Loaded:
     tensors = [TensorMeta(key, dt.name, shape, None, 0, StorageRef(source, key, end - begin), "cpu")
                for begin, end, key, dt, shape in entries]
     root: OrderedDict[str, TensorMeta] = OrderedDict(zip(map(_KEY, entries), tensors, strict=True))
-    loaded = Loaded(Format.SAFETENSORS, root, sources=[source], layout="state_dict", tensors=tensors)
-    if duplicates:
-        loaded.warnings.append("duplicate tensor keys in the header (the format forbids them; safetensors "
-                               f"keeps the last, as ckpt does): {', '.join(repr(k) for k in duplicates[:5])}")
-    if meta:
-        loaded.metadata = {"__metadata__": dict(meta)}
-        if restore_aliases(root, meta):
-            loaded.tensors = list(root.values())
-    return loaded
+    warnings = ("duplicate tensor keys in the header (the format forbids them; safetensors keeps the last, as "
+                f"ckpt does): {', '.join(repr(k) for k in duplicates[:5])}",) if duplicates else ()
+    if meta and restore_aliases(root, meta):
+        tensors = list(root.values())
+    return Loaded(Format.SAFETENSORS, root, warnings=warnings, sources=(source,), layout="state_dict",
+                  metadata={"__metadata__": dict(meta)} if meta else {}, tensors=tuple(tensors))
 
 
 def shard_file_message(path: str) -> str:
@@ -272,3 +270,6 @@ def _torch_shape(key: str, code: str, dt: dtypes.DType, shape: tuple[int, ...], 
                          f"as {dt.name} (the last dimension must count whole bytes of "
                          f"{dt.safetensors_per_item} values)", path)
     return found
+
+
+READER = FormatReader(Format.SAFETENSORS, read_safetensors, weights_only_container=wo_input.SAFETENSORS)

@@ -20,7 +20,7 @@ from ...pickles.advisories import CVE_2025_32434_SCRIPT
 from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import restricted_loads
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 
 _UINT8 = dtypes.BY_NAME["uint8"]
 _ODD_MEMBER = re.compile(r"(^/|\.\.|\\|^$)")
@@ -156,21 +156,17 @@ def read_torch_zip(path: str, options: ReadOptions) -> Loaded:
             limits=options.limits, read_blob=options.read_blob, opcodes=seen,
         )
         warnings = _archive_warnings(archive, prefix, names)
-        loaded = Loaded(
-            Format.TORCHSCRIPT if is_script else Format.TORCH_ZIP, result.obj, list(result.references),
-            warnings, [source],
-        )
-        if not is_script:
-            unexpected = _unexpected_members(archive, prefix, names)
-            if unexpected:
-                loaded.metadata["unexpected_members"] = unexpected  # formats/checkpoint/findings.py walks them
-        loaded.weights_only = wo_input.read(wo_input.TORCHSCRIPT if is_script else wo_input.ZIP, path,
-                                            [(data, seen, result.references, pkl)], str(version).encode())
+        unexpected = None if is_script else _unexpected_members(archive, prefix, names)
+        weights_only = wo_input.read(wo_input.TORCHSCRIPT if is_script else wo_input.ZIP, path,
+                                     [(data, seen, result.references, pkl)], str(version).encode())
+        root = result.obj
         if is_script:
-            loaded.warnings.append(CVE_2025_32434_SCRIPT)
-            loaded.root = torchscript_state_dict(archive, prefix, result.obj, path, loaded.warnings)
-            loaded.layout = "torchscript"
-        return loaded
+            warnings.append(CVE_2025_32434_SCRIPT)
+            root = torchscript_state_dict(archive, prefix, result.obj, path, warnings)
+        return Loaded(Format.TORCHSCRIPT if is_script else Format.TORCH_ZIP, root, tuple(result.references),
+                      tuple(warnings), (source,), layout="torchscript" if is_script else None,
+                      # formats/checkpoint/findings.py walks the unexpected members
+                      metadata={"unexpected_members": unexpected} if unexpected else {}, weights_only=weights_only)
     finally:
         archive.close()  # reopened on demand if tensor data is read later
 
@@ -291,3 +287,6 @@ def torchscript_state_dict(archive: ZipArchive, prefix: str, root: Any, path: st
         notes.append("TorchScript C++ objects (packed params) hold tensors that torch.jit.load(...).state_dict() "
                      f"does not list either, so neither does ckpt: {', '.join(sorted(packed)[:5])}")
     return out
+
+
+READER = FormatReader(Format.TORCH_ZIP, read_torch_zip, unsafe_load=True)

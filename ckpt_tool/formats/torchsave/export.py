@@ -38,7 +38,7 @@ from ...pickles.pt2_layout import (
     parse_config,
 )
 from ...pickles.torch_rules import inputs as wo_input
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 from .archive import archive_prefix, check_version
 
 # torch._export.serde.schema.ScalarType -> ckpt's dtype names
@@ -181,18 +181,18 @@ def read_export(path: str, options: ReadOptions) -> Loaded:
                 if folder == WEIGHTS_DIR:
                     counts["parameters"] += sum(p.is_param for p in entries)
                     counts["buffers"] += sum(not p.is_param for p in entries)
-        loaded = Loaded(Format.TORCH_EXPORT, state, reading.references, [], [source], layout="state_dict")
-        if all(isinstance(v, TensorMeta) and v.key == k for k, v in state.items()):
-            loaded.tensors = [v for v in state.values() if isinstance(v, TensorMeta)]
-        loaded.metadata["torch_export"] = {
-            "programs": models, **counts, "constants": {k: _described(v) for k, v in constants.items()},
-            **({"object_constants": reading.objects} if reading.objects else {}),
-        }
-        if reading.objects:
-            loaded.warnings.append(
-                f"constants that are objects, not tensors (torch.export.load unpickles them): "
-                f"{', '.join(reading.objects[:5])}{' ...' if len(reading.objects) > 5 else ''}")
-        loaded.weights_only = wo_input.WeightsOnlyInput(wo_input.OTHER, path=path, note=NOTE)
-        return loaded
+        flat = all(isinstance(v, TensorMeta) and v.key == k for k, v in state.items())
+        info = {"programs": models, **counts, "constants": {k: _described(v) for k, v in constants.items()},
+                **({"object_constants": reading.objects} if reading.objects else {})}
+        warnings = (f"constants that are objects, not tensors (torch.export.load unpickles them): "
+                    f"{', '.join(reading.objects[:5])}{' ...' if len(reading.objects) > 5 else ''}",
+                    ) if reading.objects else ()
+        return Loaded(Format.TORCH_EXPORT, state, tuple(reading.references), warnings, (source,), layout="state_dict",
+                      metadata={"torch_export": info}, weights_only=wo_input.WeightsOnlyInput(
+                          wo_input.OTHER, path=path, note=NOTE),
+                      tensors=tuple(v for v in state.values() if isinstance(v, TensorMeta)) if flat else None)
     finally:
         archive.close()  # reopened on demand if tensor data is read later
+
+
+READER = FormatReader(Format.TORCH_EXPORT, read_export)

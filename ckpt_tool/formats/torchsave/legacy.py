@@ -27,7 +27,7 @@ from ...model import DataSource, GlobalRef
 from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
 from ...pickles.unpickle.unpickler import BlobReader, restricted_load_stream
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -319,11 +319,9 @@ def read_legacy(path: str, options: ReadOptions) -> Loaded:
         regions.update(parsed.regions)
     finally:
         data.close()
-    loaded = Loaded(Format.TORCH_LEGACY, parsed.root, parsed.references, parsed.warnings, [source])
-    loaded.weights_only = wo_input.read(wo_input.LEGACY, path, parsed.weights_only)
-    if parsed.class_sources:
-        loaded.metadata["module_class_sources"] = dict(parsed.class_sources)
-    return loaded
+    return Loaded(Format.TORCH_LEGACY, parsed.root, tuple(parsed.references), tuple(parsed.warnings), (source,),
+                  metadata={"module_class_sources": dict(parsed.class_sources)} if parsed.class_sources else {},
+                  weights_only=wo_input.read(wo_input.LEGACY, path, parsed.weights_only))
 
 
 def parse_legacy_bytes(blob: bytes, *, path: str, where: str, limits: Limits,
@@ -349,3 +347,6 @@ def _region(regions: dict[str, tuple[int, int]], key: str, path: str) -> tuple[i
     if found is None:
         raise InputError(f"storage {key!r} is not in the file", path)
     return found
+
+
+READER = FormatReader(Format.TORCH_LEGACY, read_legacy, unsafe_load=True)

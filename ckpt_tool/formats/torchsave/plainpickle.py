@@ -17,7 +17,7 @@ from ...format_names import Format
 from ...io.source import read_pickle_file
 from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 
 DILL_MODULES = ("dill._dill", "dill.dill", "dill")
 
@@ -41,7 +41,8 @@ def read_pickle(path: str, options: ReadOptions) -> Loaded:
     if rest > 0:
         warnings.append(f"{rest} bytes after the end of the pickle were not read (a second pickle?)")
     is_dill = any(ref.module in DILL_MODULES for ref in result.references)
-    references = list(result.references)
-    loaded = Loaded(Format.DILL if is_dill else Format.PICKLE, result.obj, references, warnings, [])
-    loaded.weights_only = wo_input.read(wo_input.PICKLE, path, [(result.data, seen, result.references, where)])
-    return loaded
+    return Loaded(Format.DILL if is_dill else Format.PICKLE, result.obj, tuple(result.references), tuple(warnings),
+                  weights_only=wo_input.read(wo_input.PICKLE, path, [(result.data, seen, result.references, where)]))
+
+
+READER = FormatReader(Format.PICKLE, read_pickle, unsafe_load=True)

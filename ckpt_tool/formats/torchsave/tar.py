@@ -25,9 +25,10 @@ from ...io.regions import window
 from ...io.source import storage_source
 from ...model import DataSource, GlobalRef
 from ...pickles.advisories import CVE_2025_32434_TAR
+from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import LazyStorage, LazyTensor, StorageType
 from ...pickles.unpickle.unpickler import restricted_load_stream
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import FormatReader, Loaded, ReadOptions
 
 _COUNT = struct.Struct("<q")
 
@@ -53,8 +54,7 @@ def read_legacy_tar(path: str, options: ReadOptions) -> Loaded:
         root = reader.object(tensors)
     finally:
         fd.close()
-    loaded = Loaded(Format.TORCH_TAR, root, reader.references, [CVE_2025_32434_TAR], [source])
-    return loaded
+    return Loaded(Format.TORCH_TAR, root, tuple(reader.references), (CVE_2025_32434_TAR,), (source,))
 
 
 def _region(regions: dict[str, tuple[int, int]], key: str, path: str) -> tuple[int, int]:
@@ -164,3 +164,7 @@ class _TarReader:
 
         stream, _ = self._stream("pickle")
         return self._load(stream, "pickle", persistent_load)
+
+
+READER = FormatReader(Format.TORCH_TAR, read_legacy_tar, unsafe_load=True,
+                      weights_only_container=wo_input.TAR)

@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import InputError
 from ...format_names import Format
 from ...tensors.data import numpy_arrays_as_records, one_line, torch_load_trusted, torchscript_state
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
 
 
 def read_unsafe(path: str, fmt: Format, options: ReadOptions) -> Loaded:
@@ -20,10 +20,10 @@ def read_unsafe(path: str, fmt: Format, options: ReadOptions) -> Loaded:
     if fmt == Format.PICKLE:
         obj, fmt = _load_pickle(path)
     elif _is_torchscript(path, fmt):
-        return Loaded(Format.TORCHSCRIPT, torchscript_state(path), warnings=[note], layout="torchscript")
+        return Loaded(Format.TORCHSCRIPT, torchscript_state(path), warnings=(note,), layout="torchscript")
     else:
         obj = torch_load_trusted(path)
-    return Loaded(fmt, numpy_arrays_as_records(obj), warnings=[note])
+    return Loaded(fmt, numpy_arrays_as_records(obj), warnings=(note,))
 
 
 def _load_pickle(path: str) -> tuple[Any, Format]:

@@ -40,56 +40,68 @@ def why_unwritable(module: str, name: str) -> str | None:
 
 def unwritable(root: Any) -> list[tuple[str, str, str]]:
     """(where, module.name, why) for every record in ``root`` that is never written back, first found first."""
-    found: list[tuple[str, str, str]] = []
-    seen: set[int] = set()
+    walk = _Unwritable()
+    walk.walk(root, "", 0)
+    return walk.found
 
-    def walk(obj: Any, where: str, depth: int) -> None:
-        if depth > _MAX_DEPTH or id(obj) in seen or len(found) >= 5:
+
+class _Unwritable:
+    """The walk of unwritable(): one method per kind of record, at most 5 found."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[str, str, str]] = []
+        self.seen: set[int] = set()
+
+    def walk(self, obj: Any, where: str, depth: int) -> None:
+        if depth > _MAX_DEPTH or id(obj) in self.seen or len(self.found) >= 5:
             return
         if isinstance(obj, OutTensor) and obj.source.subclass is not None:
             obj = obj.source.subclass.record
         if isinstance(obj, SubclassTensor):  # its class is written back, and the objects its state holds
-            seen.add(id(obj))
-            why = why_unwritable(obj.cls._ckpt_module, obj.cls._ckpt_name)
-            if why:
-                found.append((where or "<top>", obj.qualname, why))
-            else:
-                walk(obj.state, where, depth + 1)
+            self.seen.add(id(obj))
+            if not self.note(where or "<top>", obj.qualname, obj.cls._ckpt_module, obj.cls._ckpt_name):
+                self.walk(obj.state, where, depth + 1)
             return
         if isinstance(obj, (str, bytes, int, float, bool)) or obj is None or is_tensor(obj):
             return
-        seen.add(id(obj))
-        here = where or "<top>"
+        self.seen.add(id(obj))
         if isinstance(obj, type) and issubclass(obj, Placeholder):
-            why = why_unwritable(obj._ckpt_module, obj._ckpt_name)
-            if why:
-                found.append((here, f"{obj._ckpt_module}.{obj._ckpt_name}", why))
+            name = f"{obj._ckpt_module}.{obj._ckpt_name}"
+            self.note(where or "<top>", name, obj._ckpt_module, obj._ckpt_name)
+        elif isinstance(obj, Placeholder):
+            self.placeholder(obj, where, depth)
+        else:
+            self.children(obj, where, depth)
+
+    def note(self, here: str, name: str, module: str, attr: str) -> bool:
+        """Record ``module.attr`` when it is never written back; whether it was."""
+        why = why_unwritable(module, attr)
+        if why:
+            self.found.append((here, name, why))
+        return bool(why)
+
+    def placeholder(self, obj: Placeholder, where: str, depth: int) -> None:
+        here = where or "<top>"
+        if self.note(here, obj.qualname, obj._ckpt_module, obj._ckpt_name):
             return
-        if isinstance(obj, Placeholder):
-            why = why_unwritable(obj._ckpt_module, obj._ckpt_name)
-            if why:
-                found.append((here, obj.qualname, why))
-                return
-            d = obj.__dict__
-            via = d.get("_ckpt_via")
-            parts = [*obj.args, *d["_ckpt_kwargs"].values(), d["_ckpt_state"], *d["_ckpt_items"],
-                     *d["_ckpt_setitems"].items(), *(via[1:] if isinstance(via, tuple) else ())]
-            for i, part in enumerate(parts):
-                walk(part, f"{here}.<{obj._ckpt_name}>" if i == 0 else where, depth + 1)
-            return
+        d = obj.__dict__
+        via = d.get("_ckpt_via")
+        parts = [*obj.args, *d["_ckpt_kwargs"].values(), d["_ckpt_state"], *d["_ckpt_items"],
+                 *d["_ckpt_setitems"].items(), *(via[1:] if isinstance(via, tuple) else ())]
+        for i, part in enumerate(parts):
+            self.walk(part, f"{here}.<{obj._ckpt_name}>" if i == 0 else where, depth + 1)
+
+    def children(self, obj: Any, where: str, depth: int) -> None:
         if isinstance(obj, NumpyDType):
-            walk(obj.args, where, depth + 1)
-            walk(obj.state, where, depth + 1)
+            self.walk(obj.args, where, depth + 1)
+            self.walk(obj.state, where, depth + 1)
         elif isinstance(obj, Mapping):
             for k, v in obj.items():
-                walk(k, where, depth + 1)
-                walk(v, f"{where}.{k}" if where else str(k), depth + 1)
+                self.walk(k, where, depth + 1)
+                self.walk(v, f"{where}.{k}" if where else str(k), depth + 1)
         elif isinstance(obj, (list, tuple, set, frozenset)):
             for i, v in enumerate(obj):
-                walk(v, f"{where}.{i}" if where else str(i), depth + 1)
-
-    walk(root, "", 0)
-    return found
+                self.walk(v, f"{where}.{i}" if where else str(i), depth + 1)
 
 
 def refuse_unwritable(root: Any, src: str, sd_key: str = "") -> None:

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import generate_training as gt  # noqa: E402
 
-from ckpt_tool.commands.migrate.command import migrate  # noqa: E402
+from ckpt_tool.commands.migrate import migrate  # noqa: E402
 from ckpt_tool.commands.migrate.parallel import workers as consolidate  # noqa: E402
 
 DS = ROOT / "fixtures" / "deepspeed"
@@ -133,13 +133,36 @@ def test_a_worker_that_dies_fails_the_run_and_leaves_nothing(tmp_path, zero3, mo
 
 def test_default_workers_follow_the_cores_and_the_size():
     from ckpt_tool.commands.migrate.parallel.choice import choose_workers as choose
+    from ckpt_tool.commands.migrate.parallel.choice import default_workers, usable_cores
 
-    cores = os.cpu_count() or 1
-    assert choose(None, "deepspeed", "safetensors", 100 << 30) == cores
-    assert choose(None, "deepspeed", "safetensors", 1 << 20) == 1  # too small to be worth a process
+    assert default_workers(2, 100 << 30) == 1  # 2 cores: one process already keeps both busy
+    assert default_workers(3, 100 << 30) == 1
+    assert default_workers(4, 100 << 30) == 2
+    assert default_workers(16, 100 << 30) == 8
+    assert default_workers(64, 100 << 30) == 8  # the disk bounds a durable write before the cores do
+    assert default_workers(16, 3 << 30) == 3  # at least 1 GiB each
+    assert default_workers(16, (1 << 30) - 1) == 1  # too small to be worth a second process
+    assert default_workers(1, 0) == 1
+    assert choose(None, "deepspeed", "safetensors", 100 << 30) == default_workers(usable_cores(), 100 << 30)
+    assert choose(None, "deepspeed", "safetensors", 1 << 20) == 1
     assert choose(None, "torch-zip", "safetensors", 100 << 30) == 1  # not a consolidation source
     assert choose(4, "torch-zip", "sharded", 1) == 4  # as asked
     assert choose(4, "deepspeed", "torch-zip", 1 << 30) == 1  # a .pth is written by one process
+
+
+def test_usable_cores_follow_the_affinity_and_the_cgroup_quota(tmp_path):
+    from ckpt_tool.commands.migrate.parallel.choice import _cgroup_quota, usable_cores
+
+    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        assert usable_cores() <= len(os.sched_getaffinity(0))
+    cases = {"max 100000\n": None, "200000 100000\n": 2, "150000 100000": 1, "50000 100000": 1, "": None,
+             "x 100000": None}
+    for i, (text, cores) in enumerate(cases.items()):
+        f = tmp_path / f"cpu.max.{i}"
+        f.write_text(text)
+        assert _cgroup_quota(str(f)) == cores, text
+    assert _cgroup_quota(str(tmp_path / "absent")) is None
 
 
 def test_pth_with_workers_is_written_by_one_process(tmp_path):

@@ -17,8 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from ckpt_tool.commands.migrate.verify import early
 from ckpt_tool.commands.migrate.verify.compare import compare_pairs
-from ckpt_tool.formats import read_file
-from ckpt_tool.formats.checkpoint.loaded import ReadOptions
+from ckpt_tool.formats import ReadOptions, read_file
 from ckpt_tool.writers.base import OutTensor
 from ckpt_tool.writers.safetensors.single import write_safetensors
 

@@ -15,7 +15,7 @@ from models import TinyMLP, TinyMLPv2
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model
 
-from ckpt_tool.commands.migrate.command import migrate
+from ckpt_tool.commands.migrate import migrate
 from ckpt_tool.errors import OutputExists, RuleConflict, UnsafeContentError, UsageError
 from tests.helpers.bits import raw_bytes, same_bits
 
@@ -539,7 +539,7 @@ def test_output_equal_to_source_is_refused(tmp_path, fixtures_dir, run_cli, how)
 
 
 def test_new_files_get_0644_minus_umask(tmp_path, fixtures_dir):
-    code = ("import os, sys; os.umask(0o027); from ckpt_tool.commands.migrate.command import migrate; "
+    code = ("import os, sys; os.umask(0o027); from ckpt_tool.commands.migrate import migrate; "
             f"migrate({str(fixtures_dir / 'tiny_mlp.pth')!r}, sys.argv[1])")
     import subprocess
 
@@ -616,11 +616,12 @@ def test_failed_verification_exits_1_on_the_command_line(tmp_path, fixtures_dir)
     """The CLI path, through a subprocess whose migrate has a corrupting hook installed."""
     out = tmp_path / "o.pth"
     code = (
-        "import importlib, sys\n"
-        "m = importlib.import_module('ckpt_tool.commands.migrate.command')\n"
-        "orig = m.migrate\n"
+        "import dataclasses, importlib, sys\n"
+        "m = importlib.import_module('ckpt_tool.commands.migrate')  # the CLI imports run_migration from here\n"
+        "orig = m.run_migration\n"
         "from test_migrate import _flip_member_byte\n"
-        "m.migrate = lambda *a, **k: orig(*a, _after_write=lambda p: _flip_member_byte(p, '/data/2'), **k)\n"
+        "flip = lambda p: _flip_member_byte(p, '/data/2')\n"
+        "m.run_migration = lambda *a: orig(*a[:4], dataclasses.replace(a[4], after_write=flip))\n"
         "from ckpt_tool.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
@@ -636,7 +637,7 @@ def test_failed_verification_exits_1_on_the_command_line(tmp_path, fixtures_dir)
 
 
 def test_plain_migrate_does_not_import_torch(tmp_path, fixtures_dir):
-    code = ("import sys; from ckpt_tool.commands.migrate.command import migrate; "
+    code = ("import sys; from ckpt_tool.commands.migrate import migrate; "
             f"r = migrate({str(fixtures_dir / 'tiny_mlp_dp.pth')!r}, sys.argv[1], strip_prefix=['module.'], "
             "devices=['cpu']); print(r.ok, 'torch' in sys.modules)")
     import subprocess

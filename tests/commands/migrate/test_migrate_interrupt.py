@@ -20,9 +20,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = """
-import importlib, sys, time
-# the module (the attribute ckpt_tool.commands.migrate.command is the API function)
-m = importlib.import_module("ckpt_tool.commands.migrate.command")
+import dataclasses, importlib, sys, time
+m = importlib.import_module("ckpt_tool.commands.migrate")  # the CLI imports run_migration from the package
 marker = sys.argv[1]
 
 class Stall:
@@ -37,8 +36,9 @@ class Stall:
     def done(self):
         pass
 
-orig = m.migrate
-m.migrate = lambda *a, **k: orig(*a, **{**k, "progress": Stall()})
+orig = m.run_migration
+m.run_migration = lambda src, out, source, options, hooks: orig(src, out, source, options,
+                                                                 dataclasses.replace(hooks, progress=Stall()))
 from ckpt_tool.cli import main
 sys.exit(main(sys.argv[2:]))
 """

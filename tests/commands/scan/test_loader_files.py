@@ -203,7 +203,7 @@ def test_trainer_checkpoint_as_saved_has_no_alarm(written):
     assert not [w for w in json.loads(r.out)["warnings"] if "dangerous" in w]
 
 
-# ------------------------------------------------- Megatron-LM legacy folders (formats/deepspeed/megatron.py)
+# ------------------------------------------------- Megatron-LM legacy folders (formats/megatron/legacy_folder.py)
 
 def test_a_payload_in_megatrons_distributed_optimizer_file_is_named(tmp_path):
     folder = _run(PARALLEL / "megatron_legacy", tmp_path)

@@ -1,13 +1,13 @@
 """Writing one migrate output from several processes: ``--workers N``, or every rank under ``torchrun``.
 
 The output (one ``.safetensors`` file, or a sharded set) is cut into units
-fixed before any byte is written (writers/parallel.py) and the units are
+fixed before any byte is written (writers/shares.py) and the units are
 shared out. The process that owns the output (the migrate process, or rank
 0) creates the temporary output and its header; every process writes its
-share with its own descriptors and fsyncs it, then, once all have written,
-verifies its share bit for bit against the source. The owner then writes
-the index, checks the whole output's keys, dtypes and shapes, runs the
-device and target checks, and publishes it. Workers are separate
+share with its own descriptors, then, once all have written and the owner
+wrote the index and fsynced, compares its share bit for bit with the
+source. The owner then hands those proofs to the one verifier and publishes
+the output (publish.py, owner.py). Workers are separate
 processes that re-read the source's metadata and re-plan the same output
 (checked by a fingerprint), so nothing but a small spec crosses a process
 boundary, as on a cluster where each rank runs the same command.
@@ -32,9 +32,9 @@ from ....io.paths import count_remote, remote_session
 from ....keys.rules import RuleSet, make_plan
 from ....limits import Limits
 from ....model import Checkpoint, TensorMeta
-from ....tensors.numerics import CastLoss
+from ....tensors.numerics.castloss import CastLoss
 from ....writers.base import OutTensor
-from ....writers.parallel import Unit, assign, safetensors_units, shard_units, write_unit
+from ....writers.shares import Unit, assign, safetensors_units, shard_units, write_unit
 from ..verify.casts import share_losses
 
 if TYPE_CHECKING:
@@ -90,24 +90,25 @@ def write_share(path: str, units: Sequence[Unit], indices: Sequence[int],
     return sum(write_unit(path, units[i], on_bytes, sync) for i in indices)
 
 
-def verify_share(path: str, fmt: OutputFormat, units: Sequence[Unit], indices: Sequence[int],
-                 limits: Limits) -> list[str]:
-    """Each tensor of the share re-read from the output and compared bit for bit with the source."""
-    from ....formats import read_file
-    from ....formats.checkpoint.loaded import ReadOptions
+def prove_share(path: str, units: Sequence[Unit], indices: Sequence[int],
+                limits: Limits) -> tuple[list[str], dict[str, tuple[int, int]]]:
+    """Each tensor of the share re-read from the output and compared bit for bit with the source: (the first
+    problems, key -> (file offset, bytes) of the tensors found equal, handed to the one verifier)."""
     from ..verify.compare import MAX_REPORTED, compare_pairs
+    from ..verify.reread import by_key, close_output, open_output, span_of, unreadable
 
     problems: list[str] = []
+    proven: dict[str, tuple[int, int]] = {}
     files: dict[str, list[Unit]] = {}
     for i in indices:
         files.setdefault(os.path.join(path, units[i].name) if units[i].name else path, []).append(units[i])
     for file, group in files.items():
         try:
-            loaded = read_file(file, ReadOptions(limits=limits))
+            loaded = open_output(file, limits)
         except CkptError as exc:
-            return [f"the output cannot be read back: {exc.message}"]
+            return [unreadable(exc.message)], {}
         try:
-            actual = dict(loaded.root)
+            actual = by_key(loaded)
             pairs = []
             for unit in group:
                 for t in unit.tensors:
@@ -116,13 +117,15 @@ def verify_share(path: str, fmt: OutputFormat, units: Sequence[Unit], indices: S
                         problems.append(f"{t.key}: missing from the output")
                     else:
                         pairs.append((t.key, t, found))
-            problems += compare_pairs(pairs)
+            differ = compare_pairs(pairs)
+            problems += differ
+            if not differ:
+                proven.update((key, span) for key, _, act in pairs if (span := span_of(act)) is not None)
         finally:
-            for s in loaded.sources:
-                s.close()
+            close_output(loaded)
         if len(problems) >= MAX_REPORTED:
             break
-    return problems[:MAX_REPORTED]
+    return problems[:MAX_REPORTED], proven
 
 
 def replan(spec: Spec) -> tuple[list[Unit], Checkpoint]:
@@ -152,9 +155,10 @@ class _Wrote:
 
 @dataclass(frozen=True)
 class _Verified:
-    """A worker's answer once its share is re-read: the first problems found."""
+    """A worker's answer once its share is re-read: the first problems found, and what it proved."""
 
     problems: list[str]
+    proven: dict[str, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -176,8 +180,8 @@ def _child(conn: Connection, spec: Spec, index: int) -> None:
         losses = share_losses([t for i in indices for t in units[i].tensors])  # what its casts did to the values
         conn.send(_Wrote(written, counted.stats() if counted is not None else None, losses))
         if conn.recv() == "verify":
-            conn.send(_Verified(verify_share(spec.path, spec.fmt, units, indices, spec.source.limits)
-                                if spec.verify else []))
+            conn.send(_Verified(*prove_share(spec.path, units, indices, spec.source.limits)) if spec.verify
+                      else _Verified([], {}))
     except CkptError as exc:
         conn.send(_Failed(type(exc), exc.message))
     except KeyboardInterrupt:
@@ -241,9 +245,9 @@ class Workers:
                 if msg.fetched:  # the requests a worker made for a URL source
                     count_remote(msg.fetched["requests"], msg.fetched["bytes"])
 
-    def verified(self) -> list[str]:
-        """Every worker's problems with its share, in worker order."""
-        return [p for msg in self._answers(_Verified) if isinstance(msg, _Verified) for p in msg.problems]
+    def verified(self) -> list[tuple[list[str], dict[str, tuple[int, int]]]]:
+        """Every worker's problems with its share and what it proved, in worker order."""
+        return [(msg.problems, msg.proven) for msg in self._answers(_Verified) if isinstance(msg, _Verified)]
 
     def tell(self, message: str) -> None:
         for conn in self.conns:

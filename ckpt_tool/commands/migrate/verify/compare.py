@@ -17,6 +17,7 @@ from ....writers.sourcebytes import Region, coalesced, file_location, small_loca
 from ....writers.torchsave.datapkl import as_meta
 from ....writers.torchsave.subclass import written_device
 from .quantizer import same_quantizer
+from .reread import span_of
 from .subclass import inner_pairs
 
 MAX_REPORTED = 5
@@ -63,12 +64,9 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
     checked: list[tuple[str, OutTensor, TensorMeta]] = []
     pairs = inner_pairs(pairs, problems)
     for label, exp, act in pairs:
-        if act.dtype != exp.dtype:
-            problems.append(f"{label}: dtype is {act.dtype}, expected {exp.dtype}")
-        elif tuple(act.shape) != tuple(exp.shape):
-            problems.append(f"{label}: shape is {list(act.shape)}, expected {list(exp.shape)}")
-        elif act.storage is None:
-            problems.append(f"{label}: holds no data")
+        problem = _pair_problem(label, exp, act)
+        if problem is not None:
+            problems.append(problem)
         elif proven and _proven_here(proven.get(label), act):
             if advance is not None:
                 advance(exp.nbytes)
@@ -80,6 +78,23 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
         checked = _unproven_large(checked, advance, workers)
         if _same_in_runs(checked, advance):
             return problems
+    return _compare_bytes(checked, advance, problems)
+
+
+def _pair_problem(label: str, exp: OutTensor, act: TensorMeta) -> str | None:
+    """What makes a re-read tensor another one than expected before its bytes are read (None: nothing)."""
+    if act.dtype != exp.dtype:
+        return f"{label}: dtype is {act.dtype}, expected {exp.dtype}"
+    if tuple(act.shape) != tuple(exp.shape):
+        return f"{label}: shape is {list(act.shape)}, expected {list(exp.shape)}"
+    if act.storage is None:
+        return f"{label}: holds no data"
+    return None
+
+
+def _compare_bytes(checked: Sequence[tuple[str, OutTensor, TensorMeta]], advance: Advance | None,
+                   problems: list[str]) -> list[str]:
+    """``problems`` and each pair whose bytes differ, named with its first differing byte, tensor by tensor."""
     to_read = [(label, exp, OutTensor(label, act, act.dtype)) for label, exp, act in checked]
     expected = tensor_data([e for _, e, _ in to_read])
     actual = tensor_data([a for _, _, a in to_read])
@@ -103,8 +118,7 @@ def compare_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]], advance: A
 
 def _proven_here(span: tuple[int, int] | None, act: TensorMeta) -> bool:
     """Whether the re-read tensor's bytes are the file range an EarlyCheck compared (offset, length)."""
-    at = file_location(act, act.storage_offset * act.itemsize, act.nbytes) if span is not None else None
-    return at is not None and (at[1], act.nbytes) == span
+    return span is not None and span_of(act) == span
 
 
 _LARGE = 4 << 20  # bytes: tensors from this size are compared chunk by chunk on every core

@@ -7,7 +7,7 @@ tensors is in the file it re-reads them, as the output's reader places them
 (the header is written first and parsed once), and compares them bit for
 bit with the source on that core. What it proved is handed to the final
 verification (verify.py), which re-reads the whole output with ckpt's
-readers as before and compares the bytes of every tensor it was not handed,
+readers (reread.py, as here) and compares the bytes of every tensor it was not handed,
 or whose place in the file is not the one proven. A tensor that differs is
 never "proven": the final pass compares it again and names its first
 differing byte.
@@ -75,11 +75,10 @@ class EarlyCheck:
 
     def started(self) -> None:
         """Parse the header just written (the reader verify.py uses) and start the comparing thread."""
-        from ....formats import read_file
-        from ....formats.checkpoint.loaded import ReadOptions
+        from .reread import open_output
 
         try:
-            loaded = read_file(self.path, ReadOptions(limits=self.limits, walk=False))
+            loaded = open_output(self.path, self.limits, walk=False)
         except CkptError:
             return  # the final verification reads it again and says why it cannot
         self._sources = list(loaded.sources)

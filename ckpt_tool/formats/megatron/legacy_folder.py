@@ -38,8 +38,8 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import Placeholder
 from ..checkpoint.build import build, file_danger, summarize
-from ..checkpoint.loaded import Loaded, ReadOptions
-from .tpmerge import merge_ranks
+from ..interface import FormatReader, Loaded, ReadOptions
+from ..tp import merge_ranks
 
 LATEST = "latest_checkpointed_iteration.txt"
 _RANK = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
@@ -177,11 +177,11 @@ def read_megatron_legacy(path: str, options: ReadOptions) -> Loaded:
         tensors, more, counts = merge_ranks(ranks, options.tp_rules, folder, (pp, tp))
         sources += more
         info["tp_rules"] = {"from": options.tp_rules.origin, "merged": counts}
-    out = Loaded(Format.MEGATRON_LEGACY, tensors, references, list(dict.fromkeys(warnings)), sources)
-    out.tensors = list(tensors.values())
-    out.layout = "state_dict"
-    out.framework = "megatron"
-    out.metadata["megatron"] = info
+    metadata = {"megatron": info}
     for name, value in meta0.items():
-        out.metadata.setdefault(name, summarize(value))
-    return out
+        metadata.setdefault(name, summarize(value))
+    return Loaded(Format.MEGATRON_LEGACY, tensors, tuple(references), tuple(dict.fromkeys(warnings)), tuple(sources),
+                  layout="state_dict", metadata=metadata, framework="megatron", tensors=tuple(tensors.values()))
+
+
+READER = FormatReader(Format.MEGATRON_LEGACY, read_megatron_legacy)

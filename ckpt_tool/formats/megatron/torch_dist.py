@@ -29,14 +29,15 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ... import dtypes
 from ...errors import CkptError, InputError, UsageError
 from ...io import paths
 from ...model import DataSource, StorageRef, TensorMeta, contiguous_strides
-from ..checkpoint.loaded import Loaded, ReadOptions
-from .items import BytesItem
+from ..dcp.items import BytesItem
+from ..interface import Loaded, ReadOptions
 
 COMMON, METADATA_JSON = "common.pt", "metadata.json"
 _MAX_JSON = 1 << 20
@@ -63,8 +64,9 @@ def _metadata_json(folder: str) -> Any:
         raise InputError(f"{METADATA_JSON} is not JSON", folder) from None
 
 
-def describe(loaded: Loaded, folder: str, options: ReadOptions) -> None:
-    """Add what Megatron keeps beside the DCP files: metadata.json, common.pt (never executed), the stacking.
+def describe(loaded: Loaded, folder: str, options: ReadOptions) -> Loaded:
+    """The DCP folder's result with what Megatron keeps beside the DCP files: metadata.json, common.pt (never
+    executed), the stacking.
 
     A DCP folder whose ``metadata.json`` does not name the torch_dist backend is left as it is.
     """
@@ -73,16 +75,17 @@ def describe(loaded: Loaded, folder: str, options: ReadOptions) -> None:
 
     found = _metadata_json(folder)
     if not (isinstance(found, dict) and found.get("sharded_backend") == "torch_dist"):
-        return
+        return loaded
     info: dict[str, Any] = {METADATA_JSON: found}
+    references, warnings = list(loaded.references), list(loaded.warnings)
     common = paths.join(folder, COMMON)
     if paths.isfile(common):
         try:
             part = read_torch_zip(common, options)
         except CkptError as exc:
             raise InputError(f"{COMMON}: {exc.message}", folder) from None
-        loaded.references.extend(part.references)
-        loaded.warnings.extend(f"{COMMON}: {w}" for w in part.warnings)
+        references.extend(part.references)
+        warnings.extend(f"{COMMON}: {w}" for w in part.warnings)
         info[COMMON] = summarize(part.root)
         parallel = _parallel(info[COMMON])
         if parallel:
@@ -92,31 +95,32 @@ def describe(loaded: Loaded, folder: str, options: ReadOptions) -> None:
     stacked = _stacked_layers(loaded.root)
     if stacked:
         info["stacked_layers"] = stacked
-        loaded.warnings.append(
+        warnings.append(
             f"Megatron torch_dist: layers are stacked on a leading axis ({stacked} layers, e.g. "
             f"{next(k for k in loaded.root if _STACKED.match(k))!r}); a Megatron model's state_dict names them "
             "per layer: add --unstack-layers (inspect and migrate)")
-    _describe_optimizer(loaded, info)
-    loaded.framework = "megatron"
-    loaded.metadata["megatron"] = info
+    warnings.extend(_describe_optimizer(loaded.root, info))
+    return replace(loaded, references=tuple(references), warnings=tuple(warnings), framework="megatron",
+                   metadata={**loaded.metadata, "megatron": info})
 
 
-def _describe_optimizer(loaded: Loaded, info: dict[str, Any]) -> None:
-    """Name the DistributedOptimizer's format; say plainly when its state stays flat, and why."""
+def _describe_optimizer(root: Any, info: dict[str, Any]) -> list[str]:
+    """Name the DistributedOptimizer's format in ``info``; say plainly (the warnings returned) when its state stays
+    flat, and why."""
     kind = _find(info.get(COMMON), "param_state_sharding_type", 3)
-    flat = [str(k) for k in loaded.root if str(k).startswith(_FLAT_OPTIMIZER)]
-    per_param = any(str(k).startswith(_PER_PARAM_OPTIMIZER) for k in loaded.root)
+    flat = [str(k) for k in root if str(k).startswith(_FLAT_OPTIMIZER)]
+    per_param = any(str(k).startswith(_PER_PARAM_OPTIMIZER) for k in root)
     if kind is None and not flat and not per_param:
-        return
+        return []
     if not flat:  # fully_reshardable (fully_sharded_model_space): one tensor per parameter and state
         info["distributed_optimizer"] = {"sharding_type": kind, "state": "per parameter (optimizer.state.*)"}
-        return
-    tensors = [k for k in flat if isinstance(loaded.root[k], TensorMeta)]
+        return []
+    tensors = [k for k in flat if isinstance(root[k], TensorMeta)]
     buckets = sorted({k.rsplit(".", 1)[0] for k in tensors})
     example = (tensors or flat)[0]
     info["distributed_optimizer"] = {"sharding_type": kind, "state": "flat buckets (optimizer.distributed.*), "
                                      "kept as saved", "buckets": len(buckets)}
-    loaded.warnings.append(
+    return [
         f"Megatron distributed-optimizer state saved as {kind or 'flat per-DP-rank buffers'}: {len(flat)} "
         f"entries under {_FLAT_OPTIMIZER}* ("
         + (f"{len(buckets)} flat per-rank bucket(s)" if buckets
@@ -126,7 +130,7 @@ def _describe_optimizer(loaded: Loaded, info: dict[str, Any]) -> None:
         "DistributedOptimizer recomputes it from the model it wraps), so they are kept as saved, not split into "
         "parameters or unstacked; --drop 'optimizer.*' leaves them out. A run saved with sharding_type "
         f"'fully_reshardable' holds one tensor per parameter ({_PER_PARAM_OPTIMIZER}<param|exp_avg|exp_avg_sq>."
-        "<parameter>), unstacked like the parameters")
+        "<parameter>), unstacked like the parameters"]
 
 
 _PARALLEL = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
@@ -183,8 +187,8 @@ class UnstackedSource(DataSource):
         self.inner.close()
 
 
-def unstack(loaded: Loaded, path: str) -> None:
-    """Rewrite a Megatron folder's stacked layers (and experts) into per-layer keys, in place."""
+def unstack(loaded: Loaded, path: str) -> Loaded:
+    """A Megatron folder's result with its stacked layers (and experts) under per-layer keys."""
     info = loaded.metadata.get("megatron")
     root = loaded.root
     if not isinstance(info, dict) or not isinstance(root, Mapping):
@@ -211,10 +215,10 @@ def unstack(loaded: Loaded, path: str) -> None:
             if new_key in out:
                 raise InputError(f"unstacking gives two entries the key {new_key!r}", path)
             out[new_key] = new_value
-    loaded.root = out
-    loaded.sources.extend(s for s in sources.values() if s not in loaded.sources)
-    loaded.warnings[:] = [w for w in loaded.warnings if "--unstack-layers" not in w]
-    info["unstacked"] = True
+    added = tuple(s for s in sources.values() if s not in loaded.sources)
+    return replace(loaded, root=out, sources=loaded.sources + added,
+                   warnings=tuple(w for w in loaded.warnings if "--unstack-layers" not in w),
+                   metadata={**loaded.metadata, "megatron": {**info, "unstacked": True}})
 
 
 def _split(key: str, value: Any, layers: int | None, sources: dict[int, UnstackedSource],

@@ -25,8 +25,9 @@ from ...errors import InputError, LimitExceeded
 from ...format_names import Format
 from ...io import paths
 from ...model import StorageRef, TensorMeta, contiguous_strides
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ...pickles.torch_rules import inputs as wo_input
 from ..dcp.stream import Chunk, DcpStreamSource
+from ..interface import FormatReader, Loaded, ReadOptions
 from .header import checked_entries, read_header
 
 SHARDING_KEY = "DCP_SHARDING_INFO"
@@ -70,16 +71,12 @@ def read_distributed(path: str, options: ReadOptions) -> Loaded:
         tensors.append(TensorMeta(key, dt.name, shape, contiguous_strides(shape), 0,
                                   StorageRef(source, key, prod(shape) * dt.itemsize), "cpu"))
     root: OrderedDict[str, TensorMeta] = OrderedDict((t.key, t) for t in tensors)
-    loaded = Loaded(Format.DIST_SAFETENSORS, root, sources=[source], layout="state_dict", tensors=tensors)
-    loaded.metadata["distributed_safetensors"] = {
-        "files": len(names), "ranks": len({_rank(n) for n in names}),
-        "dcp_version": version, "slices": sum(len(v) for v in slices.values()),
-    }
-    ranks = loaded.metadata["distributed_safetensors"]["ranks"]
-    loaded.warnings.append(f"{ranks} rank file(s) found; the writer records no rank count, so a missing last "
-                           "rank's file would shrink the global shapes unseen: check that the run had "
-                           f"{ranks} rank(s)")
-    return loaded
+    ranks = len({_rank(n) for n in names})
+    info = {"files": len(names), "ranks": ranks, "dcp_version": version, "slices": sum(len(v) for v in slices.values())}
+    warning = (f"{ranks} rank file(s) found; the writer records no rank count, so a missing last rank's file would "
+               f"shrink the global shapes unseen: check that the run had {ranks} rank(s)")
+    return Loaded(Format.DIST_SAFETENSORS, root, warnings=(warning,), sources=(source,), layout="state_dict",
+                  metadata={"distributed_safetensors": info}, tensors=tuple(tensors))
 
 
 def _rank(name: str) -> str:
@@ -183,3 +180,8 @@ def _product(ranges: list[range]) -> list[tuple[int, ...]]:
         out = [(*c, i) for c in out for i in r]
     return out
 
+
+READER = FormatReader(Format.DIST_SAFETENSORS, read_distributed, weights_only_container=wo_input.OTHER,
+                      weights_only_note=(
+    "a folder of distributed safetensors rank files: torch.distributed.checkpoint's "
+    "HuggingFaceStorageReader reads it (each file holds no pickle), not torch.load"))

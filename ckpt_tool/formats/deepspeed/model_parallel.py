@@ -11,7 +11,7 @@ them ``XX.weight`` with XX the global layer index (no zero padding), which is
 what ``PipelineModule.state_dict()`` calls them (it registers layer XX as the
 submodule ``str(XX)``) and what the model states' ``param_shapes`` and
 ``buffer_names`` already say. The stages are then joined in stage order and
-the tensor-parallel ranks merged by the rules (tprules.py): the user's rules
+the tensor-parallel ranks merged by the rules (formats/tp/): the user's rules
 file first, else the run's ``universal_checkpoint_info``, else an error that
 says what was found and what is missing.
 """
@@ -27,11 +27,10 @@ from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle.placeholders import LazyTensor
 from ..checkpoint.build import summarize
-from ..checkpoint.loaded import Loaded, ReadOptions
+from ..interface import Loaded, ReadOptions
+from ..tp import UC_INFO, TpRules, from_universal_info, merge_ranks
 from .files import ParallelRun
 from .ranks import RankPart, StatesReader, consolidate
-from .tpmerge import merge_ranks
-from .tprules import UC_INFO, TpRules, from_universal_info
 
 
 def parallel_sizes(m0: Mapping[Any, Any], par: ParallelRun) -> tuple[int, int]:
@@ -163,20 +162,17 @@ def read_parallel(path: str, par: ParallelRun, options: ReadOptions) -> Loaded:
                             "(DeepSpeed keeps the copies equal); the first stage's are written")
         for key, meta in merged.items():
             tensors.setdefault(key, meta)
-    loaded = Loaded(Format.DEEPSPEED, tensors, references, warnings, sources)
-    loaded.tensors = list(tensors.values())
-    loaded.layout = "state_dict"
-    loaded.framework = "deepspeed"
     from .meta import describe
 
     p0 = parts[0]
-    loaded.metadata.update(describe(par.ranks[0], m0, p0.optim, p0.stage, p0.world, loaded.tensors))
-    info = loaded.metadata["deepspeed"]
+    metadata = describe(par.ranks[0], m0, p0.optim, p0.stage, p0.world, list(tensors.values()))
+    info = metadata["deepspeed"]
     info["layout"] = str(DeepSpeedLayout.PIPELINE if pp > 1 else DeepSpeedLayout.TENSOR_PARALLEL)
     info.update(pp=pp, tp=tp, files=[paths.basename(p) for r in par.ranks for _, p in r.model + r.optim]
                 + [paths.basename(p) for *_, p in par.layers])
     if rules is not None:
         info["tp_rules"] = {"from": rules.origin, "merged": merges}
     if m0.get(UC_INFO) is not None:
-        loaded.metadata[UC_INFO] = summarize(m0[UC_INFO])
-    return loaded
+        metadata[UC_INFO] = summarize(m0[UC_INFO])
+    return Loaded(Format.DEEPSPEED, tensors, tuple(references), tuple(warnings), tuple(sources), layout="state_dict",
+                  metadata=metadata, framework="deepspeed", tensors=tuple(tensors.values()))

@@ -254,59 +254,17 @@ def merge_ranks(ranks: Sequence[OrderedDict[str, TensorMeta]], rules: TpRules, f
         raise InputError(f"tensor-parallel rank(s) hold {', '.join(map(repr, extra[:3]))}, which rank 0 does not",
                          folder)
     unmatched = []
-    for key, meta0 in ranks[0].items():
-        metas = []
-        for r, rank in enumerate(ranks):
-            if key not in rank:
-                raise InputError(f"{key!r} is missing on tensor-parallel rank {r}", folder)
-            if rank[key].dtype != meta0.dtype:
-                raise InputError(f"{key!r} is {rank[key].dtype} on tensor-parallel rank {r} but {meta0.dtype} on "
-                                 "rank 0", folder)
-            metas.append(rank[key])
+    for key in ranks[0]:
+        metas = _rank_metas(key, ranks, folder)
         amap = rules.affine_for(key, folder)  # the map places every piece; no category is consulted (ds_to_universal)
         rule: TpRule | None = None if amap is not None else rules.rule_for(key)
         if amap is None and rule is None:
             unmatched.append(key)
             continue
-        if rule is not None and rule.merge is not TpMerge.REPLICATED:
-            why = rules.unsupported_for(key)
-            if why is not None:
-                raise InputError(f"cannot merge the tensor-parallel shards of {key!r}: {why}", folder)
-        itemsize = dtypes.lookup(meta0.dtype).itemsize
         if rule is not None and rule.merge is TpMerge.REPLICATED:
-            if any(m.shape != meta0.shape for m in metas):
-                raise InputError(f"{key!r} is replicated by the rules ({rule.pattern!r}) but its shape differs "
-                                 f"between ranks ({', '.join(str(list(m.shape)) for m in metas)})", folder)
-            replicated.add(key, [byte_segments(m) for m in metas])
-            out[key] = TensorMeta(key, meta0.dtype, meta0.shape, contiguous_strides(meta0.shape), 0,
-                                  StorageRef(replicated, key, meta0.numel * itemsize))
-            counts["replicated"] = counts.get("replicated", 0) + 1
-            continue
-        copies: list[tuple[int, int, int, list[Segment]]] = []
-        if rule is None or rule.merge is TpMerge.SUB_PARAMS:
-            if amap is None:
-                amap = _sub_param_map(key, metas, rules.sub_params_for(rule.pattern) if rule else None, folder)
-            shape, segs, copies = _affine(key, metas, amap, folder)
-            name = str(TpMerge.AFFINE if rule is None else TpMerge.SUB_PARAMS)
-        elif rule.merge is TpMerge.TWO_SUB_PARAMS:
-            shape, segs = _two_halves(key, metas, folder)
-            name = str(rule.merge)
+            out[key], name = _replicate(key, metas, rule, replicated, folder), "replicated"
         else:
-            shape, segs = _concat(key, metas, rule.dim, folder)
-            name = "concatenated along dim " + str(rule.dim)
-        rows = rules.vocab_rows(key)  # after every merge, the affine map's too (as ds_to_universal)
-        if rows is not None and rows != shape[0]:
-            if rows > shape[0]:
-                raise InputError(f"the vocabulary size {rows} is larger than {key!r}'s {shape[0]} merged rows",
-                                 folder)
-            shape = (rows, *shape[1:])
-            segs = _cut(segs, 0, prod(shape) * itemsize)
-        if copies:
-            replicated.add_blocks(key, segs, copies)
-            ref = StorageRef(replicated, key, prod(shape) * itemsize)
-        else:
-            ref = StorageRef(merged, key, merged.add(key, segs))
-        out[key] = TensorMeta(key, meta0.dtype, shape, contiguous_strides(shape), 0, ref)
+            out[key], name = _split_merge(key, metas, amap, rule, rules, (merged, replicated), folder)
         counts[name] = counts.get(name, 0) + 1
     if unmatched:
         pp, tp = pp_tp
@@ -315,3 +273,66 @@ def merge_ranks(ranks: Sequence[OrderedDict[str, TensorMeta]], rules: TpRules, f
         raise InputError(f"the tensor-parallel rules ({rules.origin}) say nothing about {shown} (pp={pp}, tp={tp}): "
                          "add a [[tp]] table or a 'replicated' pattern for each", folder)
     return out, [merged, replicated], counts
+
+
+def _rank_metas(key: str, ranks: Sequence[OrderedDict[str, TensorMeta]], folder: str) -> list[TensorMeta]:
+    """``key`` on every rank, in rank order: each must hold it, in rank 0's dtype."""
+    meta0 = ranks[0][key]
+    metas = []
+    for r, rank in enumerate(ranks):
+        if key not in rank:
+            raise InputError(f"{key!r} is missing on tensor-parallel rank {r}", folder)
+        if rank[key].dtype != meta0.dtype:
+            raise InputError(f"{key!r} is {rank[key].dtype} on tensor-parallel rank {r} but {meta0.dtype} on "
+                             "rank 0", folder)
+        metas.append(rank[key])
+    return metas
+
+
+def _replicate(key: str, metas: list[TensorMeta], rule: TpRule, replicated: ReplicatedSource, folder: str
+               ) -> TensorMeta:
+    """A tensor every rank holds whole: read from the first, compared with the others when read."""
+    meta0 = metas[0]
+    itemsize = dtypes.lookup(meta0.dtype).itemsize
+    if any(m.shape != meta0.shape for m in metas):
+        raise InputError(f"{key!r} is replicated by the rules ({rule.pattern!r}) but its shape differs "
+                         f"between ranks ({', '.join(str(list(m.shape)) for m in metas)})", folder)
+    replicated.add(key, [byte_segments(m) for m in metas])
+    return TensorMeta(key, meta0.dtype, meta0.shape, contiguous_strides(meta0.shape), 0,
+                      StorageRef(replicated, key, meta0.numel * itemsize))
+
+
+def _split_merge(key: str, metas: list[TensorMeta], amap: AffineMap | None, rule: TpRule | None, rules: TpRules,
+                 into: tuple[SegmentSource, ReplicatedSource], folder: str) -> tuple[TensorMeta, str]:
+    """A tensor split over the ranks, merged by its affine map or rule; the merge's name (for the counts)."""
+    merged, replicated = into
+    if rule is not None:
+        why = rules.unsupported_for(key)
+        if why is not None:
+            raise InputError(f"cannot merge the tensor-parallel shards of {key!r}: {why}", folder)
+    meta0 = metas[0]
+    itemsize = dtypes.lookup(meta0.dtype).itemsize
+    copies: list[tuple[int, int, int, list[Segment]]] = []
+    if rule is None or rule.merge is TpMerge.SUB_PARAMS:
+        if amap is None:
+            amap = _sub_param_map(key, metas, rules.sub_params_for(rule.pattern) if rule else None, folder)
+        shape, segs, copies = _affine(key, metas, amap, folder)
+        name = str(TpMerge.AFFINE if rule is None else TpMerge.SUB_PARAMS)
+    elif rule.merge is TpMerge.TWO_SUB_PARAMS:
+        shape, segs = _two_halves(key, metas, folder)
+        name = str(rule.merge)
+    else:
+        shape, segs = _concat(key, metas, rule.dim, folder)
+        name = "concatenated along dim " + str(rule.dim)
+    rows = rules.vocab_rows(key)  # after every merge, the affine map's too (as ds_to_universal)
+    if rows is not None and rows != shape[0]:
+        if rows > shape[0]:
+            raise InputError(f"the vocabulary size {rows} is larger than {key!r}'s {shape[0]} merged rows", folder)
+        shape = (rows, *shape[1:])
+        segs = _cut(segs, 0, prod(shape) * itemsize)
+    if copies:
+        replicated.add_blocks(key, segs, copies)
+        ref = StorageRef(replicated, key, prod(shape) * itemsize)
+    else:
+        ref = StorageRef(merged, key, merged.add(key, segs))
+    return TensorMeta(key, meta0.dtype, shape, contiguous_strides(shape), 0, ref), name

@@ -243,7 +243,7 @@ def _fix_lines(r: DiffReport) -> list[str]:
     s = r.suggestion
     if s is None:
         if r.rewrite.steps and r.rewrite.renamed:
-            return ["", "to write A with the keys it was compared under:", f"  {r.migrate_command()}"]
+            return ["", "to write A with the keys it was compared under:", *_save_first(r), f"  {r.migrate_command()}"]
         return []
     remain = [f"{n} {what}" for n, what in ((s.remaining_missing, "missing"),
                                             (s.remaining_unexpected, "unexpected"),
@@ -253,11 +253,13 @@ def _fix_lines(r: DiffReport) -> list[str]:
     dropped = r.dropped_by_fix()
     drops = (f" and leaves out {len(dropped)} the other side lacks ({', '.join(dropped[:4])}"
              + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "") + ")") if dropped else ""
-    out = ["", f"fix: {s.rules.describe()}{given}  reconciles {s.reconciled} key(s){drops}{left}"]
-    if r.a_in_memory:
-        out.append("  (A is in memory: save it first, torch.save(state_dict, 'a.pth'), then)")
-    out.append(f"  {r.migrate_command()}")
-    return out
+    return ["", f"fix: {s.rules.describe()}{given}  reconciles {s.reconciled} key(s){drops}{left}",
+            *_save_first(r), f"  {r.migrate_command()}"]
+
+
+def _save_first(r: DiffReport) -> list[str]:
+    """An in-memory A has no path for migrate: the command names the file to save it to first."""
+    return ["  (A is in memory: save it first, torch.save(state_dict, 'a.pth'), then)"] if r.a_in_memory else []
 
 
 def _weights_only_lines(pair: WeightsOnlyPair) -> list[str]:

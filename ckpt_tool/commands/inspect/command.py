@@ -7,10 +7,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ...formats.dcp.deferred import unread
 from ...formats.options import (
     DEFAULT_SOURCE,
     Keyed,
@@ -25,13 +24,15 @@ from ...formats.quantization import DeclaredQuantization, declared
 from ...io.paths import is_url, url_bytes
 from ...io.remote.counts import counts_remote
 from ...keys.prefixes import detect_prefixes
-from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe
+from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe, unread
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.numerics.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
 from ..keywords import Counted, options_of, source_of, verb
 from ..loads_check.verdict import WeightsOnlyReport, assess
 from .facts import NO_FACTS, SourceFacts, source_facts
+
+if TYPE_CHECKING:
+    from ...tensors.numerics.stats import TensorStats
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,7 @@ def inspect_input(path: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE,
         try:
             for t in ckpt.tensors:
                 if t.storage is not None:
-                    per_tensor[t.key] = compute_stats(t)
+                    per_tensor[t.key] = _stats(t)
                 progress.advance(1)
         finally:
             progress.done()
@@ -244,6 +245,13 @@ def inspect_input(path: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE,
         quantization=declared(ckpt),
         facts=source_facts(ckpt),
     )
+
+
+def _stats(t: TensorMeta) -> TensorStats:
+    """--stats: the numerics module is imported only when values are read."""
+    from ...tensors.numerics.stats import compute_stats
+
+    return compute_stats(t)
 
 
 def _refuse_unread(path: str) -> None:

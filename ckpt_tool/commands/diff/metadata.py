@@ -111,19 +111,28 @@ def mask_unread(a: Any, b: Any, depth: int = 0) -> tuple[Any, Any, int]:
     if depth > 64:
         return a, b, 0
     if isinstance(a, Mapping) and isinstance(b, Mapping):
-        total = 0
-        a2, b2 = dict(a), dict(b)
-        for k in a2.keys() & b2.keys():
-            a2[k], b2[k], n = mask_unread(a2[k], b2[k], depth + 1)
-            total += n
-        return (a2, b2, total) if total else (a, b, 0)
+        return _mask_mappings(a, b, depth)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-        pairs = [mask_unread(x, y, depth + 1) for x, y in zip(a, b, strict=True)]
-        total = sum(n for _, _, n in pairs)
-        if not total:
-            return a, b, 0
-        return type(a)(x for x, _, _ in pairs), type(b)(y for _, y, _ in pairs), total
+        return _mask_sequences(a, b, depth)
     return a, b, 0
+
+
+def _mask_mappings(a: Mapping[Any, Any], b: Mapping[Any, Any], depth: int) -> tuple[Any, Any, int]:
+    total = 0
+    a2, b2 = dict(a), dict(b)
+    for k in a2.keys() & b2.keys():
+        a2[k], b2[k], n = mask_unread(a2[k], b2[k], depth + 1)
+        total += n
+    return (a2, b2, total) if total else (a, b, 0)
+
+
+def _mask_sequences(a: list[Any] | tuple[Any, ...], b: list[Any] | tuple[Any, ...],
+                    depth: int) -> tuple[Any, Any, int]:
+    pairs = [mask_unread(x, y, depth + 1) for x, y in zip(a, b, strict=True)]
+    total = sum(n for _, _, n in pairs)
+    if not total:
+        return a, b, 0
+    return type(a)(x for x, _, _ in pairs), type(b)(y for _, y, _ in pairs), total
 
 
 def _dotted(parts: Sequence[Any]) -> str:

@@ -25,7 +25,8 @@ Inputs, written by the generators in this folder (no training, no GPU):
   with ``dcp_to_torch_save`` (stacked, a .pt) beside ckpt's stacked .pth.
 
 In the same rounds, for each input: ``ckpt migrate`` to one .safetensors
-with its default worker count and with ``--workers-rows`` (default 2) (verified, fsynced, as users run it), the reference
+with its default worker count and with ``--workers-rows`` (default 2)
+(verified, fsynced, as users run it), the reference
 converter (DeepSpeed's ``convert_zero_checkpoint_to_fp32_state_dict``,
 safetensors output, from $DEEPSPEED_PYTHON, /work/dsvenv or this python if it
 has DeepSpeed, skipped when absent; torch's ``dcp_to_torch_save``, a .pt, with ckpt's .pth of the same

@@ -51,6 +51,17 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str | None:
+    """The ckpt_tool module a ``from ... import`` reads from (relative ones resolved), None for another package."""
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+    if node.module and node.module.split(".")[0] == "ckpt_tool":
+        return node.module
+    return None
+
+
 def _imports(module: str, path: Path, known: set[str]) -> set[str]:
     """Every ckpt_tool module that ``module`` imports, wherever the import stands."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -59,13 +70,8 @@ def _imports(module: str, path: Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "ckpt_tool")
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            elif node.module and node.module.split(".")[0] == "ckpt_tool":
-                target = node.module
-            else:
+            target = _from_module(node, package)
+            if target is None:
                 continue
             found.add(target)
             found.update(f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known)
@@ -213,6 +219,19 @@ def _may_use_privates_of(importer_package: str, owner_package: str) -> bool:
     return importer_package == feature or importer_package.startswith(feature + ".")
 
 
+def _bound(node: ast.AST, package: str, mods: dict[str, Path]) -> list[tuple[str, str | None]]:
+    """(ckpt_tool name, the local name bound to it when that is a module) for each name an import binds."""
+    if isinstance(node, ast.Import):
+        return [(a.name, a.asname) for a in node.names if a.name.split(".")[0] == "ckpt_tool"]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    target = _from_module(node, package)
+    if target is None:
+        return []
+    return [(f"{target}.{a.name}", (a.asname or a.name) if f"{target}.{a.name}" in mods else None)
+            for a in node.names]
+
+
 def _private_reaches(module: str, path: Path, mods: dict[str, Path]) -> set[str]:
     """``module: owner.private`` for each private name of another feature that ``module`` imports or uses."""
     package = _package_of(module, path)
@@ -230,25 +249,10 @@ def _private_reaches(module: str, path: Path, mods: dict[str, Path]) -> set[str]
                 return
 
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            elif node.module and node.module.split(".")[0] == "ckpt_tool":
-                target = node.module
-            else:
-                continue
-            for alias in node.names:
-                check(f"{target}.{alias.name}")
-                if f"{target}.{alias.name}" in mods:
-                    aliases[alias.asname or alias.name] = f"{target}.{alias.name}"
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] == "ckpt_tool":
-                    check(alias.name)
-                    if alias.asname:
-                        aliases[alias.asname] = alias.name
+        for dotted, local in _bound(node, package, mods):
+            check(dotted)
+            if local:
+                aliases[local] = dotted
     for node in ast.walk(tree):  # module._private, through a module bound by an import
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
                 and _is_private(node.attr):

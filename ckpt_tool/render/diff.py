@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..commands.diff import DiffReport, KeyDiff, MetadataDiff, Mismatch, Sides, ValueFigures, WeightsOnlyPair
-from ..tensors.numerics.closeness import ValueDiff
+from ..tensors.numerics import ValueDiff
 from .common import fold_labeled, shape_str, simple_table, write_report
 
 # Folded lines shown per section; --json always lists every key.
@@ -139,6 +139,22 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _value_rows(f: ValueFigures) -> tuple[list[ValueDiff], bool]:
+    """The tensors the --values table shows (as --sort/--top ask, else what differs first), and whether
+    there are more than it shows."""
+    view = f.view
+    if view.sort is not None or view.top is not None:
+        table = list(f.values)  # as asked: in --sort order, cut to --top
+        if view.top is not None:
+            return table, False
+        return table[:MAX_LINES], len(table) > MAX_LINES
+    shown = list(f.value_mismatch)
+    nonzero = [v for v in f.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
+    table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
+    more = len(table) > MAX_LINES or len(nonzero) + len(shown) > len(table)
+    return table[:MAX_LINES], more
+
+
 def _values_lines(f: ValueFigures, suggested: bool) -> list[str]:
     """The --values section: the count, the table (as --sort/--top ask, else what differs), the rollups."""
     out: list[str] = []
@@ -149,17 +165,9 @@ def _values_lines(f: ValueFigures, suggested: bool) -> list[str]:
         out.append("  (no key of equal shape on both sides" + tail)
     view = f.view
     if view.sort is not None or view.top is not None:
-        table = list(f.values)  # as asked: in --sort order, cut to --top
-        more = len(table) > MAX_LINES and view.top is None
-        table = table if view.top is not None else table[:MAX_LINES]
         title = f"by {view.sort}" if view.sort is not None else "in A's order"
         out.append(f"  {title}" + (f", first {view.top}" if view.top is not None else "") + ":")
-    else:
-        shown = list(f.value_mismatch) if failed else []
-        nonzero = [v for v in f.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
-        table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
-        more = len(table) > MAX_LINES or len(nonzero) + len(shown) > len(table)
-        table = table[:MAX_LINES]
+    table, more = _value_rows(f)
     if table:
         out.extend("  " + line for line in _value_table(table).splitlines())
         if more:

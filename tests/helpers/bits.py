@@ -13,7 +13,10 @@ def bits(t: Any) -> Any:
     """A tensor's bytes in C order as a flat uint8 tensor: torch.equal on two of them is bit equality."""
     import torch
 
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+    flat = t.detach().reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:  # a one-element tensor may keep any stride: view needs 1
+        flat = flat.new_empty(flat.shape).copy_(flat)
+    return flat.view(torch.uint8)
 
 
 def raw_bytes(t: Any) -> bytes:

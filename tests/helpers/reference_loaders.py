@@ -160,7 +160,7 @@ def _safetensors(path: str, marker: str | None) -> dict[str, Any]:
     try:
         n = 0
         with safe_open(path, framework="pt") as f:
-            for k in f:
+            for k in list(f.keys()):  # safe_open is not iterable
                 f.get_tensor(k)
                 n += 1
             f.metadata()

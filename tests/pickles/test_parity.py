@@ -260,41 +260,51 @@ def _gate_failed(gate: dict[str, Any]) -> bool:
 def parity_problems(case: Case, ref: dict[str, Any], ck: dict[str, Any]) -> list[str]:
     v = reference_verdict(case, ref)
     ins, scan, gate = ck["inspect"], ck["scan"], ck["gate"]
-    dangerous = v["ran"] or bool(case.flag) or bool(case.advisory)
-    problems = []
-    if case.kind != "folder":
-        if v["reads_clean"] and not dangerous and ins["code"] != 0:
-            problems.append(f"(a) a reference loader reads it cleanly but inspect exits {ins['code']}: "
-                            f"{ins['err'].strip()[:300]}")
-        if v["refused_all"] and not v["ran"]:  # a payload that ran and then broke the load: (c) decides
-            if ins["code"] != 2:
-                problems.append(f"(b) every reference loader refuses it but inspect exits {ins['code']}")
-            if not _gate_failed(gate):
-                problems.append(f"(b) every reference loader refuses it but gate passes (exit {gate['code']})")
-            if scan["code"] == 0:
-                problems.append("(b) every reference loader refuses it but scan calls it safe (exit 0)")
+    problems = _read_problems(case, v, ck) if case.kind != "folder" else []
     if v["ran"]:
-        names = _scan_names(scan)
-        if (scan["code"] != 1 or not _names_call(names, case.calls)) and not _refused_as_promised(case, scan):
-            problems.append(f"(c) the payload ran but scan exits {scan['code']} naming {sorted(names) or 'nothing'}"
-                            f" (expected one of {list(case.calls) or 'any dangerous global'})")
-        if not _gate_failed(gate):
-            problems.append(f"(c) the payload ran but gate passes (exit {gate['code']})")
-        if case.kind != "folder":
-            text = ins["out"] + ins["err"]
-            named = any(c in text for c in case.calls) if case.calls else ("danger" in text.lower())
-            if ins["code"] not in (0, 2) or not named:
-                problems.append(f"(c) the payload ran but inspect exits {ins['code']} "
-                                f"{'without naming' if not named else 'naming'} {list(case.calls)}: "
-                                f"{ins['err'].strip()[:200]}")
-        if case.kind == "folder" and ins["code"] == 0:  # a folder ckpt reads: inspect judges what its loader opens
-            text = ins["out"] + ins["err"]
-            if not (any(c in text for c in case.calls) if case.calls else "danger" in text.lower()):
-                problems.append(f"(c) the payload ran but inspect reads the folder without naming {list(case.calls)}")
+        problems += _ran_problems(case, ins, scan, gate)
     if case.kind == "folder" and v["refused_all"] and scan["code"] != 2:
         problems.append(f"(d) nothing in the folder is readable but scan exits {scan['code']}")
     if case.cls in BENIGN_CLASSES:
         problems += benign_problems(case, ref, ck)
+    return problems
+
+
+def _read_problems(case: Case, v: dict[str, Any], ck: dict[str, Any]) -> list[str]:
+    """(a) and (b), for a file: what the reference loaders read or refuse, ckpt reads or refuses."""
+    ins, scan, gate = ck["inspect"], ck["scan"], ck["gate"]
+    dangerous = v["ran"] or bool(case.flag) or bool(case.advisory)
+    problems = []
+    if v["reads_clean"] and not dangerous and ins["code"] != 0:
+        problems.append(f"(a) a reference loader reads it cleanly but inspect exits {ins['code']}: "
+                        f"{ins['err'].strip()[:300]}")
+    if v["refused_all"] and not v["ran"]:  # a payload that ran and then broke the load: (c) decides
+        if ins["code"] != 2:
+            problems.append(f"(b) every reference loader refuses it but inspect exits {ins['code']}")
+        if not _gate_failed(gate):
+            problems.append(f"(b) every reference loader refuses it but gate passes (exit {gate['code']})")
+        if scan["code"] == 0:
+            problems.append("(b) every reference loader refuses it but scan calls it safe (exit 0)")
+    return problems
+
+
+def _ran_problems(case: Case, ins: dict[str, Any], scan: dict[str, Any], gate: dict[str, Any]) -> list[str]:
+    """(c): a payload ran under a reference loader, so scan, gate and inspect must each say so."""
+    problems = []
+    names = _scan_names(scan)
+    if (scan["code"] != 1 or not _names_call(names, case.calls)) and not _refused_as_promised(case, scan):
+        problems.append(f"(c) the payload ran but scan exits {scan['code']} naming {sorted(names) or 'nothing'}"
+                        f" (expected one of {list(case.calls) or 'any dangerous global'})")
+    if not _gate_failed(gate):
+        problems.append(f"(c) the payload ran but gate passes (exit {gate['code']})")
+    text = ins["out"] + ins["err"]
+    named = any(c in text for c in case.calls) if case.calls else ("danger" in text.lower())
+    if case.kind != "folder" and (ins["code"] not in (0, 2) or not named):
+        problems.append(f"(c) the payload ran but inspect exits {ins['code']} "
+                        f"{'without naming' if not named else 'naming'} {list(case.calls)}: "
+                        f"{ins['err'].strip()[:200]}")
+    if case.kind == "folder" and ins["code"] == 0 and not named:  # inspect judges what the folder's loader opens
+        problems.append(f"(c) the payload ran but inspect reads the folder without naming {list(case.calls)}")
     return problems
 
 

@@ -1,11 +1,13 @@
 """``ckpt diff``: what happens when A's weights are loaded where B is expected.
 
+``run_diff`` runs a checked plan (plan.py) as steps: read both sides
+(read.py), rewrite A's keys, compare keys, metadata and values, suggest the
+fix (steps.py), and puts their typed parts together (parts.py, report.py).
 Key, shape and dtype differences follow ``load_state_dict`` and come from
 metadata alone; when both sides are checkpoints nothing here imports torch.
-``values=True`` streams tensor pairs one at a time (tensors/values.py) and is
-the only path that reads tensor bytes; metadata is compared in
-metadata.py and reported in report.py. A ``--target`` is a module
-built on the meta device (tensors/target.py), which of course imports torch.
+``values`` streams tensor pairs one at a time (tensors/numerics) and is the
+only step that reads tensor bytes. A ``--target`` is a module built on the
+meta device (tensors/target), which of course imports torch.
 """
 from __future__ import annotations
 

@@ -281,8 +281,18 @@ def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | No
 
     Every global outside the allowlist is in ``needs``, also when the pickle
     can never load (torch may name any of them first); the fix is only
-    offered when there is no reason.
+    offered when there is no reason. The steps run in the unpickler's order
+    of refusals, and the first reason found is the answer.
     """
+    reason = _globals_reason(facts, rules, needs)
+    if reason is not None:
+        return reason
+    return (_persistent_reason(facts) or _calls_reason(facts, rules, needs)
+            or _builds_reason(facts, rules, needs) or _items_reason(facts, rules))
+
+
+def _globals_reason(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | None:
+    """A malformed pickle, a refused opcode or a blocked module; every global not allowed goes to ``needs``."""
     reason = f"the pickle is malformed ({facts.error})" if facts.error else None
     bad = sorted(facts.opcodes - SUPPORTED_OPCODES)
     if bad:
@@ -296,11 +306,19 @@ def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | No
             reason = reason or f"global {full} is in a module torch blocks even when allowlisted"
         if full not in rules.allowed:
             needs.add(full)
-    if reason is not None:
-        return reason
-    for pid in facts.persistent_ids:  # before the calls: a legacy module's class comes from its persistent id
+    return reason
+
+
+def _persistent_reason(facts: PickleFacts) -> str | None:
+    """Before the calls: a legacy module's class comes from its persistent id."""
+    for pid in facts.persistent_ids:
         if pid != "storage":
             return f"persistent id {pid!r}: only storages may be loaded by persistent id"
+    return None
+
+
+def _calls_reason(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | None:
+    proto = facts.protocol
     for call in facts.calls:
         if call.name is None:
             return f"{call.opcode} calls an object built at load time, which is never allowlisted"
@@ -310,6 +328,11 @@ def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | No
         elif call.opcode == "NEWOBJ" and callee != "torch.nn.parameter.Parameter" \
                 and not rules.newobj_on_default_allowed:
             needs.add(callee)  # 2.4: NEWOBJ builds Parameter or user-allowlisted classes only
+    return None
+
+
+def _builds_reason(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | None:
+    proto = facts.protocol
     for target in facts.builds:
         kind = _result_type(target, proto, rules) if target.kind == "call" else None
         if kind is None:
@@ -318,6 +341,12 @@ def _check_pickle(facts: PickleFacts, rules: Rules, needs: set[str]) -> str | No
         if kind in _BUILD_ALWAYS or (rules.build_on_default_allowed and kind in rules.allowed):
             continue
         needs.add(kind)
+    return None
+
+
+def _items_reason(facts: PickleFacts, rules: Rules) -> str | None:
+    """SETITEM(S) and APPEND(S) on what torch's unpickler accepts them on."""
+    proto = facts.protocol
     if rules.setitem_only_dicts:
         for target in facts.setitems:
             kind = _result_type(target, proto, rules) if target.kind == "call" else target.kind

@@ -135,43 +135,49 @@ def walk(data: Any, pos: int, end: int, *, total: int, where: str, path: str, se
             if not seen <= _SEEN_ALWAYS:  # type: ignore[operator]
                 recording = False  # torch refuses this pickle: the rest needs no recording
                 run = _run_pattern(bits)
-        n = _FIXED.get(op)
-        if n is not None or op in _NOARG:  # an opcode cut off at the end of the bytes read
-            need(pos + 1 + (n or 0))
-            pos += 1 + (n or 0)
-            continue
-        if op == _LONG_BINPUT:
-            need(pos + 5)
-            (index,) = _U32.unpack_from(data, pos + 1)
-            _check_memo(index, limit, where, path)
-            pos += 5
-        elif op in _COUNT1:
-            need(pos + 2)
-            need(pos + 2 + data[pos + 1])
-            pos += 2 + data[pos + 1]
-        elif op in _COUNT4:
-            need(pos + 5)
-            (length,) = (_I32 if op in b"T\x8b" else _U32).unpack_from(data, pos + 1)
-            if length < 0:
-                raise InputError(f"{where} is not a readable pickle: negative length at byte {pos}", path)
-            need(pos + 5 + length)
-            pos += 5 + length
-        elif op in _COUNT8 or op == _FRAME:
-            need(pos + 9)
-            (length,) = _U64.unpack_from(data, pos + 1)
-            need(pos + 9 + length)  # a frame's bytes are opcodes too: only its length is checked
-            pos += 9 if op == _FRAME else 9 + length
-        elif op in _LINE1 or op in _LINE2:
-            lines = 2 if op in _LINE2 else 1
-            start = pos + 1
-            nl = pos
-            for _ in range(lines):
-                nl = _find_newline(data, nl + 1, end, total, where, path)
-            if op == _PUT:
-                _check_memo(_put_index(bytes(data[start:nl])), limit, where, path)
-            pos = nl + 1
-        else:
-            return pos + 1  # unknown opcode: the unpickler stops here with its own error
+        pos = _past(data, pos, op, need, limit, where, path, end, total)
+        if pos < 0:
+            return -pos  # unknown opcode: the unpickler stops here with its own error
+
+
+def _past(data: Any, pos: int, op: int, need: Callable[[int], None], limit: int, where: str, path: str,
+          end: int, total: int) -> int:
+    """The offset just past the opcode ``op`` at ``pos``, its argument checked; minus pos + 1 for an unknown one."""
+    n = _FIXED.get(op)
+    if n is not None or op in _NOARG:  # an opcode cut off at the end of the bytes read
+        need(pos + 1 + (n or 0))
+        return pos + 1 + (n or 0)
+    if op == _LONG_BINPUT:
+        need(pos + 5)
+        (index,) = _U32.unpack_from(data, pos + 1)
+        _check_memo(index, limit, where, path)
+        return pos + 5
+    if op in _COUNT1:
+        need(pos + 2)
+        after: int = pos + 2 + data[pos + 1]
+        need(after)
+        return after
+    if op in _COUNT4:
+        need(pos + 5)
+        (length,) = (_I32 if op in b"T\x8b" else _U32).unpack_from(data, pos + 1)
+        if length < 0:
+            raise InputError(f"{where} is not a readable pickle: negative length at byte {pos}", path)
+        after = pos + 5 + length
+        need(after)
+        return after
+    if op in _COUNT8 or op == _FRAME:
+        need(pos + 9)
+        (length,) = _U64.unpack_from(data, pos + 1)
+        need(pos + 9 + length)  # a frame's bytes are opcodes too: only its length is checked
+        return pos + 9 if op == _FRAME else pos + 9 + length
+    if op in _LINE1 or op in _LINE2:
+        nl = pos
+        for _ in range(2 if op in _LINE2 else 1):
+            nl = _find_newline(data, nl + 1, end, total, where, path)
+        if op == _PUT:
+            _check_memo(_put_index(bytes(data[pos + 1:nl])), limit, where, path)
+        return nl + 1
+    return -(pos + 1)
 
 
 def _find_newline(data: Any, start: int, end: int, total: int, where: str, path: str) -> int:

@@ -130,6 +130,31 @@ class _Walker(Judging):
             outer, inner = args
             self.vouched.update((key, (outer.module, outer.name)))  # the outer class only spells the name
             return self.add_global(outer.module, f"{outer.name}.{inner}")
+        self.pass_global_args(key, args, how)
+        made = self.plain.get(key) if how == "call" else None
+        if made is not None:  # judged before, and no rule below looks at it: 400k tensor rebuilds
+            self.escape(args)
+            return made
+        argv = args if isinstance(args, tuple) else ()
+        if key not in self.called:
+            self.called.add(key)
+            self.judge(key, "calls" if how == "call" and levels.function_like(key[1]) else "constructs")
+        value = self.attribute_call(func, key, argv, how)
+        if value is not None:
+            return value
+        if key in IDIOM:
+            self.misused.add(key)
+        self.escape(args)
+        value = self.value_call(func, key, argv)
+        if value is not None:
+            return value
+        made = Made(func)
+        if how == "call" and _plain(key):
+            self.plain[key] = made  # Made is immutable: one per callee serves every later call
+        return made
+
+    def pass_global_args(self, key: tuple[str, str], args: object, how: str) -> None:
+        """The arguments a global is called with, judged as passed to it (a global passed on counts as called)."""
         if key in FROM_TYPE and how == "call" and args.__class__ is tuple and sharded_tensor_rebuild(args):
             # torch.save's ShardedTensor: rebuilt by _rebuild_wrapper_subclass, then __setstate__ with
             # init_rrefs=False only checks ranks (with it True, it would join an RPC agent: judged as usual)
@@ -139,24 +164,18 @@ class _Walker(Judging):
         elif args.__class__ is tuple and args:  # a global passed to a callee is judged as called (trampolines)
             if key in SHALLOW:  # the 400k tensor rebuilds: only their direct arguments count
                 for a in args:
-                    cls = a.__class__
-                    if cls is Glob or cls is Container:
+                    if a.__class__ in (Glob, Container):
                         self.pass_args(key, args, 0)
                         break
             else:
                 self.pass_args(key, args, 0)
-        made = self.plain.get(key) if how == "call" else None
-        if made is not None:  # judged before, and no rule below looks at it: 400k tensor rebuilds
-            self.escape(args)
-            return made
-        argv = args if isinstance(args, tuple) else ()
-        if key not in self.called:
-            self.called.add(key)
-            self.judge(key, "calls" if how == "call" and levels.function_like(key[1]) else "constructs")
+
+    def attribute_call(self, func: Glob, key: tuple[str, str], argv: tuple[object, ...], how: str) -> object | None:
+        """getattr and setattr, whose meaning is in their arguments; None for any other callee."""
         if key in GETATTR and how == "call" and _dill_getattr(argv):
             return Glob("builtins", "setattr")
         if key in GETATTR and how == "call" and _nested_class(argv):  # protocol 2's getattr(Outer, "Inner")
-            return self.add_global(argv[0].module, f"{argv[0].name}.{argv[1]}")
+            return self.add_global(argv[0].module, f"{argv[0].name}.{argv[1]}")  # type: ignore[attr-defined]
         if key in SETATTR and how == "call" and len(argv) == 3 and isinstance(argv[1], str):
             if isinstance(argv[0], Glob):
                 self.finding(levels.DANGEROUS, f"setattr modifies the imported object "
@@ -164,9 +183,10 @@ class _Walker(Judging):
                 self.misused.add(key)
             self.escape(argv[2])
             return Made(func)
-        if key in IDIOM:
-            self.misused.add(key)
-        self.escape(args)
+        return None
+
+    def value_call(self, func: Glob, key: tuple[str, str], argv: tuple[object, ...]) -> object | None:
+        """Nested unpicklers (their payload walked too), BytesIO, and calls on constants; None for others."""
         if key in NESTED_LOADERS:
             payload = _as_bytes(argv[0]) if argv else None
             if payload is None:
@@ -177,13 +197,7 @@ class _Walker(Judging):
             return Made(func)
         if key in BYTES_IO and argv:
             return Stream(argv[0])
-        value = _constant_call(func, argv, self)
-        if value is not None:
-            return value
-        made = Made(func)
-        if how == "call" and _plain(key):
-            self.plain[key] = made  # Made is immutable: one per callee serves every later call
-        return made
+        return _constant_call(func, argv, self)
 
     # -- opcodes: globals, calls, objects ------------------------------------------------
     def read_global(self, encoding: str) -> Glob:

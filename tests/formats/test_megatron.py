@@ -133,7 +133,7 @@ _LOAD = textwrap.dedent("""
         want = load_file(expected)
         got = {k: v for k, v in m.state_dict().items() if isinstance(v, torch.Tensor)}
         assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))
-        bad = [k for k in want if not torch.equal(bits(got[k]), bits(want[k]))]
+        bad = [k for k in want if not torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8))]
         assert not bad, bad
         print("LOADED", name, len(got))
 """)

@@ -13,7 +13,10 @@ def bits(t: Any) -> Any:
     """A tensor's bytes in C order as a flat uint8 tensor: torch.equal on two of them is bit equality."""
     import torch
 
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.stride(0) != 1:  # .contiguous() keeps the odd stride of a size-1 dimension: a fresh copy has none
+        flat = torch.empty(flat.shape, dtype=flat.dtype, device=flat.device).copy_(flat)
+    return flat.view(torch.uint8)
 
 
 def raw_bytes(t: Any) -> bytes:

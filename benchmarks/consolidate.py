@@ -25,7 +25,8 @@ Inputs, written by the generators in this folder (no training, no GPU):
   with ``dcp_to_torch_save`` (stacked, a .pt) beside ckpt's stacked .pth.
 
 In the same rounds, for each input: ``ckpt migrate`` to one .safetensors
-with 1 and 2 workers (verified, fsynced, as users run it), the reference
+with its default worker count and with ``--workers-rows`` (default 2)
+(verified, fsynced, as users run it), the reference
 converter (DeepSpeed's ``convert_zero_checkpoint_to_fp32_state_dict``,
 safetensors output, from $DEEPSPEED_PYTHON, /work/dsvenv or this python if it
 has DeepSpeed, skipped when absent; torch's ``dcp_to_torch_save``, a .pt, with ckpt's .pth of the same
@@ -46,7 +47,7 @@ ckpt's outputs compared with them, run in the last N rounds only).
 Writes benchmarks/RESULTS-consolidate.md (or --output) with PASS/FAIL lines
 for the goals: ckpt at most 1.3x the durable write of its output's bytes,
 peak memory at most the largest output tensor + 150 MiB, faster and smaller
-than the reference converter, 2 workers faster than 1.
+than the reference converter, the default worker count no slower than any --workers N row.
 """
 from __future__ import annotations
 

@@ -273,6 +273,30 @@ class Deferred(ABC):
         return self.describe()
 
 
+_MAX_DEFERRED_DEPTH = 64
+
+
+def unread(tree: Any) -> list[tuple[str, Deferred]]:
+    """(dotted path, value) of every deferred value in ``tree`` (metadata or a container), in order.
+
+    Here, beside Deferred, so that inspect lists them without importing the DCP reader's package.
+    """
+    found: list[tuple[str, Deferred]] = []
+
+    def walk(obj: Any, path: str, depth: int) -> None:
+        if isinstance(obj, Deferred):
+            found.append((path, obj))
+        elif depth < _MAX_DEFERRED_DEPTH and isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, f"{path}.{k}" if path else str(k), depth + 1)
+        elif depth < _MAX_DEFERRED_DEPTH and isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}.{i}" if path else str(i), depth + 1)
+
+    walk(tree, "", 0)
+    return found
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A place in a container that holds tensors, and whether it was chosen."""

@@ -331,3 +331,17 @@ def test_the_fix_for_an_in_memory_a_names_a_file_to_save_it_to(fixtures_dir, tmp
 
     assert main(["migrate", *args]) == 0
     assert ckpt_tool.diff(str(tmp_path / "fixed.safetensors"), str(fixtures_dir / "tiny_mlp.pth"), values=True).equal
+
+
+def test_the_command_for_rules_given_to_an_in_memory_a_says_to_save_it_first(fixtures_dir):
+    import torch
+
+    from ckpt_tool.keys.rules import RuleSet
+
+    saved = torch.load(str(fixtures_dir / "tiny_mlp.pth"))
+    prefixed = {f"module.{k}": v for k, v in saved.items()}
+    text = str(ckpt_tool.diff(prefixed, str(fixtures_dir / "tiny_mlp.pth"), rules=RuleSet(("module.",))))
+    lines = text.splitlines()
+    at = lines.index("to write A with the keys it was compared under:")
+    assert "torch.save(state_dict, 'a.pth')" in lines[at + 1]
+    assert lines[at + 2].strip().startswith("ckpt migrate a.pth ") and "<state_dict>" not in lines[at + 2]

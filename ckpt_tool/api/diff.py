@@ -6,7 +6,7 @@ A and B are paths, or state dicts or nn.Modules in memory (commands/inputs.py);
 """
 from __future__ import annotations
 
-from ..commands.diff import command as _command
+from ..commands.diff import call as _call
 from ..commands.diff.report import DiffReport as _DiffReport
 from ..render.diff import render
 from .text import Shown, plural, returning
@@ -28,6 +28,6 @@ class DiffReport(Shown, _DiffReport):
         return f"{self.a!r} vs {self.b!r}: {verdict}"
 
 
-diff = returning(DiffReport, _command.diff)
+diff = returning(DiffReport, _call.diff)
 
 __all__ = ["DiffReport", "diff"]

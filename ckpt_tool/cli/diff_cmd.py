@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,8 +15,8 @@ from .options import (
     key_option,
     key_rule_options,
     limit_options,
-    limits_from,
     quiet_option,
+    source_options,
     target_kwargs_for,
     target_options,
     torch_version_option,
@@ -25,6 +25,9 @@ from .options import (
 )
 from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
+
+if TYPE_CHECKING:
+    from ..formats.options import SourceOptions
 from .report_exit import exit_code
 
 
@@ -68,12 +71,12 @@ from .report_exit import exit_code
 @download_option
 @verbose_option
 @limit_options
-def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str | None, as_json: bool,
-                 key: str | None, key_b: str | None, unsafe: bool, quiet: bool, values: bool, atol: float,
-                 rtol: float, fail_on_metadata: bool, strip_prefix: tuple[str, ...], add_prefix: str | None,
+@source_options
+def diff_command(a: str, b: str | None, source: SourceOptions, target: str | None, target_kwargs: str | None,
+                 as_json: bool, key_b: str | None, quiet: bool, values: bool, atol: float, rtol: float,
+                 fail_on_metadata: bool, strip_prefix: tuple[str, ...], add_prefix: str | None,
                  rename: tuple[str, ...], auto: bool, sort: str | None, top: int | None, rollup_depth: int | None,
-                 rollup_layers: bool, csv_file: str | None, html_file: str | None, torch_version: str | None,
-                 tp_rules: str | None, download: bool, verbose: bool, **kwargs: Any) -> int:
+                 rollup_layers: bool, csv_file: str | None, html_file: str | None, verbose: bool) -> int:
     """What happens if A's weights are loaded where B (or the --target module) is expected.
 
     Reports missing, unexpected, shape- and dtype-mismatched keys the way
@@ -84,8 +87,7 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     no differences (without --values: in keys, shapes and dtypes), 1
     differences, 2 error.
     """
-    from ..commands.diff.command import diff
-    from ..commands.diff.report import ValueView
+    from ..commands.diff import DiffHooks, DiffOptions, ValueView, diff_plan, run_diff
     from ..keys.rules import RuleSet, parse_rename
 
     kw = target_kwargs_for(target, target_kwargs)
@@ -102,13 +104,12 @@ def diff_command(a: str, b: str | None, target: str | None, target_kwargs: str |
     rules = RuleSet(tuple(strip_prefix), add_prefix or None, tuple(parse_rename(r) for r in rename))
     view = ValueView(sort=DiffMetric(sort) if sort else None, top=top, rollup_depth=rollup_depth,
                      rollup_layers=rollup_layers, histograms=HTML_HISTOGRAMS if html_file else 0)
+    options = DiffOptions(target=target, target_kwargs=kw, key_b=key_b, values=values, atol=atol, rtol=rtol,
+                          fail_on_metadata=fail_on_metadata, rules=rules, auto=auto, view=view)
     bars = progress_bars(quiet=quiet or as_json, paths=[a, b])
     try:
-        with remote_scope([a, b], download=download, verbose=verbose, quiet=quiet):
-            report = diff(a, b, target=target, target_kwargs=kw, key=key, key_b=key_b, unsafe=unsafe,
-                          values=values, atol=atol, rtol=rtol, fail_on_metadata=fail_on_metadata,
-                          limits=limits_from(kwargs), progress=bars, torch_version=torch_version,
-                          rules=rules, auto=auto, view=view, tp_rules=tp_rules)
+        with remote_scope([a, b], download=source.download, verbose=verbose, quiet=quiet):
+            report = run_diff(diff_plan(a, b, source, options), DiffHooks(bars))
     finally:
         bars.done()
     keep_until_exit(report)

@@ -116,17 +116,10 @@ def source_options(command: Callable[..., int]) -> Callable[..., int]:
 
 def source_from(kwargs: dict[str, Any]) -> SourceOptions:
     """The SourceOptions of a command's parsed parameters; the ones it holds are popped from ``kwargs``."""
-    from dataclasses import replace
-
-    from ..formats.options import DEFAULT_SOURCE
+    from ..commands.keywords import build_source
 
     given = {name: kwargs.pop(name) for name in _SOURCE_PARAMS if name in kwargs}
-    rules_file = given.pop("tp_rules", None)
-    if rules_file:
-        from ..formats.tp import load_rules
-
-        given["tp_rules"] = load_rules(rules_file)
-    return replace(DEFAULT_SOURCE, limits=limits_from(kwargs), **given)
+    return build_source({**given, "limits": limits_from(kwargs)})
 
 
 def target_options(purpose: str) -> Callable[[F], F]:

@@ -39,9 +39,13 @@ class Counted:
 
 
 def source_of(call: object) -> SourceOptions:
-    """The SourceOptions of a call: the source options it has a field for (the rest at their defaults), the
-    --tp-rules file parsed (a bad file raises here, before anything is read)."""
-    given: dict[str, Any] = {f.name: getattr(call, f.name) for f in fields(SourceOptions) if hasattr(call, f.name)}
+    """The SourceOptions of a call: the source options it has a field for (the rest at their defaults)."""
+    return build_source({f.name: getattr(call, f.name) for f in fields(SourceOptions) if hasattr(call, f.name)})
+
+
+def build_source(given: dict[str, Any]) -> SourceOptions:
+    """SourceOptions from option values by field name, ``tp_rules`` a file (None: not given), parsed here, once
+    for the Python verbs and the CLI (cli/options.py): a bad file raises before anything is read."""
     rules_file = given.pop("tp_rules", None)
     if rules_file:
         from ..formats.tp import load_rules

@@ -17,13 +17,13 @@ from ..format_names import Format
 from ..io.bytesource import is_url
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint
-from ..pickles.torch_rules import inputs as wo_input
 from . import detect as _detect
 from .interface import Loaded, Reader, ReadOptions
 from .options import DEFAULT_SOURCE, SourceOptions
 from .registry import READERS, reader_for
 
 if TYPE_CHECKING:
+    from ..pickles.torch_rules import inputs as wo_input
     from .tp import TpRules
 
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..format_names import Format
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import DataSource, GlobalRef, TensorMeta
-from ..pickles.torch_rules.inputs import WeightsOnlyInput
-from ..pickles.unpickle.unpickler import BlobReader
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the pickle machinery and the weights_only tables load with the readers that use them
+    from ..pickles.torch_rules.inputs import WeightsOnlyInput
+    from ..pickles.unpickle.unpickler import BlobReader
     from .tp import TpRules
 
 
@@ -122,6 +122,8 @@ class FormatReader:
     def weights_only(self, path: str) -> WeightsOnlyInput | None:
         if self.weights_only_container is None:
             return None
+        from ..pickles.torch_rules.inputs import WeightsOnlyInput
+
         return WeightsOnlyInput(self.weights_only_container, path=path, note=self.weights_only_note)
 
 

@@ -150,3 +150,27 @@ def url_bytes(url: str) -> int:
 
         return folder_bytes(url, current())
     return open_bytes(url).size
+
+
+def outside_folder(folder: str, name: str) -> str | None:
+    """Why a file that an index or a DCP ``.metadata`` names lies outside its folder (None: it does not).
+
+    Shared by the index and DCP readers, so that neither imports the other.
+
+    An absolute name, a ``..`` part, or (on a local disk) a symbolic link
+    whose target lies outside the folder: a loader that follows it reads a
+    file nobody reviewing the folder sees.
+    """
+    parts = name.replace("\\", "/").split("/")
+    if not name or os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+        return "points outside the folder (an absolute path or a '..' part)"
+    if is_url(folder):
+        return None
+    full = os.path.join(folder, *parts)
+    if not os.path.lexists(full):
+        return None  # missing: the reader says so
+    root = os.path.realpath(folder)
+    target = os.path.realpath(full)
+    if os.path.commonpath([root, target]) != root:
+        return f"leads outside the folder through a symbolic link (to {target})"
+    return None

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..commands.diff import DiffReport, KeyDiff, MetadataDiff, Mismatch, Sides, ValueFigures, WeightsOnlyPair
-from ..tensors.numerics.closeness import ValueDiff
+from ..tensors.numerics import ValueDiff
 from .common import fold_labeled, shape_str, simple_table, write_report
 
 # Folded lines shown per section; --json always lists every key.
@@ -139,6 +139,22 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _value_rows(f: ValueFigures) -> tuple[list[ValueDiff], bool]:
+    """The tensors the --values table shows (as --sort/--top ask, else what differs first), and whether
+    there are more than it shows."""
+    view = f.view
+    if view.sort is not None or view.top is not None:
+        table = list(f.values)  # as asked: in --sort order, cut to --top
+        if view.top is not None:
+            return table, False
+        return table[:MAX_LINES], len(table) > MAX_LINES
+    shown = list(f.value_mismatch)
+    nonzero = [v for v in f.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
+    table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
+    more = len(table) > MAX_LINES or len(nonzero) + len(shown) > len(table)
+    return table[:MAX_LINES], more
+
+
 def _values_lines(f: ValueFigures, suggested: bool) -> list[str]:
     """The --values section: the count, the table (as --sort/--top ask, else what differs), the rollups."""
     out: list[str] = []
@@ -149,17 +165,9 @@ def _values_lines(f: ValueFigures, suggested: bool) -> list[str]:
         out.append("  (no key of equal shape on both sides" + tail)
     view = f.view
     if view.sort is not None or view.top is not None:
-        table = list(f.values)  # as asked: in --sort order, cut to --top
-        more = len(table) > MAX_LINES and view.top is None
-        table = table if view.top is not None else table[:MAX_LINES]
         title = f"by {view.sort}" if view.sort is not None else "in A's order"
         out.append(f"  {title}" + (f", first {view.top}" if view.top is not None else "") + ":")
-    else:
-        shown = list(f.value_mismatch) if failed else []
-        nonzero = [v for v in f.values if v.passed and (v.max_abs > 0 or v.nan_a or v.inf_a)]
-        table = shown + nonzero[: max(0, MAX_LINES - len(shown))]
-        more = len(table) > MAX_LINES or len(nonzero) + len(shown) > len(table)
-        table = table[:MAX_LINES]
+    table, more = _value_rows(f)
     if table:
         out.extend("  " + line for line in _value_table(table).splitlines())
         if more:
@@ -235,7 +243,7 @@ def _fix_lines(r: DiffReport) -> list[str]:
     s = r.suggestion
     if s is None:
         if r.rewrite.steps and r.rewrite.renamed:
-            return ["", "to write A with the keys it was compared under:", f"  {r.migrate_command()}"]
+            return ["", "to write A with the keys it was compared under:", *_save_first(r), f"  {r.migrate_command()}"]
         return []
     remain = [f"{n} {what}" for n, what in ((s.remaining_missing, "missing"),
                                             (s.remaining_unexpected, "unexpected"),
@@ -245,11 +253,13 @@ def _fix_lines(r: DiffReport) -> list[str]:
     dropped = r.dropped_by_fix()
     drops = (f" and leaves out {len(dropped)} the other side lacks ({', '.join(dropped[:4])}"
              + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "") + ")") if dropped else ""
-    out = ["", f"fix: {s.rules.describe()}{given}  reconciles {s.reconciled} key(s){drops}{left}"]
-    if r.a_in_memory:
-        out.append("  (A is in memory: save it first, torch.save(state_dict, 'a.pth'), then)")
-    out.append(f"  {r.migrate_command()}")
-    return out
+    return ["", f"fix: {s.rules.describe()}{given}  reconciles {s.reconciled} key(s){drops}{left}",
+            *_save_first(r), f"  {r.migrate_command()}"]
+
+
+def _save_first(r: DiffReport) -> list[str]:
+    """An in-memory A has no path for migrate: the command names the file to save it to first."""
+    return ["  (A is in memory: save it first, torch.save(state_dict, 'a.pth'), then)"] if r.a_in_memory else []
 
 
 def _weights_only_lines(pair: WeightsOnlyPair) -> list[str]:

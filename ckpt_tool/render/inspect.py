@@ -10,6 +10,7 @@ from typing import Any
 
 from ..commands.inspect import DeepSpeedRun, InspectReport, MegatronCore, SourceFacts, subclass_json
 from ..format_names import Format
+from ..model import Checkpoint
 from .common import dumps, human_bytes, human_count, shape_str, simple_columns
 
 
@@ -77,9 +78,8 @@ def summary_lines(report: InspectReport) -> list[str]:
     return lines + _contents_lines(report)
 
 
-def _contents_lines(report: InspectReport) -> list[str]:
-    """Where the state_dict is, what it holds, the other metadata and the weights_only prediction."""
-    c = report.checkpoint
+def _where_lines(c: Checkpoint) -> list[str]:
+    """Where in the container the state_dict was found, and the other groups of tensors beside it."""
     lines = []
     if c.state_dict_key is not None:
         where = repr(c.state_dict_key) if c.state_dict_key else "top level"
@@ -88,6 +88,13 @@ def _contents_lines(report: InspectReport) -> list[str]:
     if others:
         groups = ", ".join(f"{x.key or '<top>'} ({x.tensors})" for x in others[:6])
         lines.append("            other tensor groups: " + groups)
+    return lines
+
+
+def _contents_lines(report: InspectReport) -> list[str]:
+    """Where the state_dict is, what it holds, the other metadata and the weights_only prediction."""
+    c = report.checkpoint
+    lines = _where_lines(c)
     lines.append(
         f"tensors:    {len(c.tensors)}   parameters: {human_count(c.total_numel)} ({c.total_numel:,})"
         f"   size: {human_bytes(c.total_nbytes)}"

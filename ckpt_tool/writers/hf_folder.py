@@ -16,13 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..format_names import OutputFormat
-from ..formats.hf.deploy import HfOutput
-from ..io import paths
 from .interface import PayloadMismatch, Reread, Shaped, ShapeRequest, WriteRequest, Written, folder_of
-from .output import write_all
 from .payload import SafetensorsPayload
 
 if TYPE_CHECKING:
+    from ..formats.hf.deploy import HfOutput
     from ..io.atomic.write import AtomicDir, AtomicFile
     from .safetensors.writer import SafetensorsWriter, ShardedWriter
 
@@ -53,6 +51,9 @@ def retyped_config(raw: bytes, dtype: str) -> bytes | None:
 
 
 def _copy(source: str, fd: int) -> None:
+    from ..io import paths
+    from .output import write_all
+
     with paths.open_bytes(source) as data:
         for offset in range(0, data.size, _CHUNK):
             write_all(fd, data.read(offset, min(_CHUNK, data.size - offset)))
@@ -62,6 +63,8 @@ def write_hf_folder(folder: str, create: Callable[[str], int], payload: Safetens
                     shard_bytes: int | None, cast_to: str | None,
                     on_bytes: Callable[[int], None] | None = None) -> HfWritten:
     """Write the weights and copy the side files into ``folder`` (a temporary folder)."""
+    from ..io import paths
+    from .output import write_all
     from .safetensors.sharded import write_sharded
     from .safetensors.single import write_safetensors
 

@@ -16,6 +16,7 @@ from ckpt_tool.cli.options import (
     tp_rules_option,
     unstack_layers_option,
 )
+from ckpt_tool.commands.diff import DiffCall, DiffOptions
 from ckpt_tool.commands.gate import GateCall, GateOptions
 from ckpt_tool.commands.inspect import InspectCall, InspectOptions
 from ckpt_tool.commands.keywords import options_of, source_of
@@ -104,12 +105,13 @@ def test_a_bad_rules_file_is_exit_2_before_any_input_is_opened(tmp_path, run_cli
 @pytest.mark.parametrize(("verb", "call", "options"), [
     (ckpt_tool.inspect, InspectCall, InspectOptions), (ckpt_tool.migrate, MigrateCall, MigrateOptions),
     (ckpt_tool.gate, GateCall, GateOptions), (ckpt_tool.scan, ScanCall, ScanOptions),
+    (ckpt_tool.diff, DiffCall, DiffOptions),
 ])
 def test_a_verbs_keywords_are_its_call_dataclass_fields(verb, call, options):
     params = inspect.signature(verb).parameters
     assert list(params) == list(inspect.signature(call).parameters)
     assert set(params) >= {f.name for f in dataclasses.fields(options)}
-    assert ("unsafe" in params) == (call in (InspectCall, MigrateCall))  # gate and scan never unpickle
+    assert ("unsafe" in params) == (call in (InspectCall, MigrateCall, DiffCall))  # gate and scan never unpickle
 
 
 def test_a_call_splits_into_the_source_and_the_commands_options(rules_file):
@@ -126,6 +128,7 @@ def test_the_verbs_take_their_keywords_as_before(fixtures_dir, tmp_path):
     assert ckpt_tool.inspect(pth, stats=True).stats is not None
     assert ckpt_tool.gate([pth], nan_check=True, torch_version="2.6").passed
     assert ckpt_tool.scan([pth], strict=True).exit_code == 0
+    assert ckpt_tool.diff(pth, str(fixtures_dir / "tiny_mlp.safetensors"), values=True, key_b=None).equal
     report = ckpt_tool.migrate(pth, str(tmp_path / "o.safetensors"), strip_prefix=["nothing."], workers=1)
     assert report.ok and report.written
     with pytest.raises(TypeError):

@@ -402,7 +402,7 @@ def test_running_out_of_memory_is_one_line_not_an_internal_error():
 
     code = ("import importlib, sys; from ckpt_tool.cli import main\n"
             "def load(*a, **k): raise MemoryError()\n"
-            "importlib.import_module('ckpt_tool.formats'); sys.modules['ckpt_tool.formats'].load = load\n"
+            "importlib.import_module('ckpt_tool.formats'); sys.modules['ckpt_tool.formats'].read_checkpoint = load\n"
             "sys.exit(main(['inspect', sys.argv[1]]))")
     r = subprocess.run([sys.executable, "-c", code, str(ROOT / "fixtures" / "tiny_mlp.pth")], capture_output=True,
                        text=True, timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})

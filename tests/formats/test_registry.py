@@ -68,6 +68,14 @@ def test_reading_a_torch_zip_imports_no_folder_reader() -> None:
                                              "ckpt_tool.formats.megatron", "ckpt_tool.formats.hf"))] == []
 
 
+def test_detecting_a_folder_imports_only_the_megatron_module_it_asks() -> None:
+    """detect.py asks formats.megatron whether a folder is a legacy one: the torch_dist reader stays unimported."""
+    mods = _formats_modules_after_reading(str(FIXTURES / "ranks" / "verl"))
+    assert "ckpt_tool.formats.megatron.legacy_folder" in mods
+    assert "ckpt_tool.formats.megatron.torch_dist" not in mods
+    assert "ckpt_tool.formats.dcp.metadata" not in mods and "ckpt_tool.formats.deepspeed.read" not in mods
+
+
 # ------------------------------------------------------------------ Loaded is frozen once its reader returns
 
 

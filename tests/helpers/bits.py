@@ -13,9 +13,9 @@ def bits(t: Any) -> Any:
     """A tensor's bytes in C order as a flat uint8 tensor: torch.equal on two of them is bit equality."""
     import torch
 
-    flat = t.detach().contiguous().reshape(-1)
-    if flat.stride(0) != 1:  # .contiguous() keeps the odd stride of a size-1 dimension: a fresh copy has none
-        flat = torch.empty(flat.shape, dtype=flat.dtype, device=flat.device).copy_(flat)
+    flat = t.detach().reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:  # a one-element tensor may keep any stride: view needs 1
+        flat = flat.new_empty(flat.shape).copy_(flat)
     return flat.view(torch.uint8)
 
 

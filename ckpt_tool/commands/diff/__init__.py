@@ -7,7 +7,8 @@ values -> suggestion), each giving one typed part of the report (parts.py).
 
 # The surface siblings and users import (``from ckpt_tool.commands.diff import diff`` as before the
 # package split); the modules below it are the feature's own.
-from .command import compare_tensors, diff, run_diff
+from .call import DiffCall, diff
+from .command import compare_tensors, run_diff
 from .parts import (
     PLAIN_VIEW,
     KeyDiff,
@@ -25,6 +26,6 @@ from .plan import DiffHooks, DiffOptions, DiffPlan, diff_plan
 from .report import DiffReport
 from .rollup import Rollup
 
-__all__ = ["PLAIN_VIEW", "DiffHooks", "DiffOptions", "DiffPlan", "DiffReport", "KeyDiff", "MetadataChange",
+__all__ = ["PLAIN_VIEW", "DiffCall", "DiffHooks", "DiffOptions", "DiffPlan", "DiffReport", "KeyDiff", "MetadataChange",
            "MetadataDiff", "MetadataOnly", "Mismatch", "Rollup", "RulesApplied", "Sides", "ValueFigures", "ValueView",
            "WeightsOnlyPair", "compare_tensors", "diff", "diff_plan", "run_diff"]

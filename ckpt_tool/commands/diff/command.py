@@ -1,24 +1,22 @@
 """``ckpt diff``: what happens when A's weights are loaded where B is expected.
 
+``run_diff`` runs a checked plan (plan.py) as steps: read both sides
+(read.py), rewrite A's keys, compare keys, metadata and values, suggest the
+fix (steps.py), and puts their typed parts together (parts.py, report.py).
 Key, shape and dtype differences follow ``load_state_dict`` and come from
 metadata alone; when both sides are checkpoints nothing here imports torch.
-``values=True`` streams tensor pairs one at a time (tensors/values.py) and is
-the only path that reads tensor bytes; metadata is compared in
-metadata.py and reported in report.py. A ``--target`` is a module
-built on the meta device (tensors/target.py), which of course imports torch.
+``values`` streams tensor pairs one at a time (tensors/numerics) and is the
+only step that reads tensor bytes. A ``--target`` is a module built on the
+meta device (tensors/target), which of course imports torch.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
-from ...formats.options import SourceOptions
 from ...io.paths import remote_session
-from ...limits import DEFAULT_LIMITS, Limits
-from ...progress import NO_PROGRESS, Progress
-from .parts import PLAIN_VIEW, KeyDiff, MetadataDiff, Sides, ValueFigures, ValueView, WeightsOnlyPair
-from .plan import NO_HOOKS, DiffHooks, DiffOptions, DiffPlan, check_options, diff_plan
+from .parts import KeyDiff, MetadataDiff, Sides, ValueFigures, WeightsOnlyPair
+from .plan import NO_HOOKS, DiffHooks, DiffOptions, DiffPlan, diff_plan
 from .read import Opened, read_sides
 from .report import DiffReport
 from .steps import (
@@ -32,59 +30,6 @@ from .steps import (
     rewrite_keys,
     suggest_fix,
 )
-
-if TYPE_CHECKING:
-    from ...keys.rules import RuleSet
-
-if TYPE_CHECKING:  # a path, or from Python a state dict or an nn.Module; a target: a SPEC, class or instance
-    from ...tensors.target import TargetSpec
-    from ..inputs import CheckpointInput
-
-
-def diff(
-    a: CheckpointInput,
-    b: CheckpointInput | None = None,
-    *,
-    target: TargetSpec | None = None,
-    target_kwargs: dict[str, Any] | None = None,
-    key: str | None = None,
-    key_b: str | None = None,
-    unsafe: bool = False,
-    values: bool = False,
-    atol: float = 1e-8,
-    rtol: float = 1e-5,
-    progress: Progress = NO_PROGRESS,
-    fail_on_metadata: bool = False,
-    limits: Limits = DEFAULT_LIMITS,
-    torch_version: str | None = None,
-    rules: RuleSet | None = None,
-    auto: bool = False,
-    view: ValueView = PLAIN_VIEW,
-    tp_rules: str | None = None,
-) -> DiffReport:
-    """Compare checkpoint ``a`` with checkpoint ``b`` or with a ``target`` module spec.
-
-    ``key`` selects A's state_dict (and B's, unless ``key_b`` is given).
-    ``values`` compares the data of every common key of equal shape,
-    reading one tensor pair at a time, and reports the pairs done to
-    ``progress`` ("comparing values").
-    ``torch_version``: whose weights_only rules predict torch.load of each side.
-    ``rules`` (strip/add prefix, rename: migrate's RuleSet) rewrite A's keys
-    before anything is compared, exactly as ``ckpt migrate`` would; ``auto``
-    then infers and applies the rewrite that makes A's keys match B's.
-    ``view``: the order, cut, rollups and histograms of the ``--values`` figures.
-    ``tp_rules`` names a TOML file saying how tensor-parallel shards merge (a Megatron-LM ``mp_rank_XX``
-    folder, a DeepSpeed run without universal_checkpoint_info), on either side, as ``ckpt migrate`` reads it.
-    """
-    from ...formats.tp import load_rules
-
-    options = DiffOptions(target=target, target_kwargs=target_kwargs, key_b=key_b, values=values, atol=atol,
-                          rtol=rtol, fail_on_metadata=fail_on_metadata, rules=rules, auto=auto, view=view)
-    check_options(b is not None, options)
-    # before either side is read: a bad file is exit 2
-    source = SourceOptions(key=key, unsafe=unsafe, limits=limits, tp_rules=load_rules(tp_rules) if tp_rules else None,
-                           torch_version=torch_version)
-    return run_diff(diff_plan(a, b, source, options), DiffHooks(progress))
 
 
 def run_diff(plan: DiffPlan, hooks: DiffHooks = NO_HOOKS) -> DiffReport:
@@ -128,4 +73,4 @@ def _report(plan: DiffPlan, sides: Opened, a: Rewrite, keys: Found[KeyDiff], met
                       fail_on_metadata=options.fail_on_metadata)
 
 
-__all__ = ["DiffHooks", "DiffOptions", "DiffPlan", "compare_tensors", "diff", "diff_plan", "run_diff"]
+__all__ = ["DiffHooks", "DiffOptions", "DiffPlan", "compare_tensors", "diff_plan", "run_diff"]

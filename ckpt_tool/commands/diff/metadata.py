@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from ...format_names import Format
 from ...model import Checkpoint, Deferred, json_safe
+from .parts import MetadataChange, MetadataDiff, MetadataOnly
+
+P = TypeVar("P", MetadataChange, MetadataOnly)
 
 # Metadata a reader adds about the file's layout, not about its contents: not diffed.
 LAYOUT_METADATA: dict[Format, tuple[str, ...]] = {Format.SHARDED: ("shards", "shard_format", "metadata")}
@@ -19,8 +23,8 @@ _MAX_METADATA_ITEMS = 2000
 NOT_READ = "<not read>"  # where a side left a value unread (a DCP bytes item): not compared
 
 
-def metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """Differences in non-tensor entries, found with deepdiff, as JSON-safe lists.
+def metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> MetadataDiff:
+    """Differences in non-tensor entries, found with deepdiff, with JSON-safe values.
 
     ``changed``: paths whose value differs (``a``, ``b``); ``only_a`` /
     ``only_b``: paths present on one side only. Paths are dotted
@@ -30,36 +34,39 @@ def metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     if quick is not None:
         return quick
     if _identical(a, b):  # the same nested metadata on both sides (a file against its copy)
-        return {"changed": [], "only_a": [], "only_b": []}
+        return MetadataDiff()
     from deepdiff import DeepDiff
 
     tree = DeepDiff(dict(a), dict(b), view="tree", verbose_level=2, threshold_to_diff_deeper=0,
                     ignore_private_variables=False)
-    changed: list[dict[str, Any]] = []
-    only_a: list[dict[str, Any]] = []
-    only_b: list[dict[str, Any]] = []
+    changed: list[MetadataChange] = []
+    only_a: list[MetadataOnly] = []
+    only_b: list[MetadataOnly] = []
     for kind, levels in tree.items():
         for level in levels:
             path = _dotted(level.path(output_format="list"))
-            if kind in ("values_changed", "type_changes"):
-                changed.append({"path": path, "a": json_safe(level.t1), "b": json_safe(level.t2)})
-            elif kind in ("dictionary_item_removed", "iterable_item_removed", "attribute_removed",
-                          "set_item_removed"):
-                only_a.append({"path": path, "value": json_safe(level.t1)})
+            if kind in ("dictionary_item_removed", "iterable_item_removed", "attribute_removed",
+                        "set_item_removed"):
+                only_a.append(MetadataOnly(path, json_safe(level.t1)))
             elif kind in ("dictionary_item_added", "iterable_item_added", "attribute_added", "set_item_added"):
-                only_b.append({"path": path, "value": json_safe(level.t2)})
-            else:  # repetition changes and the like: show both sides
-                changed.append({"path": path, "a": json_safe(level.t1), "b": json_safe(level.t2)})
-    for items in (changed, only_a, only_b):
-        items.sort(key=lambda x: x["path"])
-        del items[_MAX_METADATA_ITEMS:]
-    return {"changed": changed, "only_a": only_a, "only_b": only_b}
+                only_b.append(MetadataOnly(path, json_safe(level.t2)))
+            else:  # values_changed, type_changes; repetition changes and the like: show both sides
+                changed.append(MetadataChange(path, json_safe(level.t1), json_safe(level.t2)))
+    return _found(changed, only_a, only_b)
+
+
+def _found(changed: list[MetadataChange], only_a: list[MetadataOnly], only_b: list[MetadataOnly]) -> MetadataDiff:
+    """The differences in path order, each kind cut to its first 2,000."""
+    def first(items: list[P]) -> tuple[P, ...]:
+        return tuple(sorted(items, key=attrgetter("path"))[:_MAX_METADATA_ITEMS])
+
+    return MetadataDiff(changed=first(changed), only_a=first(only_a), only_b=first(only_b))
 
 
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def _flat_metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any] | None:
+def _flat_metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> MetadataDiff | None:
     """What DeepDiff reports when every key present on both sides holds a scalar; else None.
 
     The common case (a safetensors ``__metadata__`` on one side only, equal
@@ -72,14 +79,11 @@ def _flat_metadata_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str,
     if not all(type(a[k]) in _SCALARS and type(b[k]) in _SCALARS for k in common):
         return None
     # a type change (1 vs 1.0, True vs 1) counts as a change, as in DeepDiff; so does NaN vs NaN
-    changed = [{"path": k, "a": json_safe(a[k]), "b": json_safe(b[k])} for k in common
+    changed = [MetadataChange(k, json_safe(a[k]), json_safe(b[k])) for k in common
                if type(a[k]) is not type(b[k]) or a[k] != b[k]]
-    only_a = [{"path": k, "value": json_safe(v)} for k, v in a.items() if k not in b]
-    only_b = [{"path": k, "value": json_safe(v)} for k, v in b.items() if k not in a]
-    for items in (changed, only_a, only_b):
-        items.sort(key=lambda x: x["path"])
-        del items[_MAX_METADATA_ITEMS:]
-    return {"changed": changed, "only_a": only_a, "only_b": only_b}
+    only_a = [MetadataOnly(k, json_safe(v)) for k, v in a.items() if k not in b]
+    only_b = [MetadataOnly(k, json_safe(v)) for k, v in b.items() if k not in a]
+    return _found(changed, only_a, only_b)
 
 
 def _identical(x: Any, y: Any) -> bool:
@@ -107,19 +111,28 @@ def mask_unread(a: Any, b: Any, depth: int = 0) -> tuple[Any, Any, int]:
     if depth > 64:
         return a, b, 0
     if isinstance(a, Mapping) and isinstance(b, Mapping):
-        total = 0
-        a2, b2 = dict(a), dict(b)
-        for k in a2.keys() & b2.keys():
-            a2[k], b2[k], n = mask_unread(a2[k], b2[k], depth + 1)
-            total += n
-        return (a2, b2, total) if total else (a, b, 0)
+        return _mask_mappings(a, b, depth)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-        pairs = [mask_unread(x, y, depth + 1) for x, y in zip(a, b, strict=True)]
-        total = sum(n for _, _, n in pairs)
-        if not total:
-            return a, b, 0
-        return type(a)(x for x, _, _ in pairs), type(b)(y for _, y, _ in pairs), total
+        return _mask_sequences(a, b, depth)
     return a, b, 0
+
+
+def _mask_mappings(a: Mapping[Any, Any], b: Mapping[Any, Any], depth: int) -> tuple[Any, Any, int]:
+    total = 0
+    a2, b2 = dict(a), dict(b)
+    for k in a2.keys() & b2.keys():
+        a2[k], b2[k], n = mask_unread(a2[k], b2[k], depth + 1)
+        total += n
+    return (a2, b2, total) if total else (a, b, 0)
+
+
+def _mask_sequences(a: list[Any] | tuple[Any, ...], b: list[Any] | tuple[Any, ...],
+                    depth: int) -> tuple[Any, Any, int]:
+    pairs = [mask_unread(x, y, depth + 1) for x, y in zip(a, b, strict=True)]
+    total = sum(n for _, _, n in pairs)
+    if not total:
+        return a, b, 0
+    return type(a)(x for x, _, _ in pairs), type(b)(y for _, y, _ in pairs), total
 
 
 def _dotted(parts: Sequence[Any]) -> str:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...tensors.numerics.closeness import ValueDiff
-from ...tensors.target.ties import TiedKey
+from ...tensors.numerics import ValueDiff
+from ...tensors.target import TiedKey
 from .rollup import Metric, Rollup
 
 if TYPE_CHECKING:
@@ -138,15 +138,6 @@ class MetadataDiff:
     @property
     def differs(self) -> bool:
         return bool(self.changed or self.only_a or self.only_b)
-
-    @classmethod
-    def from_json(cls, found: Mapping[str, list[dict[str, object]]]) -> MetadataDiff:
-        """The typed form of what metadata.metadata_diff finds (lists of ``path``/``a``/``b`` or ``value``)."""
-        def only(items: list[dict[str, object]]) -> tuple[MetadataOnly, ...]:
-            return tuple(MetadataOnly(str(i["path"]), i["value"]) for i in items)
-
-        return cls(changed=tuple(MetadataChange(str(i["path"]), i["a"], i["b"]) for i in found["changed"]),
-                   only_a=only(found["only_a"]), only_b=only(found["only_b"]))
 
     def to_json(self) -> dict[str, list[dict[str, object]]]:
         return {"changed": [{"path": c.path, "a": c.a, "b": c.b} for c in self.changed],

@@ -77,14 +77,18 @@ def check_options(b_given: bool, options: DiffOptions) -> None:
                          "holds no values")
     if options.key_b is not None and options.target is not None:
         raise UsageError("--key-b selects inside a second checkpoint B; a --target module has no container")
-    view = options.view
-    if (view.sort is not None or view.top is not None or view.rollup_depth is not None or view.rollup_layers
-            or view.histograms) and not options.values:
+    if _orders_figures(options.view) and not options.values:
         raise UsageError("--sort, --top, --rollup-depth, --rollup-layers and --html order or summarise the "
                          "--values figures: add --values")
     atol, rtol = options.atol, options.rtol
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
         raise UsageError("--atol and --rtol must be non-negative numbers")
+
+
+def _orders_figures(view: ValueView) -> bool:
+    """The view asks for something only the --values figures have (an order, a cut, rollups, histograms)."""
+    return (view.sort is not None or view.top is not None or view.rollup_depth is not None or view.rollup_layers
+            or bool(view.histograms))
 
 
 def diff_plan(a: CheckpointInput, b: CheckpointInput | None, source: SourceOptions = DEFAULT_SOURCE,

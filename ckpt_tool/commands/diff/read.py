@@ -68,8 +68,7 @@ def read_sides(plan: DiffPlan) -> Opened:
 
 def _with_target(plan: DiffPlan, ckpt_a: Checkpoint, a_label: str, warnings: tuple[str, ...]) -> Opened:
     """B as the ``--target`` module, built on the meta device."""
-    from ...tensors.target import build_target
-    from ...tensors.target.ties import tied_groups
+    from ...tensors.target import build_target, tied_groups
 
     spec = plan.options.target
     if spec is None:  # diff_plan refuses a plan with neither B nor a target

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...io.remote.counts import with_remote
-from ...tensors.numerics.closeness import ValueDiff
-from ...tensors.target.ties import TiedKey
+from ...tensors.numerics import ValueDiff
+from ...tensors.target import TiedKey
 from .parts import (
     PLAIN_VIEW,
     KeyDiff,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ...model import TensorMeta, shapes_compatible
-from ...tensors.target.ties import filled_by_ties, tie_advice
+from ...tensors.target import filled_by_ties, tie_advice
 from .parts import KeyDiff, MetadataDiff, Mismatch, RulesApplied, ValueFigures
 from .plan import DiffHooks, DiffPlan
 from .read import Opened
@@ -20,7 +20,7 @@ from .read import Opened
 if TYPE_CHECKING:
     from ...keys.infer import Suggestion
     from ...keys.rules import RuleSet
-    from ...tensors.numerics.closeness import ValueDiff
+    from ...tensors.numerics import ValueDiff
 
 P = TypeVar("P")
 
@@ -156,7 +156,7 @@ def compare_metadata(sides: Opened) -> Found[MetadataDiff]:
     if sides.b is None:
         return Found(MetadataDiff())
     meta_a, meta_b, unread = mask_unread(content_metadata(sides.a), content_metadata(sides.b))
-    found = MetadataDiff.from_json(metadata_diff(meta_a, meta_b))
+    found = metadata_diff(meta_a, meta_b)
     if not unread:
         return Found(found)
     return Found(found, (f"{unread} non-tensor entr{'y was' if unread == 1 else 'ies were'} not read (DCP bytes "
@@ -186,7 +186,7 @@ def compare_figures(plan: DiffPlan, sides: Opened, a: Rewrite, keys: KeyDiff, ho
 def _value_diffs(plan: DiffPlan, b_map: dict[str, TensorMeta], a: Rewrite, keys: KeyDiff,
                  hooks: DiffHooks) -> tuple[list[ValueDiff], list[str]]:
     """The pairs of equal shape (a wrapper subclass's by its inner tensors) compared, and those holding no data."""
-    from ...tensors.numerics.values import compare_values
+    from ...tensors.numerics import compare_values
     from .rollup import Metric, sort_key
     from .subclass import inner_value_pairs
 

@@ -32,12 +32,15 @@ def kind_warnings(a_tensors: Sequence[TensorMeta], b_tensors: Sequence[TensorMet
         return []
     b_by_key = {t.key: t for t in b_tensors}
     pairs = [(t, b_by_key[t.key]) for t in a_tensors if t.key in b_by_key]
-    differ = [a.key for a, b in pairs if (a.subclass.qualname if a.subclass else None)
-              != (b.subclass.qualname if b.subclass else None)]
+    differ = [a.key for a, b in pairs if _kind(a) != _kind(b)]
     if not differ:
         return []
     a, b = next((a, b) for a, b in pairs if a.key == differ[0])
-    what = (f"{a.subclass.qualname if a.subclass else 'a plain tensor'} in A, "
-            f"{b.subclass.qualname if b.subclass else 'a plain tensor'} in B")
+    what = f"{_kind(a) if a.subclass else 'a plain tensor'} in A, {_kind(b) if b.subclass else 'a plain tensor'} in B"
     return [f"{len(differ)} tensor(s) hold another kind of data on each side (e.g. {differ[0]!r}: {what}), "
             f"though dtypes and shapes may agree: {', '.join(differ[:5])}"]
+
+
+def _kind(t: TensorMeta) -> str | None:
+    """The subclass a tensor is (its qualified name), None for a plain tensor."""
+    return t.subclass.qualname if t.subclass else None

@@ -7,10 +7,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ...formats.dcp.deferred import unread
 from ...formats.options import (
     DEFAULT_SOURCE,
     Keyed,
@@ -25,13 +24,15 @@ from ...formats.quantization import DeclaredQuantization, declared
 from ...io.paths import is_url, url_bytes
 from ...io.remote.counts import counts_remote
 from ...keys.prefixes import detect_prefixes
-from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe
+from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe, unread
 from ...progress import NO_PROGRESS, Progress
-from ...tensors.numerics.stats import TensorStats, compute_stats
 from ..inputs import CheckpointInput, is_path, open_input
 from ..keywords import Counted, options_of, source_of, verb
 from ..loads_check.verdict import WeightsOnlyReport, assess
 from .facts import NO_FACTS, SourceFacts, source_facts
+
+if TYPE_CHECKING:
+    from ...tensors.numerics.stats import TensorStats
 
 
 @dataclass(frozen=True)
@@ -56,26 +57,7 @@ class InspectReport:
     def to_json(self, *, tensors: bool = True) -> dict[str, Any]:
         """The --json document; ``tensors=False`` leaves the tensor list empty (render.inspect writes it)."""
         c = self.checkpoint
-        notes = self.notes
-        # one comprehension: this runs once per tensor, 200,000 times in some files
-        rows: list[dict[str, Any]] = [
-            {
-                "key": t.key, "dtype": t.dtype, "shape": list(t.shape), "numel": t.numel,
-                "nbytes": t.nbytes, "stride": list(t.strides),
-                "storage_offset": t.storage_offset, "device": t.device, "notes": list(notes.get(t.key, ())),
-            }
-            for t in c.tensors
-        ] if tensors else []
-        if rows:
-            for row, t in zip(rows, c.tensors, strict=True):
-                if t.subclass is not None:
-                    row["subclass"] = subclass_json(t.subclass)
-        if self.stats is not None:
-            for row in rows:
-                s = self.stats.get(row["key"])
-                if s is not None:
-                    row["stats"] = {"min": s.min, "max": s.max, "mean": s.mean, "std": s.std,
-                                    "nan": s.nan, "inf": s.inf}
+        rows = self._tensor_rows() if tensors else []
         out = {
             "path": c.path,
             "format": c.format,
@@ -106,6 +88,30 @@ class InspectReport:
             out["remote"] = dict(self.remote)
         return out
 
+    def _tensor_rows(self) -> list[dict[str, Any]]:
+        """One JSON object per tensor, with its notes, subclass and --stats figures."""
+        c = self.checkpoint
+        notes = self.notes
+        # one comprehension: this runs once per tensor, 200,000 times in some files
+        rows: list[dict[str, Any]] = [
+            {
+                "key": t.key, "dtype": t.dtype, "shape": list(t.shape), "numel": t.numel,
+                "nbytes": t.nbytes, "stride": list(t.strides),
+                "storage_offset": t.storage_offset, "device": t.device, "notes": list(notes.get(t.key, ())),
+            }
+            for t in c.tensors
+        ]
+        for row, t in zip(rows, c.tensors, strict=True):
+            if t.subclass is not None:
+                row["subclass"] = subclass_json(t.subclass)
+        if self.stats is not None:
+            for row in rows:
+                s = self.stats.get(row["key"])
+                if s is not None:
+                    row["stats"] = {"min": s.min, "max": s.max, "mean": s.mean, "std": s.std,
+                                    "nan": s.nan, "inf": s.inf}
+        return rows
+
 
 
 def subclass_json(sub: SubclassMeta) -> dict[str, Any]:
@@ -123,22 +129,7 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
     """Per-tensor notes: non-contiguous, channels_last, shared storage, saved device, quantizer."""
     from ...formats.checkpoint.metas import quantizer_note
 
-    tensors = list(tensors)
-    by_storage: dict[Any, list[str]] = {}
-    ids = [t.storage_id for t in tensors]
-    if len(set(ids)) != len(ids):  # some storage is shared (or saved without data)
-        for t in tensors:
-            sid = t.storage_id
-            if sid is not None:
-                by_storage.setdefault(sid, []).append(t.key)
-    else:
-        # the common case: only odd layouts or devices get a note (each distinct layout checked once)
-        odd = {ss for ss in set(map(_LAYOUT, tensors)) if not is_contiguous_layout(*ss)}
-        if odd or set(map(_DEVICE, tensors)) != {"cpu"}:
-            tensors = [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer
-                       or t.subclass]
-        else:
-            tensors = [t for t in tensors if t.quantizer is not None or t.subclass is not None]
+    tensors, by_storage = _noted(list(tensors))
     notes: dict[str, tuple[str, ...]] = {}
     for t in tensors:
         n: list[str] = []
@@ -158,6 +149,32 @@ def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
         if n:
             notes[t.key] = tuple(n)
     return notes
+
+
+def _noted(tensors: list[TensorMeta]) -> tuple[list[TensorMeta], dict[Any, list[str]]]:
+    """The tensors that may get a note, and the keys of each storage when some storage is shared.
+
+    In the common case (no shared storage) only odd layouts, devices, quantizers and subclasses get a
+    note, and each distinct layout is checked once: 200,000 tensors are not each looked at in Python.
+    """
+    ids = [t.storage_id for t in tensors]
+    if len(set(ids)) != len(ids):  # some storage is shared (or saved without data)
+        by_storage: dict[Any, list[str]] = {}
+        for t in tensors:
+            sid = t.storage_id
+            if sid is not None:
+                by_storage.setdefault(sid, []).append(t.key)
+        return tensors, by_storage
+    return _odd_ones(tensors), {}
+
+
+def _odd_ones(tensors: list[TensorMeta]) -> list[TensorMeta]:
+    """The tensors of odd layout or device, quantized or of a subclass (each distinct layout checked once)."""
+    odd = {ss for ss in set(map(_LAYOUT, tensors)) if not is_contiguous_layout(*ss)}
+    if odd or set(map(_DEVICE, tensors)) != {"cpu"}:
+        return [t for t in tensors if t.device != "cpu" or (t.shape, t.stride) in odd or t.quantizer
+                or t.subclass]
+    return [t for t in tensors if t.quantizer is not None or t.subclass is not None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +226,7 @@ def inspect_input(path: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE,
         try:
             for t in ckpt.tensors:
                 if t.storage is not None:
-                    per_tensor[t.key] = compute_stats(t)
+                    per_tensor[t.key] = _stats(t)
                 progress.advance(1)
         finally:
             progress.done()
@@ -228,6 +245,13 @@ def inspect_input(path: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE,
         quantization=declared(ckpt),
         facts=source_facts(ckpt),
     )
+
+
+def _stats(t: TensorMeta) -> TensorStats:
+    """--stats: the numerics module is imported only when values are read."""
+    from ...tensors.numerics.stats import compute_stats
+
+    return compute_stats(t)
 
 
 def _refuse_unread(path: str) -> None:

@@ -18,7 +18,6 @@ reads each file, and whether ``torch.load(file, weights_only=True)`` loads it.
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +75,9 @@ class WeightsOnlyReport:
             return None
         root, ext = os.path.splitext(self._local())
         out = f"{root}.weights_only{ext if ext in ('.pth', '.pt', '.bin', '.ckpt') else '.pth'}"
-        return f"ckpt migrate {shlex.quote(self.path)} -o {shlex.quote(out)} --sanitize"
+        from shlex import quote  # only for the advice: its import compiles a regex on every run
+
+        return f"ckpt migrate {quote(self.path)} -o {quote(out)} --sanitize"
 
     @property
     def extract_command(self) -> str | None:
@@ -84,7 +85,9 @@ class WeightsOnlyReport:
         if self.loads or not self.applies or not self.whole_module or os.path.isdir(self.path):
             return None
         out = f"{os.path.splitext(self._local())[0]}.state_dict.safetensors"
-        return f"ckpt migrate {shlex.quote(self.path)} -o {shlex.quote(out)}"
+        from shlex import quote
+
+        return f"ckpt migrate {quote(self.path)} -o {quote(out)}"
 
     def _local(self) -> str:
         return self.path.rsplit("/", 1)[-1] if "://" in self.path else self.path  # a URL: write beside you

@@ -237,12 +237,10 @@ def _write(ck: Checkpoint, plan: MigratePlan, hooks: Hooks, report: MigrateRepor
     folder = plan.output.folder
     destination.check_destination(out, _source_paths(plan.source.path, ck), force=plan.output.force, folder=folder)
     if folder and plan.output.force:
-        from ...writers.dcp import DCP_SUFFIXES
-        from ...writers.safetensors.sharded import SHARD_SUFFIXES
+        from ...writers import writer
 
         hf = plan.output.hf
-        destination.check_replaceable_folder(out, DCP_SUFFIXES if fmt is OutputFormat.DCP else SHARD_SUFFIXES,
-                                             hf.files if hf is not None else ())
+        destination.check_replaceable_folder(out, writer(fmt).suffixes, hf.files if hf is not None else ())
     # 5. room for it: stale temporaries of killed runs go first, then the free space must hold every file
     dist = plan.parallelism.dist
     warnings = list(report.warnings)

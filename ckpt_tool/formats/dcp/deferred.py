@@ -16,30 +16,12 @@ from typing import Any
 
 from ...errors import CkptError
 from ...limits import DEFAULT_LIMITS, Limits
-from ...model import Checkpoint, Deferred, GlobalRef
+from ...model import Checkpoint, Deferred, GlobalRef, unread
 from ..checkpoint.build import reference_warnings, summarize
 
 MAX_ITEM_BYTES = 1 << 20  # a larger value stays described, "not read" (a dataloader state, say)
 MAX_TOTAL_BYTES = 64 << 20
 _MAX_DEPTH = 64
-
-
-def unread(tree: Any) -> list[tuple[str, Deferred]]:
-    """(dotted path, value) of every deferred value in ``tree`` (metadata or a container), in order."""
-    found: list[tuple[str, Deferred]] = []
-
-    def walk(obj: Any, path: str, depth: int) -> None:
-        if isinstance(obj, Deferred):
-            found.append((path, obj))
-        elif depth < _MAX_DEPTH and isinstance(obj, dict):
-            for k, v in obj.items():
-                walk(v, f"{path}.{k}" if path else str(k), depth + 1)
-        elif depth < _MAX_DEPTH and isinstance(obj, (list, tuple)):
-            for i, v in enumerate(obj):
-                walk(v, f"{path}.{i}" if path else str(i), depth + 1)
-
-    walk(tree, "", 0)
-    return found
 
 
 class _Reads:

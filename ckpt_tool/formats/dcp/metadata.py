@@ -26,7 +26,6 @@ from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.torch_rules import inputs as wo_input
 from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
 from ...pickles.unpickle.unpickler import restricted_loads
-from ..hf.index import outside_folder
 from ..interface import FormatReader, Loaded, ReadOptions
 from .items import BytesItem, nest
 from .stream import Chunk, DcpStreamSource
@@ -115,7 +114,7 @@ def _storage_index(storage_data: Any, meta_path: str) -> tuple[dict[str, list[Ch
         norm = os.path.normpath(rel) if rel else rel
         if rel not in checked:
             checked.add(rel)
-            why = outside_folder(paths.dirname(meta_path), rel)
+            why = paths.outside_folder(paths.dirname(meta_path), rel)
             if why:
                 raise InputError(f".metadata names shard {rel!r}, which {why.replace('points', 'is')}", meta_path)
         transforms = sa.get("transform_descriptors") or ()

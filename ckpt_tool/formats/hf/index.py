@@ -47,32 +47,10 @@ def read_index(path: str, max_bytes: int = DEFAULT_LIMITS.max_header_bytes) -> d
         raise InputError("bad shard index: weight_map must map tensor names to file names", path)
     folder = paths.dirname(path)
     for shard in sorted(set(wm.values())):
-        why = outside_folder(folder, shard)
+        why = paths.outside_folder(folder, shard)
         if why:
             raise InputError(f"bad shard index: shard name {shard!r} {why}", path)
     return index
-
-
-def outside_folder(folder: str, name: str) -> str | None:
-    """Why a file that an index or a DCP ``.metadata`` names lies outside its folder (None: it does not).
-
-    An absolute name, a ``..`` part, or (on a local disk) a symbolic link
-    whose target lies outside the folder: a loader that follows it reads a
-    file nobody reviewing the folder sees.
-    """
-    parts = name.replace("\\", "/").split("/")
-    if not name or os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
-        return "points outside the folder (an absolute path or a '..' part)"
-    if paths.is_url(folder):
-        return None
-    full = os.path.join(folder, *parts)
-    if not os.path.lexists(full):
-        return None  # missing: the reader says so
-    root = os.path.realpath(folder)
-    target = os.path.realpath(full)
-    if os.path.commonpath([root, target]) != root:
-        return f"leads outside the folder through a symbolic link (to {target})"
-    return None
 
 
 def read_sharded(

@@ -1,5 +1,23 @@
-"""Megatron-LM's checkpoints: legacy ``mp_rank_XX`` folders merged by rules, and ``torch_dist`` DCP folders."""
-from .legacy_folder import is_megatron_legacy, read_megatron_legacy
-from .torch_dist import describe, unstack
+"""Megatron-LM's checkpoints: legacy ``mp_rank_XX`` folders merged by rules, and ``torch_dist`` DCP folders.
 
+Each name is imported from its module on first use (ckpt_tool/lazy.py):
+detect.py's folder test does not import the torch_dist reader, nor a DCP read the legacy one.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .legacy_folder import is_megatron_legacy as is_megatron_legacy
+    from .legacy_folder import read_megatron_legacy as read_megatron_legacy
+    from .torch_dist import describe as describe
+    from .torch_dist import unstack as unstack
+
+EXPORTS: dict[str, tuple[str, ...]] = {
+    "legacy_folder": ("is_megatron_legacy", "read_megatron_legacy"),
+    "torch_dist": ("describe", "unstack"),
+}
+__getattr__ = lazy_exports(__name__, EXPORTS)
 __all__ = ["describe", "is_megatron_legacy", "read_megatron_legacy", "unstack"]

@@ -251,3 +251,41 @@ def test_two_torchrun_ranks_write_what_one_process_writes_for_every_layout(reque
     if out == "shards":
         assert len(_tree(tmp_path / out)) > 3  # an index and several shards, shared out between the ranks
     assert [p.name for p in (ran / name).iterdir()] == [out]  # no temporaries left
+
+
+# ------------------------------------------------------------------ one publish path (issue 33)
+
+
+def _doc(report, out: Path) -> dict[str, object]:
+    """The report's JSON with the output's own name left out."""
+    return json.loads(json.dumps(report.to_json()).replace(str(out), "OUT"))
+
+
+@pytest.mark.parametrize("extra", [{}, {"max_shard_size": "300KB"}, {"verify": False}])
+def test_a_cast_that_loses_values_is_reported_as_one_process_reports_it(tmp_path, zero3, extra):
+    """Whoever wrote the bytes, the same publish path judges the casts: the same report, nothing left."""
+    big = tmp_path / "big.pth"
+    torch.save({"w": torch.tensor([1e5, 1.0, -3e5]), "b": torch.ones(4)}, big)
+    docs = []
+    for n in (1, 2):
+        out = tmp_path / str(n) / ("shards" if "max_shard_size" in extra else "m.safetensors")
+        out.parent.mkdir()
+        report = migrate(big, out, workers=n, dtype="fp16", **extra)
+        assert not report.written and not report.ok and report.failures
+        assert report.shards == () and report.device_status == {"cpu": "failed"}
+        assert list(out.parent.iterdir()) == []  # no output, no temporary
+        docs.append(_doc(report, out))
+    assert docs[0] == docs[1]
+
+
+@pytest.mark.parametrize("out", ["m.safetensors", "shards"])
+def test_workers_report_what_one_process_reports(tmp_path, zero3, out):
+    extra = {"max_shard_size": "300KB"} if out == "shards" else {}
+    docs = []
+    for n in (1, 3):
+        path = tmp_path / str(n) / out
+        path.parent.mkdir()
+        report = migrate(zero3, path, workers=n, **extra)
+        assert report.ok and report.written and report.verified == {"cpu": True}
+        docs.append(_doc(report, path))
+    assert docs[0] == docs[1]

@@ -9,8 +9,6 @@ import pytest
 
 from ckpt_tool import writers
 from ckpt_tool.commands.migrate.plan import MigrateOptions, MigratePlan, plan_migration
-from ckpt_tool.commands.migrate.shape import SHAPERS
-from ckpt_tool.commands.migrate.write import WRITERS, FolderWriter
 from ckpt_tool.errors import UsageError
 from ckpt_tool.format_names import OutputFormat
 from ckpt_tool.formats.options import DEFAULT_SOURCE, SourceOptions
@@ -20,9 +18,15 @@ def _plan(src, out=None, source=DEFAULT_SOURCE, **options):
     return plan_migration(src, out, source, MigrateOptions(**options))
 
 
-def test_every_output_format_has_one_writer_and_one_shaper():
-    assert set(WRITERS) == set(OutputFormat) == set(SHAPERS)
-    assert {f for f, w in WRITERS.items() if isinstance(w, FolderWriter)} == writers.FOLDER_FORMATS
+def test_every_output_format_has_one_writer():
+    formats = [w.format for w in writers.WRITERS]
+    assert sorted(formats) == sorted(OutputFormat)  # each once
+    assert {w.format for w in writers.WRITERS if w.folder} == writers.FOLDER_FORMATS
+    # every --to value and extension names one format
+    names = [n for w in writers.WRITERS for n in w.names]
+    assert len(names) == len(set(names)) and set(writers.TO_CHOICES) == set(names)
+    extensions = [e for w in writers.WRITERS for e in w.extensions]
+    assert len(extensions) == len(set(extensions))
 
 
 @pytest.mark.parametrize("out,to,shards,fmt", [

@@ -17,10 +17,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ....errors import CkptError, UsageError, WriteError
-from ....format_names import OutputFormat
 from ....io.atomic import renames
 from ....io.atomic import write as atomic
-from ....writers import Written
+from ....writers import Written, writer
 from ....writers.payload import SafetensorsPayload
 from ....writers.safetensors.writer import oversized
 from ....writers.shares import Unit, assign
@@ -55,8 +54,7 @@ def write_parallel(job: WriteJob) -> Outcome:
         _follow(job, replace(spec, path=dist.broadcast("")), units, mine)
         outcome = dist.broadcast(None)
     else:
-        sharded = job.format is OutputFormat.SHARDED
-        tmp: _Temporary = atomic.AtomicDir(job.out) if sharded else atomic.AtomicFile(job.out)
+        tmp: _Temporary = atomic.AtomicDir(job.out) if writer(job.format).folder else atomic.AtomicFile(job.out)
         with tmp:
             if isinstance(tmp, atomic.AtomicFile) and tmp.fd is not None:
                 os.pwrite(tmp.fd, header, 0)

@@ -33,6 +33,7 @@ from ....keys.rules import RuleSet, make_plan
 from ....limits import Limits
 from ....model import Checkpoint, TensorMeta
 from ....tensors.numerics.castloss import CastLoss
+from ....writers import writer
 from ....writers.base import OutTensor
 from ....writers.shares import Unit, assign, safetensors_units, shard_units, write_unit
 from ..verify.casts import share_losses
@@ -69,8 +70,9 @@ def stored_tensors(tensors: Sequence[TensorMeta], rules: RuleSet) -> tuple[list[
 
 def plan_units(fmt: OutputFormat, stored: Sequence[OutTensor], aliases: Mapping[str, str], meta: Mapping[str, str],
                shard_bytes: int | None, count: int) -> tuple[bytes, list[Unit]]:
-    """(header of a single-file output, or b"", the units to share out)."""
-    if fmt is OutputFormat.SHARDED:
+    """(header of a single-file output, or b"", the units to share out): whole shard files of a folder output,
+    runs of tensors of a file."""
+    if writer(fmt).folder:
         return b"", shard_units(stored, aliases, meta, shard_bytes or 1)
     return safetensors_units(stored, {**meta, **aliases}, count)
 

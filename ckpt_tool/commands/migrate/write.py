@@ -40,8 +40,10 @@ def write_and_publish(job: WriteJob) -> MigrateReport:
 
 def write_request(job: WriteJob) -> WriteRequest:
     """What the format's writer needs of ``job``."""
+    hf = job.plan.output.hf
     return WriteRequest(out=job.out, tensors=job.tensors, payload=job.payload, progress=job.hooks.progress,
-                        shard_bytes=job.plan.output.shard_bytes, hf=job.plan.output.hf, cast_to=single_cast(job))
+                        shard_bytes=job.plan.output.shard_bytes, hf=hf,
+                        cast_to=single_cast(job) if hf is not None else None)  # only a config file says it
 
 
 def _write_file(job: WriteJob, out: Writer, file: atomic.AtomicFile, request: WriteRequest) -> Written:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .api.scan import ScanReport, scan
     from .commands.gate.policy import Policy, load_policy
     from .formats import load
-    from .io.remote.session import session as remote_session
+    from .io.remote.session import remote_session
     from .limits import Limits
     from .model import Checkpoint, TensorMeta
 
@@ -59,7 +59,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "scan": ("api.scan", "scan"),
     "doctor": ("api.doctor", "doctor"),
     # ``with remote_session(download=True) as s:`` around calls on URLs: --download, and s.requests/s.bytes
-    "remote_session": ("io.remote.session", "session"),
+    "remote_session": ("io.remote.session", "remote_session"),
     "InspectReport": ("api.inspect", "InspectReport"),
     "DiffReport": ("api.diff", "DiffReport"),
     "MigrateReport": ("api.migrate", "MigrateReport"),

@@ -62,26 +62,51 @@ def _from_module(node: ast.ImportFrom, package: str) -> str | None:
     return None
 
 
-def _imports(module: str, path: Path, known: set[str]) -> set[str]:
-    """Every ckpt_tool module that ``module`` imports, wherever the import stands."""
+def _lazy_exports(path: Path) -> dict[str, str]:
+    """name -> module of a package's lazy surface (its ``EXPORTS``, ckpt_tool/lazy.py); empty for a module."""
+    if path.name != "__init__.py":
+        return {}
+    for node in ast.parse(path.read_text()).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id == "EXPORTS" and node.value is not None:
+            return {name: module for module, names in ast.literal_eval(node.value).items() for name in names}
+    return {}
+
+
+def _surface_only(node: ast.AST, tree: ast.Module) -> bool:
+    """Whether ``node`` is a package's ``TYPE_CHECKING`` import of its own lazy surface (no import at run time)."""
+    return any(isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING" and node in block.body
+               for block in tree.body)
+
+
+def _imports(module: str, path: Path, known: set[str], lazy: dict[str, dict[str, str]] | None = None) -> set[str]:
+    """Every ckpt_tool module that ``module`` imports, wherever the import stands.
+
+    A name taken from a package's lazy surface is an import of the module that defines it (what runs); the
+    package's own ``TYPE_CHECKING`` list of that surface is no import of every module in it.
+    """
+    lazy = lazy or {}
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "ckpt_tool")
         elif isinstance(node, ast.ImportFrom):
             target = _from_module(node, package)
-            if target is None:
+            if target is None or (path.name == "__init__.py" and node.level == 1 and _surface_only(node, tree)):
                 continue
             found.add(target)
             found.update(f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known)
+            found.update(f"{target}.{lazy[target][a.name]}" for a in node.names if a.name in lazy.get(target, {}))
     return {m for m in found if m in known and m != module}
 
 
 def _graph() -> dict[str, set[str]]:
     mods = _modules()
     known = set(mods)
-    return {m: _imports(m, p, known) for m, p in mods.items()}
+    lazy = {m: _lazy_exports(p) for m, p in mods.items()}
+    return {m: _imports(m, p, known, lazy) for m, p in mods.items()}
 
 
 def test_every_module_belongs_to_a_layer():
@@ -291,3 +316,19 @@ def test_the_private_check_can_fail(tmp_path: Path):
     own.parent.mkdir(parents=True)
     own.write_text("from ..stream import _prod\nfrom ... import _shared\n")
     assert _private_reaches("ckpt_tool.formats.dcp.sub.y", own, mods) == set()
+
+
+def test_a_lazy_surface_name_is_an_import_of_its_module(tmp_path: Path):
+    """``from ..formats import x`` where formats exports x lazily from formats.y depends on formats.y, and the
+    package's TYPE_CHECKING list of its surface is no import (guards the cycle check above)."""
+    init = tmp_path / "ckpt_tool" / "formats" / "__init__.py"
+    init.parent.mkdir(parents=True)
+    init.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .y import x as x\n"
+                    "EXPORTS: dict[str, tuple[str, ...]] = {'y': ('x',)}\n")
+    user = tmp_path / "ckpt_tool" / "commands" / "z.py"
+    user.parent.mkdir(parents=True)
+    user.write_text("from ..formats import x\n")
+    known = {"ckpt_tool.formats", "ckpt_tool.formats.y", "ckpt_tool.commands.z"}
+    lazy = {"ckpt_tool.formats": _lazy_exports(init)}
+    assert _imports("ckpt_tool.commands.z", user, known, lazy) == {"ckpt_tool.formats", "ckpt_tool.formats.y"}
+    assert _imports("ckpt_tool.formats", init, known, lazy) == set()

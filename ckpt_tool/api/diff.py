@@ -6,9 +6,9 @@ A and B are paths, or state dicts or nn.Modules in memory (commands/inputs.py);
 """
 from __future__ import annotations
 
+from ..commands.diff import DiffReport as _DiffReport
 from ..commands.diff import call as _call
-from ..commands.diff.report import DiffReport as _DiffReport
-from ..render.diff import render
+from ..render import diff_text as render
 from .text import Shown, plural, returning
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..commands.doctor import command as _command
-from ..render.doctor import render
+from ..render import doctor_text as render
 from .text import Shown, returning
 
 

@@ -6,7 +6,7 @@ bytes, size and pin); ``target`` is a SPEC, or an nn.Module class or instance.
 from __future__ import annotations
 
 from ..commands.gate import command as _command
-from ..render.gate import render
+from ..render import gate_text as render
 from .text import Shown, plural, returning
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..commands.inspect import command as _command
-from ..render.inspect import render
+from ..render import inspect_text as render
 from ..units import human_bytes
 from .text import Shown, plural, returning
 

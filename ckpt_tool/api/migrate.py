@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable
 from typing import ParamSpec
 
+from ..commands.migrate import MigrateReport as _MigrateReport
 from ..commands.migrate import call as _command
-from ..commands.migrate.report import MigrateReport as _MigrateReport
 from ..errors import UsageError
-from ..render.migrate import render
+from ..render import migrate_text as render
 from .text import Shown, plural, returning
 
 P = ParamSpec("P")

@@ -13,7 +13,7 @@ from typing import ParamSpec
 from ..commands.scan import call as _call
 from ..commands.scan import command as _command
 from ..errors import UsageError
-from ..render.scan import render
+from ..render import scan_text as render
 from .text import Shown, plural, returning
 
 P = ParamSpec("P")

@@ -8,7 +8,7 @@ import click
 
 from ..errors import UsageError
 from ..format_names import DiffMetric
-from ..render.common import dumps
+from ..render import dumps
 from . import keep_until_exit
 from .options import (
     json_option,
@@ -27,7 +27,7 @@ from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
 
 if TYPE_CHECKING:
-    from ..formats.options import SourceOptions
+    from ..formats import SourceOptions
 from .report_exit import exit_code
 
 
@@ -88,7 +88,7 @@ def diff_command(a: str, b: str | None, source: SourceOptions, target: str | Non
     differences, 2 error.
     """
     from ..commands.diff import DiffHooks, DiffOptions, ValueView, diff_plan, run_diff
-    from ..keys.rules import RuleSet, parse_rename
+    from ..keys import RuleSet, parse_rename
 
     kw = target_kwargs_for(target, target_kwargs)
     if (csv_file or html_file) and not values:
@@ -97,7 +97,7 @@ def diff_command(a: str, b: str | None, source: SourceOptions, target: str | Non
         raise UsageError("--csv and --html name the same file: give each its own")
     for report_file in (csv_file, html_file):
         if report_file:  # before the comparison: never over an input, never into a folder that is not there
-            from ..io.atomic.destination import check_destination
+            from ..io.atomic import check_destination
 
             check_destination(report_file, [a, b or ""], force=True, folder=False)
     # the RuleSet migrate builds from the same options (commands/migrate/plan.py build_rules)
@@ -113,7 +113,8 @@ def diff_command(a: str, b: str | None, source: SourceOptions, target: str | Non
     finally:
         bars.done()
     keep_until_exit(report)
-    from ..render.diff import render, verdict, write_csv
+    from ..render import diff_text as render
+    from ..render import verdict, write_csv
 
     if csv_file:
         write_csv(report, csv_file)

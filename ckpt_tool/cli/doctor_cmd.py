@@ -5,7 +5,7 @@ import click
 
 from ..errors import UsageError
 from ..exit_codes import outcome_code
-from ..render.common import dumps
+from ..render import dumps
 from .options import json_option
 
 
@@ -29,16 +29,16 @@ def doctor_command(clean_path: str | None, dry_run: bool, as_json: bool) -> int:
     FOLDER is not a folder.
     """
     if clean_path is not None:
-        from ..commands.doctor.command import clean_temporaries
-        from ..render.cleanup import render as render_clean
+        from ..commands.doctor import clean_temporaries
+        from ..render import cleanup_text as render_clean
 
         found = clean_temporaries(clean_path, dry_run=dry_run)
         click.echo(dumps(found.to_json()) if as_json else render_clean(found))
         return outcome_code(failed=found.failed)
     if dry_run:
         raise UsageError("--dry-run goes with --clean FOLDER")
-    from ..commands.doctor.command import run_doctor
-    from ..render.doctor import render
+    from ..commands.doctor import run_doctor
+    from ..render import doctor_text as render
 
     report = run_doctor()
     click.echo(dumps(report.to_json()) if as_json else render(report))

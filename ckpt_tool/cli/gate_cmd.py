@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..render.common import dumps
+from ..render import dumps
 from . import keep_until_exit
 from .options import (
     json_option,
@@ -24,7 +24,7 @@ from .remote_io import download_option, remote_scope, verbose_option
 from .report_exit import exit_code
 
 if TYPE_CHECKING:
-    from ..formats.options import SourceOptions
+    from ..formats import SourceOptions
 
 
 @click.command("gate")
@@ -80,8 +80,7 @@ def gate_command(paths: tuple[str, ...], source: SourceOptions, policy_file: str
     Exit code: 0 all passed, 1 a check failed (a dangerous file fails with 1
     even when it is also unreadable), 2 a file or folder could not be read.
     """
-    from ..commands.gate import GateOptions, gate_paths
-    from ..commands.gate.policy import Policy, load_policy
+    from ..commands.gate import GateOptions, Policy, gate_paths, load_policy
 
     policy = load_policy(policy_file) if policy_file else Policy()
     options = GateOptions(
@@ -101,17 +100,17 @@ def gate_command(paths: tuple[str, ...], source: SourceOptions, policy_file: str
         if f.error:
             click.echo(f"ckpt: error: {f.error}", err=True)
     if junit_file:
-        from ..render.junit import write_junit
+        from ..render import write_junit
 
         write_junit(report, junit_file)
     if sarif_file:
-        from ..render.sarif import gate_sarif, write_sarif
+        from ..render import gate_sarif, write_sarif
 
         write_sarif(gate_sarif(report), sarif_file)
     if as_json:
         click.echo(dumps(report.to_json()))
     else:
-        from ..render.gate import render
+        from ..render import gate_text as render
 
         click.echo(render(report, quiet=quiet))
     return exit_code(report)

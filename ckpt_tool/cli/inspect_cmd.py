@@ -21,7 +21,7 @@ from .progress import progress_bars
 from .remote_io import download_option, remote_scope, verbose_option
 
 if TYPE_CHECKING:
-    from ..formats.options import SourceOptions
+    from ..formats import SourceOptions
 
 
 @click.command("inspect")
@@ -46,7 +46,8 @@ def inspect_command(path: str, source: SourceOptions, as_json: bool, quiet: bool
     Reads no tensor data unless --stats is given.
     """
     from ..commands.inspect import InspectOptions, inspect_input
-    from ..render.inspect import json_text, render
+    from ..render import inspect_text as render
+    from ..render import json_text
 
     bars = progress_bars(quiet=quiet, paths=[path])
     try:

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..render.common import dumps
+from ..render import dumps
 from . import keep_until_exit
 from .options import (
     json_option,
@@ -25,9 +25,9 @@ from .remote_io import download_option, remote_scope, verbose_option
 from .report_exit import exit_code
 
 if TYPE_CHECKING:
-    from ..formats.options import SourceOptions
-    from ..io.atomic.staletemp import CleanReport
-    from ..keys.rules import RuleSet
+    from ..formats import SourceOptions
+    from ..io.atomic import CleanReport
+    from ..keys import RuleSet
 
 
 @click.command("migrate")
@@ -101,8 +101,8 @@ def migrate_command(src: str, out: str | None, source: SourceOptions, to: str | 
     check failed (nothing written), 2 error.
     """
     from ..commands.migrate import Hooks, MigrateOptions, run_migration
-    from ..commands.migrate.parallel.torchrun import follower
-    from ..render.migrate import render
+    from ..commands.migrate.parallel import follower
+    from ..render import migrate_text as render
 
     if follower():  # a torchrun rank other than 0: rank 0 prints the one report
         quiet, as_json = True, False
@@ -115,7 +115,7 @@ def migrate_command(src: str, out: str | None, source: SourceOptions, to: str | 
             click.echo(f"inferred rules: {text}")
 
     def cleaned(found: CleanReport) -> None:
-        from ..render.cleanup import removed_line
+        from ..render import removed_line
 
         if found.removed and not quiet:
             click.echo(removed_line(found.removed), err=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from ..formats.options import SourceOptions
+    from ..formats import SourceOptions
     from ..limits import Limits
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -34,7 +34,7 @@ tp_rules_option = click.option(
 
 def _torch_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
-        from ..pickles.torch_rules.predict import rules_for
+        from ..pickles.torch_rules import rules_for
 
         try:
             rules_for(value)
@@ -116,7 +116,7 @@ def source_options(command: Callable[..., int]) -> Callable[..., int]:
 
 def source_from(kwargs: dict[str, Any]) -> SourceOptions:
     """The SourceOptions of a command's parsed parameters; the ones it holds are popped from ``kwargs``."""
-    from ..commands.keywords import build_source
+    from ..commands import build_source
 
     given = {name: kwargs.pop(name) for name in _SOURCE_PARAMS if name in kwargs}
     return build_source({**given, "limits": limits_from(kwargs)})

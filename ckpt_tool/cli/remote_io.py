@@ -23,7 +23,7 @@ SHOW_AFTER = 8 << 20  # bytes fetched before a transfer bar appears: metadata re
 
 
 def _any_url(paths: Iterable[object]) -> bool:
-    from ..io.bytesource import is_url
+    from ..io import is_url
 
     return any(isinstance(p, str) and is_url(p) for p in paths)
 
@@ -46,7 +46,7 @@ def remote_scope(paths: Iterable[object], *, download: bool = False, verbose: bo
     if not _any_url(paths):
         yield
         return
-    from ..io.remote.session import session
+    from ..io.remote import remote_session as session
 
     with session(download=download) as sess:
         bar = _Transfer(sess) if transfer_bar(paths, quiet) else None

@@ -5,14 +5,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..render.common import dumps
+from ..render import dumps
 from . import keep_until_exit, one_line
 from .options import json_option, limit_options, quiet_option, sarif_option, source_options
 from .remote_io import download_option, remote_scope
 from .report_exit import exit_code
 
 if TYPE_CHECKING:
-    from ..formats.options import SourceOptions
+    from ..formats import SourceOptions
 
 
 @click.command("scan")
@@ -50,13 +50,13 @@ def scan_command(paths: tuple[str, ...], source: SourceOptions, as_json: bool, q
         for e in f.errors:
             click.echo(f"ckpt: error: {one_line(str(e))}", err=True)
     if sarif_file:
-        from ..render.sarif import scan_sarif, write_sarif
+        from ..render import scan_sarif, write_sarif
 
         write_sarif(scan_sarif(report), sarif_file)
     if as_json:
         click.echo(dumps(report.to_json()))
     else:
-        from ..render.scan import render
+        from ..render import scan_text as render
 
         click.echo(render(report, verbose=verbose, quiet=quiet))
     return exit_code(report)

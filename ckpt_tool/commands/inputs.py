@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, TypeAlias, TypeGuard
 
 from ..errors import InputError
 from ..format_names import Format
-from ..formats.options import DEFAULT_SOURCE, SourceOptions
+from ..formats import DEFAULT_SOURCE, SourceOptions
 from ..model import Checkpoint
 
 if TYPE_CHECKING:
-    from ..tensors.data.live import InMemoryState
+    from ..tensors.data import InMemoryState
 
 # A checkpoint argument: a path or URL, or (Python API) a state dict, a container of one, or an nn.Module.
 CheckpointInput: TypeAlias = "str | os.PathLike[str] | InMemoryState"
@@ -37,8 +37,8 @@ def open_input(value: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE, *
     if is_path(value):
         return read_checkpoint(os.fspath(value), source, read_values=read_values)
     from ..formats import Loaded
-    from ..formats.checkpoint.build import build
-    from ..tensors.data.live import in_memory_state
+    from ..formats.checkpoint import build_checkpoint as build
+    from ..tensors.data import in_memory_state
 
     found = in_memory_state(value)
     if found is None:

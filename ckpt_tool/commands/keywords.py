@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any, ParamSpec, TypeVar
 
-from ..formats.options import DEFAULT_SOURCE, SourceOptions
+from ..formats import DEFAULT_SOURCE, SourceOptions
 from ..progress import NO_PROGRESS, Progress
 
 P = ParamSpec("P")

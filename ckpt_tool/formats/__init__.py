@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CkptError, InputError, UnsupportedFormat
 from ..format_names import Format
-from ..io.bytesource import is_url
+from ..io import is_url
+from ..lazy import lazy_exports
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import Checkpoint
 from . import detect as _detect
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 def _read_torch_blob(*args: Any, **kwargs: Any) -> Any:
     """torch.save bytes nested in a pickle (rare): formats/torchsave/inmemory.py is imported only for them."""
-    from .torchsave.inmemory import read_torch_blob
+    from .torchsave import read_torch_blob
 
     return read_torch_blob(*args, **kwargs)
 
@@ -44,7 +45,7 @@ def read_file(path: str, options: ReadOptions) -> Loaded:
     fmt = _detected(path, options)
     reader = reader_for(fmt)
     if options.unsafe and reader.unsafe_load:
-        from .torchsave.unsafe import read_unsafe
+        from .torchsave import read_unsafe
 
         loaded = read_unsafe(path, fmt, options)
     elif reader.composite:  # each of its files joined the walk when read_file read it
@@ -63,7 +64,7 @@ def _detected(path: str, options: ReadOptions) -> Format:
     except UnsupportedFormat as exc:  # bytes no reader takes, which another loader may still unpickle (a .npy)
         if not options.walk:
             raise
-        from .checkpoint.findings import name_calls
+        from .checkpoint import name_calls
 
         raise name_calls(path, exc, options.limits) from exc
 
@@ -75,10 +76,10 @@ def _read_walked(reader: Reader, path: str, options: ReadOptions) -> Loaded:
     except InputError as exc:
         if not options.walk:
             raise
-        from .checkpoint.findings import name_calls
+        from .checkpoint import name_calls
 
         raise name_calls(path, exc, options.limits) from exc
-    from .checkpoint.findings import join_walk, needs_walk
+    from .checkpoint import join_walk, needs_walk
 
     return join_walk(loaded, path, options.limits) if options.walk and needs_walk(loaded, path) else loaded
 
@@ -87,11 +88,11 @@ def _hints(path: str, fmt: Format, loaded: Loaded) -> list[str]:
     """Warnings put first, in order: the rank-file hints, then an extension that says another format."""
     hints: list[str] = []
     if fmt == Format.TORCH_ZIP and path.endswith("_states.pt"):  # the names of DeepSpeed's rank files
-        from .deepspeed.files import rank_file_hint
+        from .deepspeed import rank_file_hint
 
         hints.append(rank_file_hint(path) or "")
     if fmt == Format.TORCH_ZIP and any(r.name in ("DTensor", "ShardedTensor") for r in loaded.references):
-        from .ranks.files import lone_rank_hint
+        from .ranks import lone_rank_hint
 
         hints.append(lone_rank_hint(loaded.root, path) or "")
     hints.append(_detect.extension_warning(path, loaded.format) or "")
@@ -137,7 +138,7 @@ def load(
 def read_checkpoint(path: str | os.PathLike[str], source: SourceOptions = DEFAULT_SOURCE, *,
                     read_values: bool = False) -> Checkpoint:
     """``load`` for the commands: the source options as one value (formats/options.py)."""
-    from .checkpoint.build import build
+    from .checkpoint import build_checkpoint as build
 
     p = os.fspath(path)
     if not is_url(p) and not os.path.lexists(p):
@@ -151,7 +152,7 @@ def read_checkpoint(path: str | os.PathLike[str], source: SourceOptions = DEFAUL
                 loaded = unstack(loaded, p)
             ck = build(loaded, p, source.key, source.limits)
             if read_values and loaded.deferred:  # walking 200,000 entries of any other file would find none
-                from .dcp.deferred import with_values
+                from .dcp import with_values
 
                 ck = with_values(ck, source.limits)
             return ck
@@ -177,6 +178,47 @@ def gc_paused() -> Iterator[None]:
         if was_enabled:
             gc.enable()
 
+if TYPE_CHECKING:
+    from .options import (
+        Keyed as Keyed,
+    )
+    from .options import (
+        Limited as Limited,
+    )
+    from .options import (
+        Predicting as Predicting,
+    )
+    from .options import (
+        TpRulesFile as TpRulesFile,
+    )
+    from .options import (
+        Unpickling as Unpickling,
+    )
+    from .options import (
+        Unstacking as Unstacking,
+    )
+    from .quantization import (
+        DeclaredQuantization as DeclaredQuantization,
+    )
+    from .quantization import (
+        companion_keys as companion_keys,
+    )
+    from .quantization import (
+        config_method as config_method,
+    )
+    from .quantization import (
+        declared as declared,
+    )
 
-__all__ = ["DEFAULT_SOURCE", "Loaded", "ReadOptions", "Reader", "SourceOptions", "load", "read_checkpoint", "read_file",
-           "reader_for"]
+# What other packages import from this one, each name imported from its module on first use
+# (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.
+EXPORTS: dict[str, tuple[str, ...]] = {
+    "options": ("Keyed", "Limited", "Predicting", "TpRulesFile", "Unpickling", "Unstacking"),
+    "quantization": ("DeclaredQuantization", "companion_keys", "config_method", "declared"),
+}
+__getattr__ = lazy_exports(__name__, EXPORTS)
+__all__ = [
+    "DEFAULT_SOURCE", "DeclaredQuantization", "Keyed", "Limited", "Loaded", "Predicting", "ReadOptions", "Reader",
+    "SourceOptions", "TpRulesFile", "Unpickling", "Unstacking", "companion_keys", "config_method", "declared", "load",
+    "read_checkpoint", "read_file", "reader_for",
+]

@@ -7,8 +7,7 @@ import re
 
 from ..errors import InputError, UnsupportedFormat
 from ..format_names import Format
-from ..io import paths
-from ..io.containers import LEGACY_MAGIC, is_legacy_magic, safetensors_header_length
+from ..io import LEGACY_MAGIC, is_legacy_magic, paths, safetensors_header_length
 
 # pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) as torch's legacy writer emits it
 # The same magic number pickled with another protocol (torch.save(..., pickle_protocol=N)):
@@ -59,16 +58,16 @@ def detect(path: str) -> Format:
     if paths.isdir(path):
         if paths.isfile(paths.join(path, ".metadata")):
             return Format.DCP
-        from .hf.folders import is_library_folder
+        from .hf import is_library_folder
 
         if find_index(path):
             return Format.HF_FOLDER if is_library_folder(path) else Format.SHARDED
-        from .deepspeed.files import is_deepspeed
+        from .deepspeed import is_deepspeed
 
         if is_deepspeed(path):
             return Format.DEEPSPEED
         from .megatron import is_megatron_legacy
-        from .ranks.files import is_ranks_folder
+        from .ranks import is_ranks_folder
 
         if is_megatron_legacy(path):
             return Format.MEGATRON_LEGACY
@@ -124,8 +123,8 @@ def is_export_archive(path: str, head: bytes) -> bool:
     torch.save its data.pkl. Only a zip whose first member says neither has
     its central directory read here.
     """
-    from ..io.zip.archive import ZipArchive
-    from ..pickles.pt2_layout import FIRST_MEMBER_DIRS, archive_root
+    from ..io.zip import ZipArchive
+    from ..pickles import FIRST_MEMBER_DIRS, archive_root
 
     name = _first_member(path, head)
     inner = name.split("/", 1)[1] if "/" in name else ""

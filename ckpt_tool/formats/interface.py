@@ -16,8 +16,8 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..model import DataSource, GlobalRef, TensorMeta
 
 if TYPE_CHECKING:  # the pickle machinery and the weights_only tables load with the readers that use them
-    from ..pickles.torch_rules.inputs import WeightsOnlyInput
-    from ..pickles.unpickle.unpickler import BlobReader
+    from ..pickles.torch_rules import WeightsOnlyInput
+    from ..pickles.unpickle import BlobReader
     from .tp import TpRules
 
 
@@ -122,7 +122,7 @@ class FormatReader:
     def weights_only(self, path: str) -> WeightsOnlyInput | None:
         if self.weights_only_container is None:
             return None
-        from ..pickles.torch_rules.inputs import WeightsOnlyInput
+        from ..pickles.torch_rules import WeightsOnlyInput
 
         return WeightsOnlyInput(self.weights_only_container, path=path, note=self.weights_only_note)
 

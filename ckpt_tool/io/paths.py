@@ -33,7 +33,7 @@ __all__ = [
 def open_bytes(path: str) -> ByteSource:
     """The bytes of ``path``: a local file, or a URL read by byte ranges (the ``remote`` extra)."""
     if is_url(path):
-        from .remote.protocols import open_remote
+        from .remote import open_remote
 
         return open_remote(path)
     return LocalFile(path)
@@ -47,7 +47,7 @@ def open_together(urls: Sequence[str], workers: int = 8) -> None:
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
-    from .remote.protocols import open_remote
+    from .remote import open_remote
 
     def one(url: str) -> None:
         with contextlib.suppress(InputError):  # kept by the session: the reader of this file raises it
@@ -64,7 +64,7 @@ def open_together(urls: Sequence[str], workers: int = 8) -> None:
 def isdir(path: str) -> bool:
     """A folder (for a URL: a prefix or repository folder that lists files)."""
     if is_url(path):
-        from .remote.protocols import current, is_folder
+        from .remote import current, is_folder
 
         return is_folder(path, current())
     return os.path.isdir(path)
@@ -73,7 +73,7 @@ def isdir(path: str) -> bool:
 def isfile(path: str) -> bool:
     """A file (for a URL: one that answers its first range request)."""
     if is_url(path):
-        from .remote.protocols import is_file
+        from .remote import is_file
 
         return is_file(path)
     return os.path.isfile(path)
@@ -82,7 +82,7 @@ def isfile(path: str) -> bool:
 def listdir(path: str) -> list[str]:
     """The names in a folder, sorted."""
     if is_url(path):
-        from .remote.protocols import current, list_folder
+        from .remote import current, list_folder
 
         return list_folder(path, current())
     try:
@@ -117,7 +117,7 @@ def missing_files(folder: str, names: Sequence[str]) -> list[str]:
     HTTP server has none, and a missing file is then found when it is read.
     """
     if is_url(folder):
-        from .remote.protocols import missing_in
+        from .remote import missing_in
 
         return missing_in(folder, names)
     return [n for n in names if not os.path.isfile(os.path.join(folder, n))]
@@ -130,14 +130,14 @@ def remote_session(*candidates: object) -> contextlib.AbstractContextManager[Any
     """
     if not any(isinstance(p, str) and is_url(p) for p in candidates):
         return contextlib.nullcontext(None)
-    from .remote.session import session
+    from .remote import remote_session as session
 
     return session()
 
 
 def count_remote(requests: int, nbytes: int) -> None:
     """Add requests made elsewhere (a --workers process reading a URL source) to the current session's counts."""
-    from .remote.session import current
+    from .remote import current
 
     current().count(requests, nbytes)
 
@@ -146,7 +146,7 @@ def url_bytes(url: str) -> int:
     """A URL's size: a file's from its first response, a folder's from its listing (no extra request
     where the listing was read already; a plain HTTP folder counts the files read from it)."""
     if isdir(url):
-        from .remote.protocols import current, folder_bytes
+        from .remote import current, folder_bytes
 
         return folder_bytes(url, current())
     return open_bytes(url).size

@@ -81,7 +81,7 @@ def default_output(source: str) -> tuple[str, list[str]]:
     adapter) -> ``folder.fixed`` written ``--to hf``, a folder of the same library; any other folder or
     set (sharded, DCP, DeepSpeed) -> one ``folder.fixed.safetensors`` file.
     """
-    from ..formats.hf.folders import is_library_folder
+    from ..formats.hf import is_library_folder
 
     path = source.rstrip("/\\") or source
     if os.path.isdir(path):

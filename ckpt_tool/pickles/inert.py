@@ -17,7 +17,7 @@ called (pickles/walk/walker.py), so an inert function never launders a dangerous
 """
 from __future__ import annotations
 
-from .torch_rules.predict import NEWEST, TABLE
+from .torch_rules import NEWEST, TABLE
 
 Pair = tuple[str, str]
 

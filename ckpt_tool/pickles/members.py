@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ..io.containers import safetensors_header_length
-from ..io.zip.archive import Member
+from ..io import safetensors_header_length
+from ..io.zip import Member
 from . import severity
 
 _ODD_NAME = re.compile(r"(^/|^[A-Za-z]:|\\|\x00|(^|/)\.\.(/|$)|^$)")

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..errors import CkptError
-from ..io.regions import Blob
-from ..io.zip.archive import Member
-from ..io.zip.sweep import member_blob
+from ..io import Blob
+from ..io.zip import Member, member_blob
 from ..limits import Limits
 from . import severity
 from .pt2_layout import (

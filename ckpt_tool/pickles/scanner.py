@@ -18,10 +18,8 @@ from typing import Any, Literal
 
 from ..errors import CkptError, InputError
 from ..format_names import Format, Name
-from ..io.containers import is_legacy_magic, npy_pickle_offset, tar_members
-from ..io.regions import Blob
-from ..io.zip.archive import Member
-from ..io.zip.sweep import member_blob, read_directory, sweep_local_headers
+from ..io import Blob, is_legacy_magic, npy_pickle_offset, tar_members
+from ..io.zip import Member, member_blob, read_directory, sweep_local_headers
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import GlobalRef
 from . import severity
@@ -38,7 +36,7 @@ from .members import (
 from .pt2_layout import archive_root
 from .pt2_scan import walk_export
 from .severity import Severity
-from .walk.walker import BytesRef, Finding, Walk, walk
+from .walk import BytesRef, Finding, Walk, walk
 
 MAX_DEPTH = 12  # nested pickles inside nested pickles ...
 MAX_PICKLES = 64  # consecutive pickles read from one plain pickle file

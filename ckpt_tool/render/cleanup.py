@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..io.atomic.staletemp import CleanReport, Temporary
+from ..io.atomic import CleanReport, Temporary
 from .common import human_bytes
 
 _SHOWN = 3
@@ -25,7 +25,7 @@ def removed_line(removed: Sequence[Temporary]) -> str:
 _LABEL = {"stale": "removed", "live": "kept", "other-host": "kept", "unowned": "kept", "in-use": "kept"}
 
 
-def render(report: CleanReport) -> str:
+def cleanup_text(report: CleanReport) -> str:
     """One line per temporary found, then a summary line."""
     lines = []
     for t in report.found:

@@ -142,7 +142,7 @@ def simple_columns(columns: list[Any], headers: list[str]) -> str:
 def write_report(data: bytes, path: str, what: str) -> None:
     """``data`` into a temporary beside ``path`` (io/atomic AtomicFile), fsynced, renamed into place, the
     folder fsynced: a crash leaves the old report or the new one, never half of one."""
-    from ..io.atomic.write import AtomicFile  # only when a report is written
+    from ..io.atomic import AtomicFile  # only when a report is written
 
     try:
         with AtomicFile(path) as out:

@@ -176,7 +176,7 @@ def _values_lines(f: ValueFigures, suggested: bool) -> list[str]:
     return out
 
 
-def render(report: DiffReport) -> str:
+def diff_text(report: DiffReport) -> str:
     r = report
     out = [f"A: {r.sides.a}  ({r.sides.a_format}, {r.sides.a_count} tensors)",
            f"B: {r.sides.b}  ({r.sides.b_format}, {r.sides.b_count} tensors)", ""]

@@ -1,11 +1,11 @@
 """Text rendering of a DoctorReport."""
 from __future__ import annotations
 
-from ..commands.doctor.command import DoctorReport
+from ..commands.doctor import DoctorReport
 from .common import human_bytes
 
 
-def render(report: DoctorReport) -> str:
+def doctor_text(report: DoctorReport) -> str:
     lines = [
         f"ckpt        {report.ckpt}",
         f"python      {report.python}  ({report.platform})",

@@ -2,10 +2,10 @@
 detail."""
 from __future__ import annotations
 
-from ..commands.gate.command import GateReport
+from ..commands.gate import GateReport
 
 
-def render(report: GateReport, *, quiet: bool = False) -> str:
+def gate_text(report: GateReport, *, quiet: bool = False) -> str:
     out: list[str] = []
     for f in report.files:
         out.append(f"{'PASSED' if f.passed else 'FAILED'}  {f.path}")

@@ -234,7 +234,7 @@ def render_tree(report: InspectReport) -> str:
     return "\n".join(rows)
 
 
-def render(report: InspectReport, *, tree: bool = False) -> str:
+def inspect_text(report: InspectReport, *, tree: bool = False) -> str:
     out = summary_lines(report)
     if report.warnings:
         out.append("warnings:")

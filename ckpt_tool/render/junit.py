@@ -10,7 +10,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 
-from ..commands.gate.command import CheckName, GateReport
+from ..commands.gate import CheckName, GateReport
 from .common import write_report
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")

@@ -1,7 +1,7 @@
 """Text rendering of a MigrateReport (JSON is MigrateReport.to_json)."""
 from __future__ import annotations
 
-from ..commands.migrate.report import MigrateReport
+from ..commands.migrate import MigrateReport
 from .common import human_bytes, shape_str, simple_table
 
 _SHOWN = 12
@@ -83,7 +83,7 @@ def cast_line(report: MigrateReport) -> str | None:
     return line
 
 
-def render(report: MigrateReport) -> str:
+def migrate_text(report: MigrateReport) -> str:
     out = _plan_lines(report) + _beside_lines(report) + target_lines(report) + _outcome_lines(report)
     if report.warnings:
         out.append("warnings:")

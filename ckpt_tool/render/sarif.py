@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..commands.gate.command import CheckName, GateReport
-from ..commands.scan.command import ScanReport
+from ..commands.gate import CheckName, GateReport
+from ..commands.scan import ScanReport
 from ..pickles import severity
 from ..version import __version__
 from .common import write_report

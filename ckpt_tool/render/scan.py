@@ -1,7 +1,7 @@
 """Text rendering of a ScanReport: one block per file, worst first within the list order."""
 from __future__ import annotations
 
-from ..commands.scan.command import FileScan, ScanReport
+from ..commands.scan import FileScan, ScanReport
 
 
 def _file_block(f: FileScan, verbose: bool) -> list[str]:
@@ -48,7 +48,7 @@ def _skipped(report: ScanReport, verbose: bool) -> list[str]:
     return out
 
 
-def render(report: ScanReport, *, verbose: bool = False, quiet: bool = False) -> str:
+def scan_text(report: ScanReport, *, verbose: bool = False, quiet: bool = False) -> str:
     out: list[str] = []
     for f in report.files:
         if quiet and f.verdict == "safe":

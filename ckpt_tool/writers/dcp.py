@@ -16,7 +16,7 @@ from .base import OutTensor
 from .interface import Reread, Shaped, ShapeRequest, WriteRequest, Written, folder_of
 
 if TYPE_CHECKING:
-    from ..io.atomic.write import AtomicDir, AtomicFile
+    from ..io.atomic import AtomicDir, AtomicFile
 
 DCP_SUFFIXES = (".distcp", ".metadata")
 
@@ -32,7 +32,7 @@ def check_dtypes(tensors: Sequence[OutTensor]) -> None:
 
 def materialise(tensors: Sequence[OutTensor]) -> dict[str, object]:
     """Torch tensors for the output, one object per tied group."""
-    from ..tensors.runtime.dcpsave import load_for_save
+    from ..tensors.runtime import load_for_save
 
     out: dict[str, object] = {}
     by_view: dict[object, object] = {}
@@ -50,7 +50,7 @@ def materialise(tensors: Sequence[OutTensor]) -> dict[str, object]:
 
 
 def write_dcp(folder: str, tensors: Sequence[OutTensor], on_bytes: Callable[[int], None] | None = None) -> None:
-    from ..tensors.runtime.dcpsave import save_dcp
+    from ..tensors.runtime import save_dcp
 
     save_dcp(folder, materialise(tensors))
     if on_bytes is not None:
@@ -82,7 +82,7 @@ class DcpWriter:
     reread: Reread = "checkpoint"
 
     def shape(self, request: ShapeRequest) -> Shaped:
-        from .safetensors.writer import refuse_held
+        from .safetensors import refuse_held
 
         refuse_held(request, self.format)
         check_dtypes(request.tensors)

@@ -20,9 +20,9 @@ from .interface import PayloadMismatch, Reread, Shaped, ShapeRequest, WriteReque
 from .payload import SafetensorsPayload
 
 if TYPE_CHECKING:
-    from ..formats.hf.deploy import HfOutput
-    from ..io.atomic.write import AtomicDir, AtomicFile
-    from .safetensors.writer import SafetensorsWriter, ShardedWriter
+    from ..formats.hf import HfOutput
+    from ..io.atomic import AtomicDir, AtomicFile
+    from .safetensors import SafetensorsWriter, ShardedWriter
 
 _CHUNK = 8 << 20
 _DTYPE_FIELDS = ("torch_dtype", "dtype")  # transformers 4 writes the first, 5 the second
@@ -65,8 +65,7 @@ def write_hf_folder(folder: str, create: Callable[[str], int], payload: Safetens
     """Write the weights and copy the side files into ``folder`` (a temporary folder)."""
     from ..io import paths
     from .output import write_all
-    from .safetensors.sharded import write_sharded
-    from .safetensors.single import write_safetensors
+    from .safetensors import write_safetensors, write_sharded
 
     def create_in(name: str) -> int:
         parent = os.path.dirname(os.path.join(folder, name))
@@ -121,7 +120,7 @@ class HfFolderWriter:
         """The weights as a safetensors file or set; say what from_pretrained will lack."""
         from dataclasses import replace
 
-        from .safetensors.writer import shape_flat
+        from .safetensors import shape_flat
 
         shaped = shape_flat(request, self.format)
         hf = request.hf
@@ -146,7 +145,7 @@ class HfFolderWriter:
         return _weights_writer(request).bound(request)
 
     def write(self, into: AtomicFile | AtomicDir, request: WriteRequest) -> Written:
-        from .safetensors.writer import payload_of
+        from .safetensors import payload_of
 
         tmp, payload, p, hf = folder_of(into), payload_of(request, self.format), request.progress, request.hf
         if hf is None:
@@ -160,6 +159,6 @@ class HfFolderWriter:
 
 
 def _weights_writer(request: WriteRequest) -> SafetensorsWriter | ShardedWriter:
-    from .safetensors.writer import SafetensorsWriter, ShardedWriter
+    from .safetensors import SafetensorsWriter, ShardedWriter
 
     return ShardedWriter() if request.shard_bytes else SafetensorsWriter()

@@ -21,12 +21,12 @@ from .base import OutTensor
 from .payload import Payload
 
 if TYPE_CHECKING:
-    from ..formats.hf.deploy import HfOutput
-    from ..io.atomic.write import AtomicDir, AtomicFile
-    from ..keys.rules import RuleSet
+    from ..formats.hf import HfOutput
+    from ..io.atomic import AtomicDir, AtomicFile
+    from ..keys import RuleSet
     from ..model import Checkpoint
     from ..progress import Progress
-    from .safetensors.single import Follower
+    from .safetensors import Follower
 
 # how the verifier re-reads an output: the pickled tree beside its tensors (torch zip), a flat mapping of tensors
 # (safetensors, sharded), or a checkpoint its reader builds (DCP)
@@ -132,7 +132,7 @@ class Writer(Protocol):
 
 def file_fd(into: AtomicFile | AtomicDir) -> int:
     """The open descriptor of a one-file output's temporary file."""
-    from ..io.atomic.write import AtomicFile
+    from ..io.atomic import AtomicFile
 
     if not isinstance(into, AtomicFile) or into.fd is None:  # AtomicFile opens it on entering: a bug
         raise PayloadMismatch(f"the temporary file for {into.final} is not open")
@@ -141,7 +141,7 @@ def file_fd(into: AtomicFile | AtomicDir) -> int:
 
 def folder_of(into: AtomicFile | AtomicDir) -> AtomicDir:
     """The temporary folder of a folder output."""
-    from ..io.atomic.write import AtomicDir
+    from ..io.atomic import AtomicDir
 
     if not isinstance(into, AtomicDir):
         raise PayloadMismatch(f"a folder output was given the temporary file {into.path}")

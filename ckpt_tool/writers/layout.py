@@ -9,12 +9,12 @@ from typing import Any
 
 from ..errors import RuleConflict
 from ..format_names import Format
-from ..keys.rules import RuleSet
+from ..keys import RuleSet
 from ..model import Checkpoint
-from ..pickles.unpickle.placeholders import Placeholder, is_module_placeholder
+from ..pickles.unpickle import Placeholder, is_module_placeholder
 from ..tensors.data import is_tensor, packed_items
 from .base import OutTensor
-from .torchsave.datapkl import make_state_dict
+from .torchsave import make_state_dict
 
 _LEAF = "\x00leaf"
 

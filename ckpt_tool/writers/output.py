@@ -18,8 +18,8 @@ import threading
 import zlib
 from collections.abc import Callable
 
-from ..io.atomic.writeback import Writeback
-from ..io.source import FileSource
+from ..io import FileSource
+from ..io.atomic import Writeback
 from ..model import StorageRef
 from .base import CHUNK
 from .sourcebytes import Region, file_pieces, stream_region

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .base import OutTensor
 
 if TYPE_CHECKING:  # the torch writer's modules load only when a torch output is planned
-    from .torchsave.datapkl import StorageTable
+    from .torchsave import StorageTable
 
 
 @dataclass(frozen=True, kw_only=True)

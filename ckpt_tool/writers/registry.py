@@ -15,8 +15,8 @@ from ..format_names import OutputFormat
 from .dcp import DcpWriter
 from .hf_folder import HfFolderWriter
 from .interface import Writer
-from .safetensors.writer import SafetensorsWriter, ShardedWriter
-from .torchsave.writer import TorchZipWriter
+from .safetensors import SafetensorsWriter, ShardedWriter
+from .torchsave import TorchZipWriter
 
 WRITERS: tuple[Writer, ...] = (
     TorchZipWriter(),

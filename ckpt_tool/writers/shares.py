@@ -22,8 +22,7 @@ from typing import NamedTuple
 
 from .base import OutTensor
 from .output import Output
-from .safetensors.sharded import Shard, plan_shards, write_shard
-from .safetensors.single import header_bytes, write_body
+from .safetensors import Shard, header_bytes, plan_shards, write_body, write_shard
 
 
 class Unit(NamedTuple):

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import InputError
-from ..io.source import FileSource, pread_exact
+from ..io import FileSource, pread_exact
 from ..model import StorageRef, TensorMeta
 from ..tensors.data import tensor_bytes
 from ..tensors.numerics import cast_to_bytes

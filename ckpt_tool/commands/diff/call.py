@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...formats.options import Keyed, Limited, Predicting, TpRulesFile, Unpickling
+from ...formats import Keyed, Limited, Predicting, TpRulesFile, Unpickling
 from ..inputs import CheckpointInput
 from ..keywords import Counted, options_of, source_of, verb
 from .command import run_diff

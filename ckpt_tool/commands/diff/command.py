@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from ...io.paths import remote_session
+from ...io import remote_session
 from .parts import KeyDiff, MetadataDiff, Sides, ValueFigures, WeightsOnlyPair
 from .plan import NO_HOOKS, DiffHooks, DiffOptions, DiffPlan, diff_plan
 from .read import Opened, read_sides
@@ -59,7 +59,7 @@ def _run_steps(plan: DiffPlan, hooks: DiffHooks) -> DiffReport:
 def _report(plan: DiffPlan, sides: Opened, a: Rewrite, keys: Found[KeyDiff], metadata: Found[MetadataDiff],
             figures: Found[ValueFigures], fix: Fix) -> DiffReport:
     """The steps' parts as one report; each side's weights_only prediction is made from what was read."""
-    from ..loads_check.verdict import assess
+    from ..loads_check import assess
 
     options, version = plan.options, plan.source.torch_version
     what = Sides(a=sides.a_label, b=sides.b_label, b_kind="target" if sides.b is None else "checkpoint",

@@ -17,8 +17,8 @@ from ...tensors.target import TiedKey
 from .rollup import Metric, Rollup
 
 if TYPE_CHECKING:
-    from ...keys.rules import RuleSet
-    from ..loads_check.verdict import WeightsOnlyReport
+    from ...keys import RuleSet
+    from ..loads_check import WeightsOnlyReport
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from ...formats.options import DEFAULT_SOURCE, SourceOptions
+from ...formats import DEFAULT_SOURCE, SourceOptions
 from ...progress import NO_PROGRESS, Progress
 from .report import PLAIN_VIEW, ValueView
 
 if TYPE_CHECKING:
-    from ...keys.rules import RuleSet
+    from ...keys import RuleSet
     from ...tensors.target import TargetSpec
     from ..inputs import CheckpointInput
 

@@ -13,7 +13,7 @@ from ...model import Checkpoint, TensorMeta
 from .plan import DiffPlan
 
 if TYPE_CHECKING:
-    from ...formats.options import SourceOptions
+    from ...formats import SourceOptions
     from ..inputs import CheckpointInput
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...io.remote.counts import with_remote
+from ...io.remote import with_remote
 from ...tensors.numerics import ValueDiff
 from ...tensors.target import TiedKey
 from .parts import (
@@ -26,9 +26,8 @@ from .parts import (
 from .rollup import AGGREGATION, Rollup
 
 if TYPE_CHECKING:
-    from ...keys.infer import Suggestion
-    from ...keys.rules import RuleSet
-    from ..loads_check.verdict import WeightsOnlyReport
+    from ...keys import RuleSet, Suggestion
+    from ..loads_check import WeightsOnlyReport
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,7 +74,7 @@ class DiffReport:
         elif self.fix_rules is None or (self.suggestion is None and not self.renamed):
             return None
         elif self.suggestion is None:
-            from ...keys.infer import Suggestion
+            from ...keys import Suggestion
 
             whole = Suggestion(self.fix_rules, 0, len(self.missing), len(self.unexpected), len(self.shape_mismatch))
         else:

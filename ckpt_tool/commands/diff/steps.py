@@ -18,8 +18,7 @@ from .plan import DiffHooks, DiffPlan
 from .read import Opened
 
 if TYPE_CHECKING:
-    from ...keys.infer import Suggestion
-    from ...keys.rules import RuleSet
+    from ...keys import RuleSet, Suggestion
     from ...tensors.numerics import ValueDiff
 
 P = TypeVar("P")
@@ -80,7 +79,7 @@ def compare_tensors(
 def rewritten(tensors: Sequence[TensorMeta], rules: RuleSet) -> list[TensorMeta]:
     """``tensors`` under the keys ``rules`` give them (migrate's make_plan: the same conflicts are errors);
     a key a drop rule removes is left out."""
-    from ...keys.rules import make_plan
+    from ...keys import make_plan
 
     plan = make_plan(tensors, rules)
     out = []
@@ -115,7 +114,7 @@ def composed(steps: Sequence[RuleSet], keys: Sequence[str]) -> RuleSet | None:
 
 def _suggest(a: Sequence[TensorMeta], sides: Opened) -> Suggestion | None:
     """The rewrite of ``a``'s keys that best matches B's (keys/infer.py: imported only when needed)."""
-    from ...keys.infer import suggest
+    from ...keys import suggest
 
     return suggest(a, sides.b_tensors, target_prefixes=sides.target_prefixes, lazy=sides.lazy)
 

@@ -88,7 +88,7 @@ def clean_temporaries(folder: str, *, dry_run: bool = False) -> Any:
     import os
 
     from ...errors import UsageError
-    from ...io.atomic.staletemp import clean
+    from ...io.atomic import clean
 
     if not os.path.isdir(folder):
         what = "does not exist" if not os.path.lexists(folder) else "is not a folder"

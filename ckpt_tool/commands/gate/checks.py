@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...io.paths import dirname, is_url, isdir, open_bytes, url_bytes
+from ...io import dirname, is_url, isdir, open_bytes, url_bytes
 from ...model import Checkpoint, with_inner
 from ...pickles import severity
 from ...progress import Progress
@@ -64,8 +64,8 @@ def check_matches_target(path: str, ckpt: Checkpoint, pol: Policy, built: Any) -
     name = CheckName.MATCHES_TARGET
     if built is None:
         return skipped(name, "no target (--target or the policy's target)")
-    from ...keys.infer import suggest
-    from ..diff.command import compare_tensors
+    from ...keys import suggest
+    from ..diff import compare_tensors
 
     missing, unexpected, shape_mm, dtype_mm = compare_tensors(ckpt.tensors, built.tensors, lazy=built.lazy)
     if pol.ignore_target_dtype:
@@ -242,7 +242,7 @@ def sha256_file(path: str) -> str:
 
 def strict_warnings(ckpt: Checkpoint, pol: Policy) -> list[str]:
     """Every warning inspect prints, plus unusual dtypes and layouts and oversized metadata."""
-    from ..inspect.command import layout_notes
+    from ..inspect import layout_notes
 
     out = _lifted(ckpt, pol.weights_only_allow)
     unusual = Counter(t.dtype for t in ckpt.tensors if t.dtype not in USUAL_DTYPES)
@@ -265,7 +265,7 @@ def _lifted(ckpt: Checkpoint, allow: Sequence[str]) -> list[str]:
     allowed = {n for n in allow if severity.allowable(n)}
     if not allowed:
         return list(ckpt.warnings)
-    from ...formats.checkpoint.build import reference_warnings
+    from ...formats.checkpoint import reference_warnings
     from ...model import GlobalRef
 
     refs = list(ckpt.references)

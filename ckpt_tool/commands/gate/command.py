@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import CkptError, UsageError
 from ...exit_codes import outcome_code
-from ...formats.options import Keyed, Limited, Predicting, SourceOptions, TpRulesFile
-from ...io.remote.counts import counts_remote, with_remote
+from ...formats import Keyed, Limited, Predicting, SourceOptions, TpRulesFile
+from ...io.remote import counts_remote, with_remote
 from ...progress import NO_PROGRESS, Progress
 from ..keywords import Counted, options_of, source_of, verb
 from .checks import (

@@ -17,7 +17,7 @@ from .names import CheckName
 from .policy import Policy
 
 if TYPE_CHECKING:  # imported when the check runs (commands/loads_check is not needed by the others)
-    from ..loads_check.verdict import WeightsOnlyReport
+    from ..loads_check import WeightsOnlyReport
 
 
 def check_loads_safely(path: str, pol: Policy, limits: Limits) -> Check:
@@ -36,7 +36,7 @@ class SafetyVerdict:
 def loads_safely(path: str, pol: Policy, limits: Limits) -> SafetyVerdict:
     """Scan ``path`` as ``ckpt scan`` does: dangerous names first, then what could not be read."""
     from ...errors import CkptError
-    from ...formats.options import SourceOptions
+    from ...formats import SourceOptions
     from ..scan import ScanOptions, scan_paths
 
     try:
@@ -84,7 +84,7 @@ def check_weights_only(ckpt: Checkpoint, pol: Policy) -> Check:
     name = CheckName.WEIGHTS_ONLY
     if not pol.weights_only_check:
         return skipped(name, "--no-weights-only-check")
-    from ..loads_check.verdict import assess
+    from ..loads_check import assess
 
     wo = assess(ckpt, pol.weights_only_torch)
     if wo is None:

@@ -241,7 +241,7 @@ def _check_names(value: Any, origin: str) -> tuple[CheckName, ...]:
 
 
 def _torch_version(value: Any, origin: str) -> str:
-    from ...pickles.torch_rules.predict import rules_for
+    from ...pickles.torch_rules import rules_for
 
     try:
         if not isinstance(value, str):

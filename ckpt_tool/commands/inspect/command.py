@@ -10,8 +10,9 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ...formats.options import (
+from ...formats import (
     DEFAULT_SOURCE,
+    DeclaredQuantization,
     Keyed,
     Limited,
     Predicting,
@@ -19,20 +20,20 @@ from ...formats.options import (
     TpRulesFile,
     Unpickling,
     Unstacking,
+    declared,
 )
-from ...formats.quantization import DeclaredQuantization, declared
-from ...io.paths import is_url, url_bytes
-from ...io.remote.counts import counts_remote
-from ...keys.prefixes import detect_prefixes
+from ...io import is_url, url_bytes
+from ...io.remote import counts_remote
+from ...keys import detect_prefixes
 from ...model import Checkpoint, Deferred, SubclassMeta, TensorMeta, is_contiguous_layout, json_safe, unread
 from ...progress import NO_PROGRESS, Progress
 from ..inputs import CheckpointInput, is_path, open_input
 from ..keywords import Counted, options_of, source_of, verb
-from ..loads_check.verdict import WeightsOnlyReport, assess
+from ..loads_check import WeightsOnlyReport, assess
 from .facts import NO_FACTS, SourceFacts, source_facts
 
 if TYPE_CHECKING:
-    from ...tensors.numerics.stats import TensorStats
+    from ...tensors.numerics import TensorStats
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ _DEVICE = attrgetter("device")
 
 def layout_notes(tensors: Iterable[TensorMeta]) -> dict[str, tuple[str, ...]]:
     """Per-tensor notes: non-contiguous, channels_last, shared storage, saved device, quantizer."""
-    from ...formats.checkpoint.metas import quantizer_note
+    from ...formats.checkpoint import quantizer_note
 
     tensors, by_storage = _noted(list(tensors))
     notes: dict[str, tuple[str, ...]] = {}
@@ -249,7 +250,7 @@ def inspect_input(path: CheckpointInput, source: SourceOptions = DEFAULT_SOURCE,
 
 def _stats(t: TensorMeta) -> TensorStats:
     """--stats: the numerics module is imported only when values are read."""
-    from ...tensors.numerics.stats import compute_stats
+    from ...tensors.numerics import compute_stats
 
     return compute_stats(t)
 
@@ -259,7 +260,7 @@ def _refuse_unread(path: str) -> None:
     and a silent inspect must never stand for a folder it did not see whole (scan and gate agree)."""
     if is_url(path) or not os.path.isdir(path):
         return
-    from ...io.tree import first_unreadable
+    from ...io import first_unreadable
 
     problem = first_unreadable(path)
     if problem is not None:

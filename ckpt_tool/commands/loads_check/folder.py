@@ -19,7 +19,7 @@ from typing import Any
 
 from ...errors import CkptError
 from ...format_names import Format
-from ...io.paths import is_url, join
+from ...io import is_url, join
 from ...model import Checkpoint
 
 TORCH_LOAD, SAFETENSORS, DCP, PICKLE_LOAD, DEEPSPEED, MEGATRON = (
@@ -68,8 +68,8 @@ class FolderVerdict:
 
 def folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile) -> FolderVerdict | None:
     """The file-by-file verdict for a sharded set, a DCP folder or a DeepSpeed run; None for one file."""
-    from ...pickles.torch_rules.inputs import SAFETENSORS as ST_INPUT
-    from ...pickles.torch_rules.inputs import SHARDED, WeightsOnlyInput
+    from ...pickles.torch_rules import SAFETENSORS as ST_INPUT
+    from ...pickles.torch_rules import SHARDED, WeightsOnlyInput
 
     inp = ck.weights_only
     if isinstance(inp, WeightsOnlyInput) and inp.container == SHARDED:

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 
 from ...errors import CkptError
 from ...formats import ReadOptions, read_file
-from ...io.paths import join
+from ...io import join
 from ...model import Checkpoint
-from ...pickles.torch_rules.inputs import SAFETENSORS as ST_INPUT
+from ...pickles.torch_rules import SAFETENSORS as ST_INPUT
 from .folder import SAFETENSORS, TORCH_LOAD, FileVerdict, FolderVerdict, PerFile
 
 _PICKLED = (".bin", ".pt", ".pth", ".pkl", ".ckpt", ".pickle")

@@ -155,7 +155,7 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
 
     None when the readers recorded nothing to predict from.
     """
-    from ...pickles.torch_rules.inputs import WeightsOnlyInput, predict_input
+    from ...pickles.torch_rules import WeightsOnlyInput, predict_input
     from .hf_folder import hf_folder_verdict
 
     folder = hf_folder_verdict(ck, torch_version, _per_file) or folder_verdict(ck, torch_version, _per_file)
@@ -173,7 +173,7 @@ def assess(ck: Checkpoint, torch_version: str | None = None) -> WeightsOnlyRepor
 
 def _per_file(inp: Any, torch_version: str | None) -> tuple[bool, tuple[str, ...], str | None, tuple[str, ...]]:
     """(loads, needs, reason, dangerous needs) of torch.load(file, weights_only=True) for one file's input."""
-    from ...pickles.torch_rules.inputs import predict_input
+    from ...pickles.torch_rules import predict_input
 
     v = predict_input(inp, torch_version)
     return v.loads, v.needs, v.reason, _dangerous(v.needs, _modules(inp))
@@ -186,7 +186,7 @@ def _dangerous(needs: tuple[str, ...], modules: dict[str, str]) -> tuple[str, ..
 
 def _folder_report(path: str, folder: FolderVerdict, torch_version: str | None) -> WeightsOnlyReport:
     """torch.load(folder) loads nothing; ``needs`` and ``dangerous`` gather those of its files."""
-    from ...pickles.torch_rules.predict import rules_for
+    from ...pickles.torch_rules import rules_for
 
     rules = rules_for(torch_version)
     needs = tuple(sorted({n for f in folder.files for n in f.needs}))

@@ -7,5 +7,7 @@ from .command import execute, run_migration
 from .plan import Hooks, MigrateOptions, MigratePlan, plan_migration
 from .report import MigrateReport
 
-__all__ = ["Hooks", "MigrateCall", "MigrateOptions", "MigratePlan", "MigrateReport", "execute", "migrate",
-           "plan_migration", "run_migration"]
+__all__ = [
+    "Hooks", "MigrateCall", "MigrateOptions", "MigratePlan", "MigrateReport", "call", "execute", "migrate",
+    "plan_migration", "run_migration",
+]

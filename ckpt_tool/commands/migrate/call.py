@@ -11,15 +11,15 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
-from ...formats.options import Keyed, Limited, TpRulesFile, Unpickling, Unstacking
+from ...formats import Keyed, Limited, TpRulesFile, Unpickling, Unstacking
 from ...progress import NO_PROGRESS, Progress
 from ..keywords import options_of, source_of, verb
 from .command import run_migration
 from .plan import Hooks, MigrateOptions
 
 if TYPE_CHECKING:
-    from ...io.atomic.staletemp import CleanReport
-    from ...keys.rules import RuleSet
+    from ...io.atomic import CleanReport
+    from ...keys import RuleSet
     from .report import MigrateReport
 
 

@@ -26,15 +26,13 @@ from typing import TYPE_CHECKING
 from ... import dtypes
 from ...errors import InputError, UsageError
 from ...format_names import OutputFormat
-from ...formats import read_checkpoint
-from ...formats.checkpoint.locate import resolve_key
-from ...formats.options import SourceOptions
+from ...formats import SourceOptions, read_checkpoint
+from ...formats.checkpoint import resolve_key
 from ...io.atomic import destination, freespace, interrupts, staletemp
-from ...io.remote.counts import counts_remote
-from ...keys.rules import Plan, RuleSet, make_plan
+from ...io.remote import counts_remote
+from ...keys import Plan, RuleSet, make_plan
 from ...model import Checkpoint, TensorMeta
-from ...writers.base import OutTensor, require_data
-from ...writers.payload import Payload
+from ...writers import OutTensor, Payload, require_data
 from .exact import refuse_quantized_rewrites, refuse_subclasses
 from .job import WriteJob
 from .plan import NO_HOOKS, Hooks, MigrateOptions, MigratePlan, build_rules, plan_migration
@@ -162,7 +160,7 @@ def _rules_for_target(ck: Checkpoint, plan: MigratePlan, hooks: Hooks,
     warnings += [f"target: {w}" for w in built.warnings]
     if not v.auto:
         return built, plan, None
-    from ...keys.infer import suggest
+    from ...keys import suggest
 
     pre = make_plan(ck.tensors, plan.rules)
     renamed_view = [TensorMeta(e.output, t.dtype, t.shape) for e, t in zip(pre.entries, ck.tensors, strict=True)
@@ -217,7 +215,7 @@ def _before_writing(report: MigrateReport, plan: MigratePlan) -> MigrateReport |
         exists = out.path is not None and os.path.lexists(out.path)
         more = (f"{out.path} exists{'' if out.force else '; the real run needs --force'}",) if exists else ()
         return replace(report, dry_run=True, warnings=report.warnings + more)
-    from .parallel.choice import PARALLEL_FORMATS
+    from .parallel import PARALLEL_FORMATS
 
     dist = plan.parallelism.dist
     if dist is not None and not dist.leader and out.format not in PARALLEL_FORMATS:
@@ -229,7 +227,7 @@ def _write(ck: Checkpoint, plan: MigratePlan, hooks: Hooks, report: MigrateRepor
            devices: tuple[str, ...]) -> MigrateReport:
     """Make room for the output beside OUT, then write, verify and publish it."""
     from ...writers import sizes
-    from .parallel.choice import PARALLEL_FORMATS, choose_workers
+    from .parallel import PARALLEL_FORMATS, choose_workers
 
     out, fmt = plan.output.path, plan.output.format
     if out is None:
@@ -295,7 +293,7 @@ def _devices(active: bool, devices: Sequence[str] | None) -> tuple[list[str], di
     """(devices to prove the output on, status of those that cannot be); none when nothing is verified."""
     if not active:
         return [], {}
-    from .verify.devices import resolve_devices
+    from .verify import resolve_devices
 
     return resolve_devices(devices)
 

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 from ...errors import UsageError
 from ...format_names import OutputFormat
-from ...formats.quantization import companion_keys, config_method, declared
+from ...formats import companion_keys, config_method, declared
 from ...model import Checkpoint
-from ...writers.base import OutTensor
+from ...writers import OutTensor
 from .plan import MigratePlan
 
 
@@ -77,7 +77,7 @@ def refuse_quantized_rewrites(ck: Checkpoint, plan: MigratePlan, tensors: Sequen
     configs = [f for f in hf.files if posixpath.basename(f) == "config.json"]
     if not configs:
         return
-    from ...formats.hf.config import read_json
+    from ...formats.hf import read_json
     from ...io import paths
 
     for rel in configs:

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...format_names import OutputFormat
-from ...writers.base import OutTensor
-from ...writers.payload import Payload
+from ...writers import OutTensor, Payload
 from .plan import Hooks, MigratePlan
 from .report import MigrateReport
-from .verify.casts import CastReport
+from .verify import CastReport
 
 
 @dataclass(frozen=True, kw_only=True)

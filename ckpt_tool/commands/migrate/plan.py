@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 from ... import writers
 from ...errors import UsageError
 from ...format_names import OutputFormat
-from ...formats.options import SourceOptions
+from ...formats import SourceOptions
 from ...io.atomic import staletemp
-from ...keys.rules import RuleSet, load_rules_file, parse_rename
+from ...keys import RuleSet, load_rules_file, parse_rename
 from ...progress import NO_PROGRESS, Progress
-from .parallel.torchrun import Dist
+from .parallel import Dist
 
 if TYPE_CHECKING:
-    from ...formats.hf.deploy import HfOutput
+    from ...formats.hf import HfOutput
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,7 +175,7 @@ def _output_plan(src: str, out_path: str | None, source: SourceOptions, o: Migra
     """Where the output goes and what it is, the options checked against each other."""
     shard_bytes = None
     if o.max_shard_size not in (None, ""):
-        from ...writers.safetensors.sharded import parse_size
+        from ...writers.safetensors import parse_size
 
         shard_bytes = parse_size(str(o.max_shard_size))
     fmt = writers.choose_format(out_path, o.to, shard_bytes)
@@ -185,7 +185,7 @@ def _output_plan(src: str, out_path: str | None, source: SourceOptions, o: Migra
     hf = None
     state_dict_only = o.state_dict_only
     if fmt is OutputFormat.HF_FOLDER:
-        from ...formats.hf.deploy import plan_hf_output
+        from ...formats.hf import plan_hf_output
 
         hf = plan_hf_output(src, o.config_from)
         if shard_bytes and not hf.shardable:

@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING
 
 from ...format_names import OutputFormat
 from ...io.atomic import write as atomic
-from ...writers import Written, writer
-from ...writers.payload import TorchPayload
+from ...writers import TorchPayload, Written, writer
 from .job import Outcome, WriteJob, device_status, output_size, single_cast
-from .verify.casts import CastReport, cast_findings
+from .verify import CastReport, cast_findings
 
 if TYPE_CHECKING:
     from .report import MigrateReport
@@ -87,7 +86,7 @@ class Publish:
             verified, failures = _verify(job, self.tmp.path, warnings, proofs.proven)
         loaded = None
         if job.report.sanitized is not None and job.verify and not failures:
-            from .verify.weights_only import load_weights_only
+            from .verify import load_weights_only
 
             loaded, problem = load_weights_only(self.tmp.path)
             if problem is not None:
@@ -157,7 +156,7 @@ def checks_done(report: MigrateReport) -> tuple[str, ...]:
 def _verify(job: WriteJob, path: str, warnings: list[str],
             proven: Mapping[str, tuple[int, int]]) -> tuple[dict[str, bool], list[str]]:
     """(device -> passed, first problems) for the temporary output at ``path``, by the one verifier."""
-    from .verify.verify import DeviceChecks, Expected, verify_output
+    from .verify import DeviceChecks, Expected, verify_output
 
     v = job.plan.verification
     others = [d for d in job.devices if d != "cpu"]
@@ -167,7 +166,7 @@ def _verify(job: WriteJob, path: str, warnings: list[str],
     payload, hf, folder = job.payload, job.plan.output.hf, path
     fmt = job.plan.output.weights_format
     if hf is not None:  # the weights are re-read as the safetensors file (or set) they are; the folder after
-        from .verify.hf import weights_path
+        from .verify import weights_path
 
         path = weights_path(path, hf, fmt is OutputFormat.SHARDED)
     torch = payload if isinstance(payload, TorchPayload) else None
@@ -179,7 +178,7 @@ def _verify(job: WriteJob, path: str, warnings: list[str],
     verified, problems = verify_output(path, expected, checks, limits=job.plan.source.limits,
                                        progress=job.hooks.progress)
     if hf is not None and not problems:
-        from .verify.hf import check_folder
+        from .verify import check_folder
 
         problems = check_folder(folder, hf, fmt is OutputFormat.SHARDED, single_cast(job))
         if problems:

@@ -5,10 +5,10 @@ from dataclasses import dataclass, field
 
 from ...format_names import OutputFormat
 from ...io.atomic import staletemp
-from ...io.remote.counts import with_remote
-from ...keys.rules import Plan, RuleSet
-from ...writers.base import OutTensor
-from .verify.casts import CastReport
+from ...io.remote import with_remote
+from ...keys import Plan, RuleSet
+from ...writers import OutTensor
+from .verify import CastReport
 
 
 @dataclass(frozen=True)

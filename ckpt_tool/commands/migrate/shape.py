@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 
 from ... import writers
 from ...errors import UsageError
-from ...keys.rules import RuleSet
+from ...keys import RuleSet
 from ...model import Checkpoint
-from ...pickles.unpickle.placeholders import Placeholder
-from ...writers import Shaped, ShapeRequest
-from ...writers.base import OutTensor
+from ...pickles.unpickle import Placeholder
+from ...writers import OutTensor, Shaped, ShapeRequest
 from .plan import MigratePlan
 
 if TYPE_CHECKING:

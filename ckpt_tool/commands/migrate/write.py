@@ -13,20 +13,19 @@ from typing import TYPE_CHECKING
 
 from ...format_names import OutputFormat
 from ...io.atomic import write as atomic
-from ...writers import Writer, WriteRequest, Written, writer
-from ...writers.payload import SafetensorsPayload
+from ...writers import SafetensorsPayload, Writer, WriteRequest, Written, writer
 from .job import WriteJob, single_cast
 from .publish import publish, report_of
 
 if TYPE_CHECKING:
     from .report import MigrateReport
-    from .verify.early import EarlyCheck
+    from .verify import EarlyCheck
 
 
 def write_and_publish(job: WriteJob) -> MigrateReport:
     """The report of ``job``'s output, published only if written and verified (several processes as asked)."""
     if job.workers > 1 or job.plan.parallelism.dist is not None:
-        from .parallel.owner import write_parallel
+        from .parallel import write_parallel
 
         return report_of(job, write_parallel(job))
     out = writer(job.format)
@@ -64,7 +63,7 @@ def _write_file(job: WriteJob, out: Writer, file: atomic.AtomicFile, request: Wr
 
 def _early_check(job: WriteJob, path: str) -> EarlyCheck | None:
     """An EarlyCheck for a verified safetensors file large enough to gain from comparing while it is written."""
-    from .verify.early import EarlyCheck
+    from .verify import EarlyCheck
 
     payload = job.payload
     if job.format is not OutputFormat.SAFETENSORS or not job.verify or not isinstance(payload, SafetensorsPayload):

@@ -5,7 +5,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...formats.options import Limited
+from ...formats import Limited
 from ..keywords import options_of, source_of, verb
 from .command import ScanOptions, ScanReport, scan_paths
 

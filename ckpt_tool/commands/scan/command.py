@@ -27,20 +27,16 @@ from typing import Any
 from ...errors import CkptError, InputError
 from ...exit_codes import outcome_code
 from ...format_names import Format
-from ...formats import ReadOptions, read_file
-from ...formats.checkpoint.build import build
-from ...formats.dcp.metadata import ItemRegion, dcp_regions
-from ...formats.hf.index import read_index
-from ...formats.options import SourceOptions
-from ...io.paths import basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes
-from ...io.regions import Blob
-from ...io.remote.counts import counts_remote, with_remote
-from ...io.tree import Link, walk
+from ...formats import ReadOptions, SourceOptions, read_file
+from ...formats.checkpoint import build_checkpoint as build
+from ...formats.dcp import ItemRegion, dcp_regions
+from ...formats.hf import read_index
+from ...io import Blob, Link, basename, dirname, is_url, isdir, isfile, join, listdir, open_bytes, walk
+from ...io.remote import counts_remote, with_remote
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef
-from ...pickles import severity
-from ...pickles.scanner import ERROR, Found, ScanFormat, Scanner, Verdict
-from ...pickles.walk.walker import Finding
+from ...pickles import ERROR, Found, ScanFormat, Scanner, Verdict, severity
+from ...pickles.walk import Finding
 from ...tensors.data import npy_pickle_offset
 
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import CkptError, LimitExceeded
-from ...io.source import MemorySource
+from ...io import MemorySource
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Candidate, Checkpoint, Deferred, GlobalRef, TensorMeta
 from ...pickles import severity
-from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, NumpyScalar, Placeholder, is_module_placeholder
+from ...pickles.unpickle import LazyTensor, NumpyArray, NumpyScalar, Placeholder, is_module_placeholder
 from ...tensors.data import is_tensor, packed_items
 from ..interface import Loaded
 from .locate import all_tensors_str_keys, choose, is_real_module, module_tensors, tensors_of
@@ -107,7 +107,7 @@ def reference_warnings(refs: Sequence[GlobalRef]) -> list[str]:
     return warnings
 
 
-def build(loaded: Loaded, path: str, key: str | None = None, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
+def build_checkpoint(loaded: Loaded, path: str, key: str | None = None, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
     """Turn a reader's result into a Checkpoint with its state_dict located."""
     try:
         return _build(loaded, path, key, limits)
@@ -119,7 +119,7 @@ def build(loaded: Loaded, path: str, key: str | None = None, limits: Limits = DE
 
 def located_tensors(loaded: Loaded, path: str) -> list[TensorMeta]:
     """The tensors of one part of a larger set (a shard, a component), located as ``build`` locates them."""
-    return list(build(loaded, path).tensors)
+    return list(build_checkpoint(loaded, path).tensors)
 
 
 def _check_limits(held: Mapping[str, Any], limits: Limits) -> None:

@@ -19,21 +19,20 @@ from typing import TYPE_CHECKING
 
 from ...errors import CkptError, InputError, LimitExceeded
 from ...format_names import Format
-from ...io.paths import is_url, isdir, open_bytes
-from ...io.regions import Blob
+from ...io import Blob, is_url, isdir, open_bytes
 from ...limits import Limits
 from ...model import GlobalRef
 from ...pickles import severity
-from ...pickles.torch_rules.inputs import SMALL_PICKLE
+from ...pickles.torch_rules import SMALL_PICKLE
 from ..interface import Loaded
 
 if TYPE_CHECKING:
-    from ...pickles.scanner import Scanner
+    from ...pickles import Scanner
 
 
 def walk_file(path: str, limits: Limits) -> Scanner | None:
     """The static walk of one regular file or URL (None for folders and unreadable paths)."""
-    from ...pickles.scanner import Scanner  # the walker is a 20 ms import: only when a file gives reason
+    from ...pickles import Scanner  # the walker is a 20 ms import: only when a file gives reason
     from ...tensors.data import npy_pickle_offset
 
     if not is_url(path) and not os.path.isfile(path):
@@ -70,7 +69,7 @@ def needs_walk(loaded: Loaded, path: str = "") -> bool:
 def walk_dcp(path: str, limits: Limits) -> Scanner | None:
     """A DCP folder's pickles as FileSystemReader meets them: ``.metadata`` (pickle.load), each bytes item
     (torch.load(weights_only=False)); tensor items are torch.load(weights_only=True)'d (scan walks those too)."""
-    from ..dcp.metadata import METADATA, dcp_regions
+    from ..dcp import METADATA, dcp_regions
 
     if is_url(path):  # a remote folder is answered from .metadata alone (one request); scan walks it whole
         return None

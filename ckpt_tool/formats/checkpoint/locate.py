@@ -13,7 +13,7 @@ from typing import Any
 
 from ...errors import InputError, LimitExceeded, UsageError
 from ...model import Candidate, TensorMeta
-from ...pickles.unpickle.placeholders import LazyTensor, Placeholder, is_module_placeholder
+from ...pickles.unpickle import LazyTensor, Placeholder, is_module_placeholder
 from ...tensors.data import TENSOR_TYPES, is_tensor, packed_items
 
 # Where training code conventionally keeps the weights, in order of preference.

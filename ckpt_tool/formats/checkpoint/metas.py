@@ -13,10 +13,9 @@ from operator import attrgetter
 from typing import Any
 
 from ...errors import InputError
-from ...io.source import MemorySource
+from ...io import MemorySource
 from ...model import GlobalRef, StorageRef, SubclassMeta, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, Placeholder, SubclassTensor
-from ...pickles.unpickle.rebuilders import ALLOWED
+from ...pickles.unpickle import ALLOWED, LazyTensor, NumpyArray, Placeholder, SubclassTensor
 
 _KEY = attrgetter("key")
 _DEVICE = attrgetter("device")

@@ -17,7 +17,7 @@ from typing import Any
 from ...errors import CkptError
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import Checkpoint, Deferred, GlobalRef, unread
-from ..checkpoint.build import reference_warnings, summarize
+from ..checkpoint import reference_warnings, summarize
 
 MAX_ITEM_BYTES = 1 << 20  # a larger value stays described, "not read" (a dataloader state, say)
 MAX_TOTAL_BYTES = 64 << 20

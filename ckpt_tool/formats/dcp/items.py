@@ -42,7 +42,7 @@ class BytesItem(Deferred):
         return super().describe()
 
     def load(self, opened: dict[str, Any]) -> tuple[Any, list[GlobalRef]] | None:
-        from ..torchsave.inmemory import read_torch_blob
+        from ..torchsave import read_torch_blob
 
         path = paths.join(self.folder, self.file)
         if self.transforms:

@@ -19,13 +19,11 @@ from typing import Any
 from ... import dtypes
 from ...errors import CkptError, InputError
 from ...format_names import Format
-from ...io import paths
-from ...io.source import read_pickle_file
+from ...io import paths, read_pickle_file
 from ...limits import DEFAULT_LIMITS, Limits
 from ...model import GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.torch_rules import inputs as wo_input
-from ...pickles.unpickle.placeholders import DTypeRef, Placeholder
-from ...pickles.unpickle.unpickler import restricted_loads
+from ...pickles.unpickle import DTypeRef, Placeholder, restricted_loads
 from ..interface import FormatReader, Loaded, ReadOptions
 from .items import BytesItem, nest
 from .stream import Chunk, DcpStreamSource

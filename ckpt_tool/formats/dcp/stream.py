@@ -18,11 +18,8 @@ from dataclasses import dataclass
 
 from ... import dtypes
 from ...errors import InputError
-from ...io import paths
-from ...io.bytesource import ByteSource
-from ...io.segments import Segment, SegmentSource
-from ...io.source import FileSource, RangeSource, storage_source
-from ...io.zip.archive import ZipArchive
+from ...io import ByteSource, FileSource, RangeSource, Segment, SegmentSource, paths, storage_source
+from ...io.zip import ZipArchive
 from ...limits import Limits
 from ...model import DataSource, contiguous_strides
 
@@ -155,9 +152,8 @@ class DcpStreamSource(StreamedOrAssembled, DataSource):
     def _locate(self, key: str, dt: dtypes.DType, chunk: Chunk, source: FileSource | RangeSource,
                 fd: int | ByteSource) -> tuple[int, int]:
         from ...pickles import severity
-        from ...pickles.unpickle.placeholders import LazyTensor
-        from ...pickles.unpickle.unpickler import restricted_loads
-        from ..torchsave.archive import archive_prefix, storage_loader
+        from ...pickles.unpickle import LazyTensor, restricted_loads
+        from ..torchsave import archive_prefix, storage_loader
 
         where = f"chunk of tensor {key!r}"
         window = _Window(fd, chunk.offset, chunk.length, source.path)

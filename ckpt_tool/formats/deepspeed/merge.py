@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from itertools import accumulate
 from math import ceil, prod
 
-from ...io.segments import Part, Segment, concat_slice
+from ...io import Part, Segment, concat_slice
 
 Shapes = Sequence[tuple[str, tuple[int, ...]]]
 

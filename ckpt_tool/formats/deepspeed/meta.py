@@ -11,8 +11,8 @@ from typing import Any
 
 from ...io import paths
 from ...model import TensorMeta
-from ...pickles.unpickle.placeholders import LazyTensor
-from ..checkpoint.build import summarize
+from ...pickles.unpickle import LazyTensor
+from ..checkpoint import summarize
 from .files import RunFiles
 from .moe import describe_moe, is_moe
 

@@ -25,8 +25,8 @@ from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
-from ...pickles.unpickle.placeholders import LazyTensor
-from ..checkpoint.build import summarize
+from ...pickles.unpickle import LazyTensor
+from ..checkpoint import summarize
 from ..interface import Loaded, ReadOptions
 from ..tp import UC_INFO, TpRules, from_universal_info, merge_ranks
 from .files import ParallelRun

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from ...errors import InputError
 from ...io import paths
-from ...pickles.unpickle.placeholders import LazyTensor
+from ...pickles.unpickle import LazyTensor
 from .files import ExpertFile, RunFiles
 
 _GLOBAL_ID = re.compile(r"\.deepspeed_moe\.experts\.deepspeed_experts\.(\d+)\.")

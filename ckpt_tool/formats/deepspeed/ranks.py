@@ -20,11 +20,10 @@ from math import prod
 from typing import Any
 
 from ...errors import InputError
-from ...io import paths
-from ...io.segments import Part, Segment, SegmentSource
+from ...io import Part, Segment, SegmentSource, paths
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import LazyTensor, Placeholder
-from ..checkpoint.build import file_danger
+from ...pickles.unpickle import LazyTensor, Placeholder
+from ..checkpoint import file_danger
 from ..interface import ReadOptions
 from .files import RunFiles, check_ranks
 from .merge import MergeError, zero2_group, zero3_frozen, zero3_params
@@ -45,7 +44,7 @@ class StatesReader:
 
     def value(self, path: str) -> object:
         """What a torch.save file holds (read statically), its findings kept."""
-        from ..torchsave.archive import read_torch_zip
+        from ..torchsave import read_torch_zip
 
         loaded = read_torch_zip(path, self.options)
         self.references += loaded.references

@@ -12,7 +12,7 @@ from dataclasses import replace
 from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
 from ...io import paths
-from ..checkpoint.build import file_danger
+from ..checkpoint import file_danger
 from ..interface import FormatReader, Loaded, ReadOptions
 from .files import ParallelRun, find_parallel
 from .meta import describe
@@ -40,7 +40,7 @@ def read_deepspeed(path: str, options: ReadOptions) -> Loaded:
 
 def _judge_unread(loaded: Loaded, par: ParallelRun, options: ReadOptions) -> Loaded:
     """Walk the pickle of every file the loader opens that no reader used (moments, other ranks' states, ...)."""
-    from ..torchsave.archive import read_torch_zip
+    from ..torchsave import read_torch_zip
 
     files = opened(par)
     read = {s.path for s in loaded.sources}

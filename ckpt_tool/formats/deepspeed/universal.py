@@ -19,11 +19,10 @@ from typing import Any
 
 from ...errors import InputError
 from ...format_names import DeepSpeedLayout, Format
-from ...io import paths
-from ...io.segments import SegmentSource
+from ...io import SegmentSource, paths
 from ...model import TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import LazyTensor
-from ..checkpoint.build import summarize
+from ...pickles.unpickle import LazyTensor
+from ..checkpoint import summarize
 from ..interface import Loaded, ReadOptions
 from ..tp import UC_INFO
 from .files import ParallelRun

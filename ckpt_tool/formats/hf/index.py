@@ -14,10 +14,10 @@ from ...io import paths
 from ...limits import DEFAULT_LIMITS
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.torch_rules import inputs as wo_input
-from ..checkpoint.build import located_tensors
+from ..checkpoint import located_tensors
 from ..detect import find_index
 from ..interface import FormatReader, Loaded, ReadOptions, part_reader
-from ..safetensors.header import restore_aliases
+from ..safetensors import restore_aliases
 
 
 def index_path(path: str) -> str:

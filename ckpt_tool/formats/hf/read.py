@@ -19,7 +19,7 @@ from ...errors import InputError
 from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
-from ..checkpoint.build import file_danger, located_tensors
+from ..checkpoint import file_danger, located_tensors
 from ..interface import FormatReader, Loaded, ReadOptions, part_reader
 from .folders import Folder, Layout, has_weights, identify
 from .opened import opened

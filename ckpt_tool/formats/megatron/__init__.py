@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from .torch_dist import describe as describe
     from .torch_dist import unstack as unstack
 
+# What other packages import from this one, each name imported from its module on first use
+# (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.
 EXPORTS: dict[str, tuple[str, ...]] = {
     "legacy_folder": ("is_megatron_legacy", "read_megatron_legacy"),
     "torch_dist": ("describe", "unstack"),

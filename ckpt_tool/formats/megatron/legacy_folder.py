@@ -36,8 +36,9 @@ from ...errors import InputError
 from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
-from ...pickles.unpickle.placeholders import Placeholder
-from ..checkpoint.build import build, file_danger, summarize
+from ...pickles.unpickle import Placeholder
+from ..checkpoint import build_checkpoint as build
+from ..checkpoint import file_danger, summarize
 from ..interface import FormatReader, Loaded, ReadOptions
 from ..tp import merge_ranks
 
@@ -133,7 +134,7 @@ def read_megatron_legacy(path: str, options: ReadOptions) -> Loaded:
         raise InputError(f"a pipeline-parallel Megatron-LM checkpoint (pp={pp}, tp={tp}): each stage numbers its "
                          "layers from 0, and ckpt does not renumber them; read one stage's mp_rank_TT_PPP folder at a "
                          "time", folder)
-    from ..torchsave.archive import read_torch_zip
+    from ..torchsave import read_torch_zip
 
     references: list[GlobalRef] = []
     warnings: list[str] = []

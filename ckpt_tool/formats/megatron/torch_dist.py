@@ -36,7 +36,7 @@ from ... import dtypes
 from ...errors import CkptError, InputError, UsageError
 from ...io import paths
 from ...model import DataSource, StorageRef, TensorMeta, contiguous_strides
-from ..dcp.items import BytesItem
+from ..dcp import BytesItem
 from ..interface import Loaded, ReadOptions
 
 COMMON, METADATA_JSON = "common.pt", "metadata.json"
@@ -70,8 +70,8 @@ def describe(loaded: Loaded, folder: str, options: ReadOptions) -> Loaded:
 
     A DCP folder whose ``metadata.json`` does not name the torch_dist backend is left as it is.
     """
-    from ..checkpoint.build import summarize
-    from ..torchsave.archive import read_torch_zip
+    from ..checkpoint import summarize
+    from ..torchsave import read_torch_zip
 
     found = _metadata_json(folder)
     if not (isinstance(found, dict) and found.get("sharded_backend") == "torch_dist"):

@@ -19,13 +19,11 @@ from typing import Any
 
 from ...errors import InputError, LimitExceeded
 from ...format_names import Format
-from ...io.paths import open_bytes
-from ...io.source import storage_source
-from ...io.zip.archive import ZipArchive
+from ...io import open_bytes, storage_source
+from ...io.zip import ZipArchive
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta
 from ...pickles.torch_rules import inputs as wo_input
-from ...pickles.unpickle.placeholders import NumpyArray
-from ...pickles.unpickle.unpickler import restricted_load_stream
+from ...pickles.unpickle import NumpyArray, restricted_load_stream
 from ..interface import FormatReader, Loaded, ReadOptions
 from .header import MLX_BFLOAT16, NpyHeader, header_length, parse_header
 

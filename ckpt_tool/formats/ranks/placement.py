@@ -25,7 +25,7 @@ from typing import Any
 from ... import dtypes
 from ...errors import InputError
 from ...model import contiguous_strides
-from ...pickles.unpickle.placeholders import DTypeRef, LazyTensor, Placeholder
+from ...pickles.unpickle import DTypeRef, LazyTensor, Placeholder
 
 DTENSOR = "DTensor"
 SHARDED_TENSOR = "ShardedTensor"

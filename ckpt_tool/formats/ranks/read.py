@@ -22,9 +22,9 @@ from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta, contiguous_strides
 from ...pickles.torch_rules import inputs as wo_input
-from ..checkpoint.findings import join_walk, needs_walk
+from ..checkpoint import join_walk, needs_walk
 from ..interface import FormatReader, Loaded, ReadOptions
-from ..torchsave.archive import read_torch_zip
+from ..torchsave import read_torch_zip
 from .files import RankFiles, rank_files
 from .placement import PLAIN, Block, Piece, global_shards, is_distributed, piece
 from .source import RanksSource

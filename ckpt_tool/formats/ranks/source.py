@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from ... import dtypes
 from ...errors import InputError
-from ...io.segments import Segment, SegmentSource
+from ...io import Segment, SegmentSource
 from ...model import DataSource
-from ..dcp.stream import Chunk, StreamedOrAssembled, place_chunk, row_order
+from ..dcp import Chunk, StreamedOrAssembled, place_chunk, row_order
 from .placement import Block
 from .tiling import Tiled
 

@@ -13,8 +13,7 @@ from typing import Any
 from ... import dtypes
 from ...errors import InputError, LimitExceeded
 from ...format_names import Format
-from ...io.paths import dirname, open_bytes
-from ...io.source import storage_source
+from ...io import dirname, open_bytes, storage_source
 from ...model import StorageRef, TensorMeta
 from ...pickles.torch_rules import inputs as wo_input
 from ..detect import is_distributed_shard

@@ -26,7 +26,7 @@ from ...format_names import Format
 from ...io import paths
 from ...model import StorageRef, TensorMeta, contiguous_strides
 from ...pickles.torch_rules import inputs as wo_input
-from ..dcp.stream import Chunk, DcpStreamSource
+from ..dcp import Chunk, DcpStreamSource
 from ..interface import FormatReader, Loaded, ReadOptions
 from .header import checked_entries, read_header
 

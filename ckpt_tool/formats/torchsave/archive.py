@@ -13,13 +13,11 @@ from typing import Any
 from ... import dtypes
 from ...errors import InputError, LimitExceeded
 from ...format_names import Format
-from ...io.zip.archive import UNSUPPORTED_FLAGS, ZipArchive
-from ...io.zip.source import zip_source
+from ...io.zip import UNSUPPORTED_FLAGS, ZipArchive, zip_source
 from ...model import DataSource
-from ...pickles.advisories import CVE_2025_32434_SCRIPT
+from ...pickles import CVE_2025_32434_SCRIPT
 from ...pickles.torch_rules import inputs as wo_input
-from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
-from ...pickles.unpickle.unpickler import restricted_loads
+from ...pickles.unpickle import LazyStorage, Placeholder, StorageType, restricted_loads
 from ..interface import FormatReader, Loaded, ReadOptions
 
 _UINT8 = dtypes.BY_NAME["uint8"]

@@ -21,10 +21,9 @@ from collections.abc import Callable
 
 from ...errors import InputError
 from ...format_names import Format
-from ...io.zip.archive import ZipArchive
-from ...io.zip.source import zip_source
+from ...io.zip import ZipArchive, zip_source
 from ...model import DataSource, GlobalRef, StorageRef, TensorMeta
-from ...pickles.pt2_layout import (
+from ...pickles import (
     ARCHIVE_FORMAT,
     ARCHIVE_FORMAT_VALUE,
     CONSTANTS_DIR,

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import InputError
-from ...io.source import BytesStorageSource
-from ...io.zip.archive import ZipArchive
+from ...io import BytesStorageSource
+from ...io.zip import ZipArchive
 from ...limits import Limits
 from ...model import GlobalRef
-from ...pickles.unpickle.unpickler import restricted_loads
+from ...pickles.unpickle import restricted_loads
 
 
 def read_torch_blob(blob: bytes, *, path: str, where: str, limits: Limits) -> tuple[Any, list[GlobalRef]]:

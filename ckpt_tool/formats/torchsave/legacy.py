@@ -19,14 +19,11 @@ from typing import Any
 from ... import dtypes
 from ...errors import InputError, LimitExceeded
 from ...format_names import Format
-from ...io.bytesource import ByteSource
-from ...io.paths import open_bytes
-from ...io.source import BytesStorageSource, storage_source
+from ...io import ByteSource, BytesStorageSource, open_bytes, storage_source
 from ...limits import Limits
 from ...model import DataSource, GlobalRef
 from ...pickles.torch_rules import inputs as wo_input
-from ...pickles.unpickle.placeholders import LazyStorage, Placeholder, StorageType
-from ...pickles.unpickle.unpickler import BlobReader, restricted_load_stream
+from ...pickles.unpickle import BlobReader, LazyStorage, Placeholder, StorageType, restricted_load_stream
 from ..interface import FormatReader, Loaded, ReadOptions
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C

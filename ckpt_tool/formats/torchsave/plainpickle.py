@@ -14,9 +14,9 @@ import os
 
 from ...errors import InputError
 from ...format_names import Format
-from ...io.source import read_pickle_file
+from ...io import read_pickle_file
 from ...pickles.torch_rules import inputs as wo_input
-from ...pickles.unpickle.unpickler import restricted_load_stream
+from ...pickles.unpickle import restricted_load_stream
 from ..interface import FormatReader, Loaded, ReadOptions
 
 DILL_MODULES = ("dill._dill", "dill.dill", "dill")

@@ -19,15 +19,11 @@ from typing import Any
 
 from ...errors import InputError
 from ...format_names import Format
-from ...io.bytesource import ByteSource
-from ...io.paths import open_bytes
-from ...io.regions import window
-from ...io.source import storage_source
+from ...io import ByteSource, open_bytes, storage_source, window
 from ...model import DataSource, GlobalRef
-from ...pickles.advisories import CVE_2025_32434_TAR
+from ...pickles import CVE_2025_32434_TAR
 from ...pickles.torch_rules import inputs as wo_input
-from ...pickles.unpickle.placeholders import LazyStorage, LazyTensor, StorageType
-from ...pickles.unpickle.unpickler import restricted_load_stream
+from ...pickles.unpickle import LazyStorage, LazyTensor, StorageType, restricted_load_stream
 from ..interface import FormatReader, Loaded, ReadOptions
 
 _COUNT = struct.Struct("<q")

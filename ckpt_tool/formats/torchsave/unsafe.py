@@ -27,7 +27,7 @@ def read_unsafe(path: str, fmt: Format, options: ReadOptions) -> Loaded:
 
 
 def _load_pickle(path: str) -> tuple[Any, Format]:
-    from ...pickles.scanner import scan_pickle_bytes
+    from ...pickles import scan_pickle_bytes
 
     with open(path, "rb") as f:
         head = f.read()
@@ -49,7 +49,7 @@ def _load_pickle(path: str) -> tuple[Any, Format]:
 def _is_torchscript(path: str, fmt: Format) -> bool:
     if fmt == Format.TORCH_TAR:
         return False
-    from ...io.zip.archive import ZipArchive
+    from ...io.zip import ZipArchive
 
     try:
         archive = ZipArchive(path)

@@ -15,6 +15,8 @@ from .tprules import UC_INFO, TpRule, TpRules, from_universal_info, load_rules, 
 if TYPE_CHECKING:
     from .tpmerge import merge_ranks as merge_ranks
 
+# What other packages import from this one, each name imported from its module on first use
+# (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.
 EXPORTS: dict[str, tuple[str, ...]] = {
     "tpmerge": ("merge_ranks",),
 }

@@ -24,7 +24,7 @@ from math import prod
 from ... import dtypes
 from ...errors import InputError
 from ...format_names import TpMerge
-from ...io.segments import Segment, SegmentSource
+from ...io import Segment, SegmentSource
 from ...model import DataSource, StorageRef, TensorMeta, contiguous_strides
 from .tprules import AffineMap, AffinePiece, SubParams, TpRule, TpRules
 

@@ -100,7 +100,7 @@ def current() -> Session:
 
 
 @contextlib.contextmanager
-def session(*, download: bool | None = None) -> Iterator[Session]:
+def remote_session(*, download: bool | None = None) -> Iterator[Session]:
     """A scope whose remote reads are counted together; ``download`` lets whole-file downloads happen."""
     outer = _CURRENT.get()
     s = Session(download=outer.download if download is None else download, parent=outer)

@@ -19,5 +19,4 @@ def inert_entry(module: str, name: str) -> Entry | None:
     entry = CATALOG.get((module, name))
     return entry if entry is not None and entry.decision != "excluded" else None
 
-
 __all__ = ["CATALOG", "Decision", "Entry", "inert_entry"]

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 from ...errors import CkptError
-from ...io.regions import Blob
-from ...io.zip.archive import Member
-from ...io.zip.sweep import member_blob
+from ...io import Blob
+from ...io.zip import Member, member_blob
 
 
 def is_code(name: str) -> bool:

@@ -10,8 +10,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from ...commands.diff.report import DiffReport
-from ...commands.diff.rollup import ordered
+from ...commands.diff import DiffReport, ordered
 from ...format_names import DiffMetric
 from ...tensors.numerics import ValueDiff
 from ..diff import cosine_text, verdict

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from ...commands.diff.rollup import common_prefix, layer_and_role
+from ...commands.diff import common_prefix, layer_and_role
 from ...tensors.numerics import BINS, LOW_EXP, PER_DECADE, SIDE, ValueDiff
 
 # a sequential ramp (low change -> high change), readable on white and on near-black

@@ -12,35 +12,95 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .live import InMemoryState, in_memory_state, torch_tensor_meta
-    from .numpy_reads import npy_pickle_offset
-    from .packed import TENSOR_TYPES, is_tensor, packed_items
-    from .quantized import flat_state, load_extras, packed_layout, torch_state, value_bytes
-    from .tensordata import (
-        RAW_CHUNK,
-        all_finite,
-        check_reads,
-        group_reads,
-        iter_chunks,
-        iter_raw,
-        raw_reads,
-        same_bytes,
-        tensor_bytes,
-        to_torch,
-        torch_dtype,
+    from .live import (
+        InMemoryState as InMemoryState,
     )
-    from .trusted import numpy_arrays_as_records, one_line, torch_load_trusted, torchscript_state
+    from .live import (
+        in_memory_state as in_memory_state,
+    )
+    from .live import (
+        torch_tensor_meta as torch_tensor_meta,
+    )
+    from .numpy_reads import npy_pickle_offset as npy_pickle_offset
+    from .packed import TENSOR_TYPES as TENSOR_TYPES
+    from .packed import is_tensor as is_tensor
+    from .packed import packed_items as packed_items
+    from .quantized import (
+        flat_state as flat_state,
+    )
+    from .quantized import (
+        load_extras as load_extras,
+    )
+    from .quantized import (
+        packed_layout as packed_layout,
+    )
+    from .quantized import (
+        torch_state as torch_state,
+    )
+    from .quantized import (
+        value_bytes as value_bytes,
+    )
+    from .tensordata import (
+        RAW_CHUNK as RAW_CHUNK,
+    )
+    from .tensordata import (
+        all_finite as all_finite,
+    )
+    from .tensordata import (
+        check_reads as check_reads,
+    )
+    from .tensordata import (
+        group_reads as group_reads,
+    )
+    from .tensordata import (
+        iter_chunks as iter_chunks,
+    )
+    from .tensordata import (
+        iter_raw as iter_raw,
+    )
+    from .tensordata import (
+        raw_reads as raw_reads,
+    )
+    from .tensordata import (
+        same_bytes as same_bytes,
+    )
+    from .tensordata import (
+        tensor_bytes as tensor_bytes,
+    )
+    from .tensordata import (
+        to_torch as to_torch,
+    )
+    from .tensordata import (
+        torch_dtype as torch_dtype,
+    )
+    from .trusted import (
+        numpy_arrays_as_records as numpy_arrays_as_records,
+    )
+    from .trusted import (
+        one_line as one_line,
+    )
+    from .trusted import (
+        torch_load_trusted as torch_load_trusted,
+    )
+    from .trusted import (
+        torchscript_state as torchscript_state,
+    )
 
+# What other packages import from this one, each name imported from its module on first use
+# (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.
 EXPORTS: dict[str, tuple[str, ...]] = {
-    "tensordata": ("RAW_CHUNK", "all_finite", "check_reads", "group_reads", "iter_chunks", "iter_raw", "raw_reads",
-                   "same_bytes", "tensor_bytes", "to_torch", "torch_dtype"),
-    "packed": ("TENSOR_TYPES", "is_tensor", "packed_items"),
-    "numpy_reads": ("npy_pickle_offset",),
     "live": ("InMemoryState", "in_memory_state", "torch_tensor_meta"),
-    "trusted": ("numpy_arrays_as_records", "one_line", "torch_load_trusted", "torchscript_state"),
+    "numpy_reads": ("npy_pickle_offset",),
+    "packed": ("TENSOR_TYPES", "is_tensor", "packed_items"),
     "quantized": ("flat_state", "load_extras", "packed_layout", "torch_state", "value_bytes"),
+    "tensordata": (
+        "RAW_CHUNK", "all_finite", "check_reads", "group_reads", "iter_chunks", "iter_raw", "raw_reads", "same_bytes",
+        "tensor_bytes", "to_torch", "torch_dtype",
+    ),
+    "trusted": ("numpy_arrays_as_records", "one_line", "torch_load_trusted", "torchscript_state"),
 }
-__all__ = [  # every name in EXPORTS: tests/tensors/test_surfaces.py checks
+__getattr__ = lazy_exports(__name__, EXPORTS)
+__all__ = [
     "RAW_CHUNK",
     "TENSOR_TYPES",
     "InMemoryState",
@@ -69,4 +129,3 @@ __all__ = [  # every name in EXPORTS: tests/tensors/test_surfaces.py checks
     "torchscript_state",
     "value_bytes",
 ]
-__getattr__ = lazy_exports(__name__, EXPORTS)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ... import dtypes
 from ...errors import InputError
-from ...io.source import MemorySource
+from ...io import MemorySource
 from ...model import StorageRef, TensorMeta
 
 if TYPE_CHECKING:

@@ -10,8 +10,7 @@ import io
 import warnings
 
 from ...errors import InputError
-from ...io.containers import literal_npy_offset, npy_header
-from ...io.regions import Blob
+from ...io import Blob, literal_npy_offset, npy_header
 from ...model import TensorMeta
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from ...model import TensorMeta
-from ...pickles.unpickle.placeholders import LazyTensor, NumpyArray, SubclassTensor
+from ...pickles.unpickle import LazyTensor, NumpyArray, SubclassTensor
 
 TENSOR_TYPES = (LazyTensor, TensorMeta, NumpyArray, SubclassTensor)  # what is_tensor accepts without a closer look
 PACKED_SUFFIX = "_packed_params"

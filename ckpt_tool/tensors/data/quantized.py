@@ -86,7 +86,7 @@ def load_extras(mapping: Any) -> tuple[dict[str, Any], Any]:
     """
     import torch
 
-    from ...pickles.unpickle.placeholders import DTypeRef
+    from ...pickles.unpickle import DTypeRef
 
     if not isinstance(mapping, Mapping):
         return {}, None

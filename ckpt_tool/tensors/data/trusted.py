@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 from ... import dtypes
 from ...errors import InputError
-from ...pickles.unpickle.placeholders import NumpyArray
+from ...pickles.unpickle import NumpyArray
 from .live import remember_locations
 
 _MAX_DEPTH = 64

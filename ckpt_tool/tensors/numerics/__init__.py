@@ -12,23 +12,90 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .castloss import CastLoss, cast_tensor, cast_to_bytes, cast_with_loss
-    from .closeness import CHUNK, SumFigures, ValueDiff, compare_pair, json_float, worst
-    from .histograms import BINS, LOW_EXP, PER_DECADE, SAMPLE, SIDE, add_counts, bin_label, new_counts, sampled
-    from .nonfinite import count_raw_nonfinite, nonfinite_counts, tensor_nonfinite
-    from .stats import TensorStats, compute_stats
-    from .values import compare_values
+    from .castloss import (
+        CastLoss as CastLoss,
+    )
+    from .castloss import (
+        cast_tensor as cast_tensor,
+    )
+    from .castloss import (
+        cast_to_bytes as cast_to_bytes,
+    )
+    from .castloss import (
+        cast_with_loss as cast_with_loss,
+    )
+    from .closeness import (
+        CHUNK as CHUNK,
+    )
+    from .closeness import (
+        SumFigures as SumFigures,
+    )
+    from .closeness import (
+        ValueDiff as ValueDiff,
+    )
+    from .closeness import (
+        compare_pair as compare_pair,
+    )
+    from .closeness import (
+        json_float as json_float,
+    )
+    from .closeness import (
+        worst as worst,
+    )
+    from .histograms import (
+        BINS as BINS,
+    )
+    from .histograms import (
+        LOW_EXP as LOW_EXP,
+    )
+    from .histograms import (
+        PER_DECADE as PER_DECADE,
+    )
+    from .histograms import (
+        SAMPLE as SAMPLE,
+    )
+    from .histograms import (
+        SIDE as SIDE,
+    )
+    from .histograms import (
+        add_counts as add_counts,
+    )
+    from .histograms import (
+        bin_label as bin_label,
+    )
+    from .histograms import (
+        new_counts as new_counts,
+    )
+    from .histograms import (
+        sampled as sampled,
+    )
+    from .nonfinite import (
+        count_raw_nonfinite as count_raw_nonfinite,
+    )
+    from .nonfinite import (
+        nonfinite_counts as nonfinite_counts,
+    )
+    from .nonfinite import (
+        tensor_nonfinite as tensor_nonfinite,
+    )
+    from .stats import TensorStats as TensorStats
+    from .stats import compute_stats as compute_stats
+    from .values import compare_values as compare_values
 
+# What other packages import from this one, each name imported from its module on first use
+# (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.
 EXPORTS: dict[str, tuple[str, ...]] = {
+    "castloss": ("CastLoss", "cast_tensor", "cast_to_bytes", "cast_with_loss"),
+    "closeness": ("CHUNK", "SumFigures", "ValueDiff", "compare_pair", "json_float", "worst"),
+    "histograms": (
+        "BINS", "LOW_EXP", "PER_DECADE", "SAMPLE", "SIDE", "add_counts", "bin_label", "new_counts", "sampled",
+    ),
     "nonfinite": ("count_raw_nonfinite", "nonfinite_counts", "tensor_nonfinite"),
     "stats": ("TensorStats", "compute_stats"),
-    "castloss": ("CastLoss", "cast_tensor", "cast_to_bytes", "cast_with_loss"),
-    "histograms": ("BINS", "LOW_EXP", "PER_DECADE", "SAMPLE", "SIDE", "add_counts", "bin_label", "new_counts",
-                   "sampled"),
-    "closeness": ("CHUNK", "SumFigures", "ValueDiff", "compare_pair", "json_float", "worst"),
     "values": ("compare_values",),
 }
-__all__ = [  # every name in EXPORTS: tests/tensors/test_surfaces.py checks
+__getattr__ = lazy_exports(__name__, EXPORTS)
+__all__ = [
     "BINS",
     "CHUNK",
     "LOW_EXP",
@@ -55,4 +122,3 @@ __all__ = [  # every name in EXPORTS: tests/tensors/test_surfaces.py checks
     "tensor_nonfinite",
     "worst",
 ]
-__getattr__ = lazy_exports(__name__, EXPORTS)

@@ -12,17 +12,30 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .dcpsave import load_for_save, save_dcp
-    from .devices import cuda_devices, load_into_target, roundtrip_bytes
-    from .environment import DeviceCheck, check_device, probe_torch
+    from .dcpsave import load_for_save as load_for_save
+    from .dcpsave import save_dcp as save_dcp
+    from .devices import (
+        cuda_devices as cuda_devices,
+    )
+    from .devices import (
+        load_into_target as load_into_target,
+    )
+    from .devices import (
+        roundtrip_bytes as roundtrip_bytes,
+    )
+    from .environment import DeviceCheck as DeviceCheck
+    from .environment import check_device as check_device
+    from .environment import probe_torch as probe_torch
 
+# What other packages import from this one, each name imported from its module on first use
+# (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.
 EXPORTS: dict[str, tuple[str, ...]] = {
+    "dcpsave": ("load_for_save", "save_dcp"),
     "devices": ("cuda_devices", "load_into_target", "roundtrip_bytes"),
     "environment": ("DeviceCheck", "check_device", "probe_torch"),
-    "dcpsave": ("load_for_save", "save_dcp"),
 }
-__all__ = [  # every name in EXPORTS: tests/tensors/test_surfaces.py checks
-    "DeviceCheck", "check_device", "cuda_devices", "load_for_save", "load_into_target", "probe_torch",
-    "roundtrip_bytes", "save_dcp",
-]
 __getattr__ = lazy_exports(__name__, EXPORTS)
+__all__ = [
+    "DeviceCheck", "check_device", "cuda_devices", "devices", "distributed", "load_for_save", "load_into_target",
+    "probe_torch", "roundtrip_bytes", "save_dcp",
+]

@@ -12,15 +12,42 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .build import Target, TargetSpec, build_target, parse_target_kwargs, target_label
-    from .ties import TiedKey, filled_by_ties, tie_advice, tied_groups
+    from .build import (
+        Target as Target,
+    )
+    from .build import (
+        TargetSpec as TargetSpec,
+    )
+    from .build import (
+        build_target as build_target,
+    )
+    from .build import (
+        parse_target_kwargs as parse_target_kwargs,
+    )
+    from .build import (
+        target_label as target_label,
+    )
+    from .ties import (
+        TiedKey as TiedKey,
+    )
+    from .ties import (
+        filled_by_ties as filled_by_ties,
+    )
+    from .ties import (
+        tie_advice as tie_advice,
+    )
+    from .ties import (
+        tied_groups as tied_groups,
+    )
 
+# What other packages import from this one, each name imported from its module on first use
+# (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.
 EXPORTS: dict[str, tuple[str, ...]] = {
     "build": ("Target", "TargetSpec", "build_target", "parse_target_kwargs", "target_label"),
     "ties": ("TiedKey", "filled_by_ties", "tie_advice", "tied_groups"),
 }
-__all__ = [  # every name in EXPORTS: tests/tensors/test_surfaces.py checks
+__getattr__ = lazy_exports(__name__, EXPORTS)
+__all__ = [
     "Target", "TargetSpec", "TiedKey", "build_target", "filled_by_ties", "parse_target_kwargs", "target_label",
     "tie_advice", "tied_groups",
 ]
-__getattr__ = lazy_exports(__name__, EXPORTS)

@@ -10,7 +10,7 @@ from ..interface import PayloadMismatch, Reread, Shaped, ShapeRequest, WriteRequ
 from ..payload import SafetensorsPayload
 
 if TYPE_CHECKING:
-    from ...io.atomic.write import AtomicDir, AtomicFile
+    from ...io.atomic import AtomicDir, AtomicFile
 
 
 def payload_of(request: WriteRequest, fmt: OutputFormat) -> SafetensorsPayload:

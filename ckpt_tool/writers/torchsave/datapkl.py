@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from ... import dtypes
 from ...errors import UnsafeContentError
-from ...io.source import MemorySource
+from ...io import MemorySource
 from ...model import StorageRef, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import DTypeRef, LayoutRef, LazyTensor, NumpyArray, SubclassTensor
+from ...pickles.unpickle import DTypeRef, LayoutRef, LazyTensor, NumpyArray, SubclassTensor
 from ..base import OutTensor
 from .inert import save_inert
 from .ints import _int, _int_tuple
@@ -353,7 +353,7 @@ def _as_meta(obj: LazyTensor | TensorMeta) -> TensorMeta:
     ref = st.ref if st is not None else None
     quantizer = None
     if obj.quantizer is not None:
-        from ...formats.checkpoint.metas import quantizer_meta
+        from ...formats.checkpoint import quantizer_meta
 
         quantizer = quantizer_meta("", obj.quantizer, _NO_MEMORY)
     return TensorMeta("", obj.dtype.name, obj.shape, obj.stride, obj.storage_offset, ref, obj.device, quantizer)

@@ -18,8 +18,7 @@ from typing import Any
 
 from ...errors import UnsafeContentError
 from ...pickles import severity
-from ...pickles.unpickle.placeholders import NumpyScalar, Placeholder, SubclassTensor
-from ...pickles.unpickle.rebuilders import NumpyDType
+from ...pickles.unpickle import NumpyDType, NumpyScalar, Placeholder, SubclassTensor
 from ...tensors.data import is_tensor
 from ..base import OutTensor
 

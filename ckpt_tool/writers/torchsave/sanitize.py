@@ -25,10 +25,9 @@ from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Mapping
 from typing import Any
 
-from ...io.source import MemorySource
+from ...io import MemorySource
 from ...model import StorageRef, TensorMeta, contiguous_strides
-from ...pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, NumpyScalar, Placeholder
-from ...pickles.unpickle.rebuilders import NumpyDType
+from ...pickles.unpickle import DTypeRef, LazyTensor, NumpyArray, NumpyDType, NumpyScalar, Placeholder
 from ..base import OutTensor
 
 _MAX_DEPTH = 200
@@ -196,10 +195,10 @@ def _numpy_name(dt: Any) -> str:
     return f"numpy.{resolved.name}" if resolved is not None else "numpy scalar"
 
 
-def sanitize(root: Any, allowed: frozenset[str]) -> tuple[Any, list[str]]:
+def sanitize_tree(root: Any, allowed: frozenset[str]) -> tuple[Any, list[str]]:
     """(the sanitized tree, what was converted). ``allowed``: the allowlist the output must satisfy."""
     s = Sanitizer(allowed)
     return s(root), s.conversions
 
 
-__all__ = ["Sanitizer", "sanitize"]
+__all__ = ["Sanitizer", "sanitize_tree"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from ...pickles.unpickle.placeholders import SubclassTensor
+from ...pickles.unpickle import SubclassTensor
 from .ints import _int, _int_tuple
 
 _P = pickle

@@ -8,7 +8,7 @@ from ..interface import PayloadMismatch, Reread, Shaped, ShapeRequest, WriteRequ
 from ..payload import TorchPayload
 
 if TYPE_CHECKING:
-    from ...io.atomic.write import AtomicDir, AtomicFile
+    from ...io.atomic import AtomicDir, AtomicFile
 
 
 def _payload(request: WriteRequest) -> TorchPayload:
@@ -40,8 +40,8 @@ class TorchZipWriter:
         refuse_unwritable(root, r.source, sd_key)
         sanitized = None
         if r.sanitize:
-            from ...pickles.torch_rules.predict import rules_for
-            from .sanitize import sanitize as sanitize_tree
+            from ...pickles.torch_rules import rules_for
+            from .sanitize import sanitize_tree as sanitize_tree
 
             root, conversions = sanitize_tree(root, rules_for(None).allowed)
             if r.ck.layout in ("module", "torchscript"):  # the biggest conversion of all: say it, not "already plain"

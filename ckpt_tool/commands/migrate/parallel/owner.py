@@ -19,12 +19,10 @@ from typing import TYPE_CHECKING
 from ....errors import CkptError, UsageError, WriteError
 from ....io.atomic import renames
 from ....io.atomic import write as atomic
-from ....writers import Written, writer
-from ....writers.payload import SafetensorsPayload
-from ....writers.safetensors.writer import oversized
-from ....writers.shares import Unit, assign
+from ....writers import SafetensorsPayload, Unit, Written, assign, writer
+from ....writers.safetensors import oversized
 from ..publish import Proofs, Publish, judge_casts
-from ..verify.casts import apply_losses, share_losses
+from ..verify import apply_losses, share_losses
 from . import workers as pool
 from .workers import Spec, Workers, fingerprint, plan_units, prove_share
 
@@ -148,8 +146,8 @@ def _prove_shares(job: WriteJob, spec: Spec, units: list[Unit], mine: list[int],
 
 def _write_index(tmp: atomic.AtomicDir, units: Sequence[Unit], limit: int) -> tuple[str, ...]:
     """The index of a sharded output, fsynced with its folder; the warning about tensors over the limit."""
-    from ....writers.output import write_all
-    from ....writers.safetensors.sharded import INDEX_NAME, index_bytes
+    from ....writers import write_all
+    from ....writers.safetensors import INDEX_NAME, index_bytes
 
     fd = tmp.create(INDEX_NAME)
     try:

@@ -28,15 +28,13 @@ from typing import TYPE_CHECKING
 
 from ....errors import CkptError, UsageError
 from ....format_names import OutputFormat
-from ....io.paths import count_remote, remote_session
-from ....keys.rules import RuleSet, make_plan
+from ....io import count_remote, remote_session
+from ....keys import RuleSet, make_plan
 from ....limits import Limits
 from ....model import Checkpoint, TensorMeta
-from ....tensors.numerics.castloss import CastLoss
-from ....writers import writer
-from ....writers.base import OutTensor
-from ....writers.shares import Unit, assign, safetensors_units, shard_units, write_unit
-from ..verify.casts import share_losses
+from ....tensors.numerics import CastLoss
+from ....writers import OutTensor, Unit, assign, safetensors_units, shard_units, write_unit, writer
+from ..verify import share_losses
 
 if TYPE_CHECKING:
     from ..plan import SourcePlan
@@ -59,7 +57,7 @@ class Spec:
 
 def stored_tensors(tensors: Sequence[TensorMeta], rules: RuleSet) -> tuple[list[OutTensor], dict[str, str]]:
     """(tensors stored once, alias -> stored key): what migrate plans for a safetensors output."""
-    from ....writers.layout import dedupe
+    from ....writers import dedupe
 
     plan = make_plan(tensors, rules)
     by_key = {t.key: t for t in tensors}
@@ -96,8 +94,7 @@ def prove_share(path: str, units: Sequence[Unit], indices: Sequence[int],
                 limits: Limits) -> tuple[list[str], dict[str, tuple[int, int]]]:
     """Each tensor of the share re-read from the output and compared bit for bit with the source: (the first
     problems, key -> (file offset, bytes) of the tensors found equal, handed to the one verifier)."""
-    from ..verify.compare import MAX_REPORTED, compare_pairs
-    from ..verify.reread import by_key, close_output, open_output, span_of, unreadable
+    from ..verify import MAX_REPORTED, by_key, close_output, compare_pairs, open_output, span_of, unreadable
 
     problems: list[str] = []
     proven: dict[str, tuple[int, int]] = {}

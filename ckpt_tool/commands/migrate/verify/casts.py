@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ....tensors.numerics import CastLoss
-from ....writers.base import OutTensor
+from ....writers import OutTensor
 
 _SHOWN = 5
 OVERFLOW_OPTION = "--allow-overflow"

@@ -9,13 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ....io.source import MemorySource, pread_exact
+from ....io import MemorySource, pread_exact
 from ....model import TensorMeta
-from ....pickles.unpickle.placeholders import DTypeRef, LazyTensor, NumpyArray, Placeholder, SubclassTensor
-from ....writers.base import CHUNK, OutTensor
-from ....writers.sourcebytes import Region, coalesced, file_location, small_location, tensor_data
-from ....writers.torchsave.datapkl import as_meta
-from ....writers.torchsave.subclass import written_device
+from ....pickles.unpickle import DTypeRef, LazyTensor, NumpyArray, Placeholder, SubclassTensor
+from ....writers import CHUNK, OutTensor, Region, coalesced, file_location, small_location, tensor_data
+from ....writers.torchsave import as_meta, written_device
 from .quantizer import same_quantizer
 from .reread import span_of
 from .subclass import inner_pairs
@@ -235,7 +233,7 @@ def compare_keys(expected: Sequence[OutTensor], keys: Sequence[str]) -> list[str
 def _held(mapping: object) -> Mapping[str, object]:
     """The re-read state_dict's tensors by key, nested ones (an optimizer's state) under dotted keys as
     the reader names them."""
-    from ....formats.checkpoint.locate import tensors_of
+    from ....formats.checkpoint import tensors_of
 
     if not isinstance(mapping, Mapping):
         return {}
@@ -261,7 +259,7 @@ def _tensorish(obj: object) -> TensorMeta | None:
     if isinstance(obj, (LazyTensor, TensorMeta)):
         return as_meta(obj)
     if isinstance(obj, SubclassTensor):
-        from ....formats.checkpoint.metas import subclass_meta
+        from ....formats.checkpoint import subclass_meta
 
         return subclass_meta("", obj, _NO_MEMORY)
     return None

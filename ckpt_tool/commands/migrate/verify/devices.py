@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from ....model import TensorMeta
 from ....tensors.runtime import devices as torch_devices
-from ....writers.base import OutTensor
-from ....writers.sourcebytes import out_bytes
+from ....writers import OutTensor, out_bytes
 from .compare import MAX_REPORTED, Advance
 
 

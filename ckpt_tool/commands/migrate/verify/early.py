@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from ....errors import CkptError
 from ....limits import Limits
 from ....model import DataSource, TensorMeta
-from ....writers.base import OutTensor
-from ....writers.sourcebytes import file_location
+from ....writers import OutTensor, file_location
 
 BATCH = 32 << 20  # bytes written before a batch is compared
 PART = 16 << 20  # a larger tensor is compared a part at a time as the writer passes it (the wait after the

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from ....errors import CkptError
-from ....formats.hf.deploy import HfOutput
+from ....formats.hf import HfOutput
 from ....io import paths
 
 
@@ -23,8 +23,8 @@ def weights_path(folder: str, hf: HfOutput, sharded: bool) -> str:
 
 def check_folder(folder: str, hf: HfOutput, sharded: bool, cast_to: str | None) -> list[str]:
     """The problems of the written folder besides its tensors (none: it is what from_pretrained needs)."""
-    from ....formats.hf.folders import identify, is_library_folder
-    from ....writers.hf_folder import retyped_config
+    from ....formats.hf import identify, is_library_folder
+    from ....writers import retyped_config
 
     problems = []
     if hf.copy_from is not None:

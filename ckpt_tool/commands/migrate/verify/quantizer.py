@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 
 from ....model import TensorMeta
-from ....writers.base import OutTensor
+from ....writers import OutTensor
 
 
 def same_number(a: object, b: object) -> bool:

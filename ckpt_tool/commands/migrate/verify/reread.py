@@ -13,16 +13,15 @@ from typing import TYPE_CHECKING
 
 from ....limits import Limits
 from ....model import TensorMeta
-from ....writers.sourcebytes import file_location
+from ....writers import file_location
 
 if TYPE_CHECKING:
-    from ....formats.interface import Loaded
+    from ....formats import Loaded
 
 
 def open_output(path: str, limits: Limits, walk: bool = True) -> Loaded:
     """The reader's result for ``path`` (close_output closes it); a reader's CkptError goes on."""
-    from ....formats import read_file
-    from ....formats.interface import ReadOptions
+    from ....formats import ReadOptions, read_file
 
     return read_file(path, ReadOptions(limits=limits, walk=walk))
 

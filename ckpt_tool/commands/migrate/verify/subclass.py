@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ....model import TensorMeta
-from ....writers.base import OutTensor
+from ....writers import OutTensor
 
 
 def inner_pairs(pairs: Sequence[tuple[str, OutTensor, TensorMeta]],

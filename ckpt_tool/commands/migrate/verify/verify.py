@@ -15,18 +15,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ....errors import CkptError
-from ....keys.rules import Plan
+from ....keys import Plan
 from ....limits import Limits
 from ....model import TensorMeta
 from ....progress import Progress
-from ....writers.base import OutTensor
-from ....writers.interface import Reread
+from ....writers import OutTensor, Reread
 from .compare import MAX_REPORTED, compare_keys, compare_state_dict, compare_tree, tensor_keys, tensors_in
 from .devices import roundtrip_device
 from .reread import by_key, close_output, open_output, unreadable
 
 if TYPE_CHECKING:
-    from ....formats.interface import Loaded
+    from ....formats import Loaded
 
 Extras = tuple[Mapping[str, object], object]  # a loader's non-tensor entries, and the state_dict's _metadata
 
@@ -101,7 +100,7 @@ def _verify_loaded(loaded: Loaded, path: str, expected: Expected, checks: Device
             problems, actual, extras = _compare_tree(loaded, path, expected, checks, p)
         else:
             if expected.reread == "checkpoint":
-                from ....formats.checkpoint.build import build
+                from ....formats.checkpoint import build_checkpoint as build
 
                 ck = build(loaded, path)
                 actual = ck.by_key
@@ -125,7 +124,7 @@ def _compare_tree(loaded: Loaded, path: str, expected: Expected, checks: DeviceC
                   progress: Progress) -> tuple[list[str], Mapping[str, TensorMeta], Extras]:
     """A torch zip: everything pickled (structure, metadata values and every tensor's bytes), then its
     state_dict's keys; (problems, its tensors for the device checks, the target's extras)."""
-    from ....formats.checkpoint.locate import resolve_key
+    from ....formats.checkpoint import resolve_key
 
     problems = compare_tree(expected.pickled_root, loaded.root, progress.advance)
     held = resolve_key(loaded.root, expected.sd_key, path) if expected.sd_key else loaded.root
@@ -137,7 +136,7 @@ def _compare_tree(loaded: Loaded, path: str, expected: Expected, checks: DeviceC
     actual = tensors_in(held) if list(checks.devices) != ["cpu"] or checks.target else {}
     extras: Extras = ({}, None)
     if checks.target:
-        from ....tensors.data.quantized import load_extras
+        from ....tensors.data import load_extras
 
         extras = load_extras(held)
     return problems, actual, extras
@@ -148,7 +147,7 @@ def prove_on_devices(actual: Mapping[str, TensorMeta], tensors: Sequence[OutTens
                      cpu_only: bool = False) -> tuple[dict[str, bool], list[str]]:
     """The output, already re-read and compared on the CPU, copied to each device and back and loaded into
     the target there (on the CPU only when ``cpu_only``); stops at the first device that fails."""
-    from ....tensors.runtime.devices import load_into_target
+    from ....tensors.runtime import load_into_target
 
     module = None
     p, target = progress, checks.target

@@ -171,3 +171,18 @@ def cast_to_bytes(meta: TensorMeta, dtype: str, *, count: bool = True) -> tuple[
     if x.numel() == 0:
         return b"", loss
     return bytes(x.reshape(-1).view(torch.uint8).numpy().tobytes()), loss
+
+
+def fork_safe() -> None:
+    """In a process forked from one where torch already ran: one intra-op thread.
+
+    An OpenMP thread pool the parent started (a cast it made before, in the
+    same Python process: an API caller's second migrate) does not survive
+    fork, and the child's first parallel cast waits for it forever. A child
+    that imports torch itself (the CLI's workers) keeps torch's defaults.
+    """
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)

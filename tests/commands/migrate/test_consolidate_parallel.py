@@ -289,3 +289,15 @@ def test_workers_report_what_one_process_reports(tmp_path, zero3, out):
         assert report.ok and report.written and report.verified == {"cpu": True}
         docs.append(_doc(report, path))
     assert docs[0] == docs[1]
+
+
+def test_workers_cast_after_this_process_cast_with_torch(tmp_path, zero3):
+    """A second migrate in one process: the forked workers' casts do not wait for the first one's thread pool."""
+    from reliability_helpers import watchdog
+
+    one = migrate(zero3, tmp_path / "one.safetensors", workers=1, dtype="bf16")  # torch's threads start here
+    assert one.ok and one.written
+    with watchdog(120):
+        many = migrate(zero3, tmp_path / "many.safetensors", workers=3, dtype="bf16")
+    assert many.ok and many.written and many.verified == {"cpu": True}, many.failures
+    assert (tmp_path / "many.safetensors").read_bytes() == (tmp_path / "one.safetensors").read_bytes()

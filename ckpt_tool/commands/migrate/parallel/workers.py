@@ -170,6 +170,9 @@ class _Failed:
 
 def _child(conn: Connection, spec: Spec, index: int) -> None:
     """A worker process: write share ``index``, then verify it when told to."""
+    from ....tensors.castloss import fork_safe
+
+    fork_safe()
     ck = None
     try:
         with remote_session(spec.source.path) as counted:  # a URL source: what this process fetched, for the report
@@ -259,6 +262,9 @@ class Workers:
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.terminate()
+                proc.join(timeout=5)
+            if proc.is_alive():  # stuck where no Python handler runs (inside a C call): SIGTERM never lands
+                proc.kill()
                 proc.join()
         for conn in self.conns:
             conn.close()

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from .castloss import (
         cast_with_loss as cast_with_loss,
     )
+    from .castloss import (
+        fork_safe as fork_safe,
+    )
     from .closeness import (
         CHUNK as CHUNK,
     )
@@ -85,7 +88,7 @@ if TYPE_CHECKING:
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.
 EXPORTS: dict[str, tuple[str, ...]] = {
-    "castloss": ("CastLoss", "cast_tensor", "cast_to_bytes", "cast_with_loss"),
+    "castloss": ("CastLoss", "cast_tensor", "cast_to_bytes", "cast_with_loss", "fork_safe"),
     "closeness": ("CHUNK", "SumFigures", "ValueDiff", "compare_pair", "json_float", "worst"),
     "histograms": (
         "BINS", "LOW_EXP", "PER_DECADE", "SAMPLE", "SIDE", "add_counts", "bin_label", "new_counts", "sampled",
@@ -115,6 +118,7 @@ __all__ = [
     "compare_values",
     "compute_stats",
     "count_raw_nonfinite",
+    "fork_safe",
     "json_float",
     "new_counts",
     "nonfinite_counts",

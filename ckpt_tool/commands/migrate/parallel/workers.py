@@ -170,7 +170,7 @@ class _Failed:
 
 def _child(conn: Connection, spec: Spec, index: int) -> None:
     """A worker process: write share ``index``, then verify it when told to."""
-    from ....tensors.castloss import fork_safe
+    from ....tensors.numerics import fork_safe
 
     fork_safe()
     ck = None

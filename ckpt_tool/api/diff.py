@@ -6,8 +6,7 @@ A and B are paths, or state dicts or nn.Modules in memory (commands/inputs.py);
 """
 from __future__ import annotations
 
-from ..commands.diff import DiffReport as _DiffReport
-from ..commands.diff import call as _call
+from ..commands.diff import DiffReport as _DiffReport, call as _call
 from ..render import diff_text as render
 from .text import Shown, plural, returning
 

@@ -14,8 +14,7 @@ import os
 from collections.abc import Callable
 from typing import ParamSpec
 
-from ..commands.migrate import MigrateReport as _MigrateReport
-from ..commands.migrate import call as _command
+from ..commands.migrate import MigrateReport as _MigrateReport, call as _command
 from ..errors import UsageError
 from ..render import migrate_text as render
 from .text import Shown, plural, returning

@@ -10,8 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import ParamSpec
 
-from ..commands.scan import call as _call
-from ..commands.scan import command as _command
+from ..commands.scan import call as _call, command as _command
 from ..errors import UsageError
 from ..render import scan_text as render
 from .text import Shown, plural, returning

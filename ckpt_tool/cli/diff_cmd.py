@@ -113,8 +113,7 @@ def diff_command(a: str, b: str | None, source: SourceOptions, target: str | Non
     finally:
         bars.done()
     keep_until_exit(report)
-    from ..render import diff_text as render
-    from ..render import verdict, write_csv
+    from ..render import diff_text as render, verdict, write_csv
 
     if csv_file:
         write_csv(report, csv_file)

@@ -46,8 +46,7 @@ def inspect_command(path: str, source: SourceOptions, as_json: bool, quiet: bool
     Reads no tensor data unless --stats is given.
     """
     from ..commands.inspect import InspectOptions, inspect_input
-    from ..render import inspect_text as render
-    from ..render import json_text
+    from ..render import inspect_text as render, json_text
 
     bars = progress_bars(quiet=quiet, paths=[path])
     try:

@@ -181,32 +181,16 @@ def gc_paused() -> Iterator[None]:
 if TYPE_CHECKING:
     from .options import (
         Keyed as Keyed,
-    )
-    from .options import (
         Limited as Limited,
-    )
-    from .options import (
         Predicting as Predicting,
-    )
-    from .options import (
         TpRulesFile as TpRulesFile,
-    )
-    from .options import (
         Unpickling as Unpickling,
-    )
-    from .options import (
         Unstacking as Unstacking,
     )
     from .quantization import (
         DeclaredQuantization as DeclaredQuantization,
-    )
-    from .quantization import (
         companion_keys as companion_keys,
-    )
-    from .quantization import (
         config_method as config_method,
-    )
-    from .quantization import (
         declared as declared,
     )
 

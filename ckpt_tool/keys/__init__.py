@@ -6,22 +6,13 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .infer import Suggestion as Suggestion
-    from .infer import suggest as suggest
+    from .infer import Suggestion as Suggestion, suggest as suggest
     from .prefixes import detect_prefixes as detect_prefixes
     from .rules import (
         Plan as Plan,
-    )
-    from .rules import (
         RuleSet as RuleSet,
-    )
-    from .rules import (
         load_rules_file as load_rules_file,
-    )
-    from .rules import (
         make_plan as make_plan,
-    )
-    from .rules import (
         parse_rename as parse_rename,
     )
 

@@ -6,63 +6,28 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .advisories import CVE_2025_32434_SCRIPT as CVE_2025_32434_SCRIPT
-    from .advisories import CVE_2025_32434_TAR as CVE_2025_32434_TAR
+    from .advisories import CVE_2025_32434_SCRIPT as CVE_2025_32434_SCRIPT, CVE_2025_32434_TAR as CVE_2025_32434_TAR
     from .pt2_layout import (
         ARCHIVE_FORMAT as ARCHIVE_FORMAT,
-    )
-    from .pt2_layout import (
         ARCHIVE_FORMAT_VALUE as ARCHIVE_FORMAT_VALUE,
-    )
-    from .pt2_layout import (
         CONSTANTS_DIR as CONSTANTS_DIR,
-    )
-    from .pt2_layout import (
         CUSTOM_OBJ_PREFIX as CUSTOM_OBJ_PREFIX,
-    )
-    from .pt2_layout import (
         FIRST_MEMBER_DIRS as FIRST_MEMBER_DIRS,
-    )
-    from .pt2_layout import (
         OPAQUE_OBJ_PREFIX as OPAQUE_OBJ_PREFIX,
-    )
-    from .pt2_layout import (
         WEIGHTS_DIR as WEIGHTS_DIR,
-    )
-    from .pt2_layout import (
         ConfigError as ConfigError,
-    )
-    from .pt2_layout import (
         Payload as Payload,
-    )
-    from .pt2_layout import (
         archive_root as archive_root,
-    )
-    from .pt2_layout import (
         config_members as config_members,
-    )
-    from .pt2_layout import (
         model_names as model_names,
-    )
-    from .pt2_layout import (
         parse_config as parse_config,
     )
     from .scanner import (
         ERROR as ERROR,
-    )
-    from .scanner import (
         Found as Found,
-    )
-    from .scanner import (
         ScanFormat as ScanFormat,
-    )
-    from .scanner import (
         Scanner as Scanner,
-    )
-    from .scanner import (
         Verdict as Verdict,
-    )
-    from .scanner import (
         scan_pickle_bytes as scan_pickle_bytes,
     )
 

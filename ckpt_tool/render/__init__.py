@@ -7,21 +7,15 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .cleanup import cleanup_text as cleanup_text
-    from .cleanup import removed_line as removed_line
+    from .cleanup import cleanup_text as cleanup_text, removed_line as removed_line
     from .common import dumps as dumps
-    from .diff import diff_text as diff_text
-    from .diff import verdict as verdict
-    from .diff import write_csv as write_csv
+    from .diff import diff_text as diff_text, verdict as verdict, write_csv as write_csv
     from .doctor import doctor_text as doctor_text
     from .gate import gate_text as gate_text
-    from .inspect import inspect_text as inspect_text
-    from .inspect import json_text as json_text
+    from .inspect import inspect_text as inspect_text, json_text as json_text
     from .junit import write_junit as write_junit
     from .migrate import migrate_text as migrate_text
-    from .sarif import gate_sarif as gate_sarif
-    from .sarif import scan_sarif as scan_sarif
-    from .sarif import write_sarif as write_sarif
+    from .sarif import gate_sarif as gate_sarif, scan_sarif as scan_sarif, write_sarif as write_sarif
     from .scan import scan_text as scan_text
 
 # What other packages import from this one, each name imported from its module on first use

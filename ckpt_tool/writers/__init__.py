@@ -19,47 +19,25 @@ from .interface import PayloadMismatch, Shaped, ShapeRequest, Writer, WriteReque
 from .registry import FOLDER_FORMATS, SHARED_FORMATS, TO_CHOICES, TO_VALUES, WRITERS, choose_format, writer
 
 if TYPE_CHECKING:
-    from .base import CHUNK as CHUNK
-    from .base import OutTensor as OutTensor
-    from .base import require_data as require_data
+    from .base import CHUNK as CHUNK, OutTensor as OutTensor, require_data as require_data
     from .hf_folder import retyped_config as retyped_config
     from .interface import Reread as Reread
     from .layout import dedupe as dedupe
     from .output import write_all as write_all
-    from .payload import Payload as Payload
-    from .payload import SafetensorsPayload as SafetensorsPayload
-    from .payload import TorchPayload as TorchPayload
+    from .payload import Payload as Payload, SafetensorsPayload as SafetensorsPayload, TorchPayload as TorchPayload
     from .shares import (
         Unit as Unit,
-    )
-    from .shares import (
         assign as assign,
-    )
-    from .shares import (
         safetensors_units as safetensors_units,
-    )
-    from .shares import (
         shard_units as shard_units,
-    )
-    from .shares import (
         write_unit as write_unit,
     )
     from .sourcebytes import (
         Region as Region,
-    )
-    from .sourcebytes import (
         coalesced as coalesced,
-    )
-    from .sourcebytes import (
         file_location as file_location,
-    )
-    from .sourcebytes import (
         out_bytes as out_bytes,
-    )
-    from .sourcebytes import (
         small_location as small_location,
-    )
-    from .sourcebytes import (
         tensor_data as tensor_data,
     )
 

@@ -45,8 +45,7 @@ import struct
 import zipfile
 from typing import TYPE_CHECKING
 
-from . import builders as b
-from . import pk
+from . import builders as b, pk
 
 if TYPE_CHECKING:
     from .generate import Corpus

@@ -116,8 +116,7 @@ def tripwires(monkeypatch):
     from ckpt_tool.io.atomic import write as atomic
     from ckpt_tool.tensors.data import tensordata
     from ckpt_tool.writers import dcp, output, sourcebytes
-    from ckpt_tool.writers.safetensors import sharded
-    from ckpt_tool.writers.safetensors import single as safetensors
+    from ckpt_tool.writers.safetensors import sharded, single as safetensors
     from ckpt_tool.writers.torchsave import archive as torchzip
 
     def tripped(*a, **k):

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from safetensors.torch import load_file, save_file
 
 from ckpt_tool.commands.migrate import migrate

@@ -32,9 +32,7 @@ from .report import DiffReport
 from .rollup import Rollup
 
 if TYPE_CHECKING:
-    from .rollup import common_prefix as common_prefix
-    from .rollup import layer_and_role as layer_and_role
-    from .rollup import ordered as ordered
+    from .rollup import common_prefix as common_prefix, layer_and_role as layer_and_role, ordered as ordered
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

@@ -11,8 +11,7 @@ from .command import GateCall, GateOptions, GateReport, gate, gate_paths
 
 if TYPE_CHECKING:
     from .command import CheckName as CheckName
-    from .policy import Policy as Policy
-    from .policy import load_policy as load_policy
+    from .policy import Policy as Policy, load_policy as load_policy
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .verdict import WeightsOnlyReport as WeightsOnlyReport
-    from .verdict import assess as assess
+    from .verdict import WeightsOnlyReport as WeightsOnlyReport, assess as assess
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

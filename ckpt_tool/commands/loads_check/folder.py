@@ -68,8 +68,7 @@ class FolderVerdict:
 
 def folder_verdict(ck: Checkpoint, torch_version: str | None, per_file: PerFile) -> FolderVerdict | None:
     """The file-by-file verdict for a sharded set, a DCP folder or a DeepSpeed run; None for one file."""
-    from ...pickles.torch_rules import SAFETENSORS as ST_INPUT
-    from ...pickles.torch_rules import SHARDED, WeightsOnlyInput
+    from ...pickles.torch_rules import SAFETENSORS as ST_INPUT, SHARDED, WeightsOnlyInput
 
     inp = ck.weights_only
     if isinstance(inp, WeightsOnlyInput) and inp.container == SHARDED:

@@ -9,31 +9,16 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .build import (
         build_checkpoint as build_checkpoint,
-    )
-    from .build import (
         file_danger as file_danger,
-    )
-    from .build import (
         located_tensors as located_tensors,
-    )
-    from .build import (
         reference_warnings as reference_warnings,
-    )
-    from .build import (
         summarize as summarize,
     )
-    from .findings import join_walk as join_walk
-    from .findings import name_calls as name_calls
-    from .findings import needs_walk as needs_walk
-    from .locate import resolve_key as resolve_key
-    from .locate import tensors_of as tensors_of
+    from .findings import join_walk as join_walk, name_calls as name_calls, needs_walk as needs_walk
+    from .locate import resolve_key as resolve_key, tensors_of as tensors_of
     from .metas import (
         quantizer_meta as quantizer_meta,
-    )
-    from .metas import (
         quantizer_note as quantizer_note,
-    )
-    from .metas import (
         subclass_meta as subclass_meta,
     )
 

@@ -9,22 +9,12 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .deferred import with_values as with_values
     from .items import BytesItem as BytesItem
-    from .metadata import METADATA as METADATA
-    from .metadata import ItemRegion as ItemRegion
-    from .metadata import dcp_regions as dcp_regions
+    from .metadata import METADATA as METADATA, ItemRegion as ItemRegion, dcp_regions as dcp_regions
     from .stream import (
         Chunk as Chunk,
-    )
-    from .stream import (
         DcpStreamSource as DcpStreamSource,
-    )
-    from .stream import (
         StreamedOrAssembled as StreamedOrAssembled,
-    )
-    from .stream import (
         place_chunk as place_chunk,
-    )
-    from .stream import (
         row_order as row_order,
     )
 

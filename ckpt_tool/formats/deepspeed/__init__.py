@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .files import is_deepspeed as is_deepspeed
-    from .files import rank_file_hint as rank_file_hint
+    from .files import is_deepspeed as is_deepspeed, rank_file_hint as rank_file_hint
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

@@ -8,10 +8,8 @@ from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .config import read_json as read_json
-    from .deploy import HfOutput as HfOutput
-    from .deploy import plan_hf_output as plan_hf_output
-    from .folders import identify as identify
-    from .folders import is_library_folder as is_library_folder
+    from .deploy import HfOutput as HfOutput, plan_hf_output as plan_hf_output
+    from .folders import identify as identify, is_library_folder as is_library_folder
     from .index import read_index as read_index
 
 # What other packages import from this one, each name imported from its module on first use

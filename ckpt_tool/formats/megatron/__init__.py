@@ -10,10 +10,8 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .legacy_folder import is_megatron_legacy as is_megatron_legacy
-    from .legacy_folder import read_megatron_legacy as read_megatron_legacy
-    from .torch_dist import describe as describe
-    from .torch_dist import unstack as unstack
+    from .legacy_folder import is_megatron_legacy as is_megatron_legacy, read_megatron_legacy as read_megatron_legacy
+    from .torch_dist import describe as describe, unstack as unstack
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

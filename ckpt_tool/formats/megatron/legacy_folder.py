@@ -37,8 +37,7 @@ from ...format_names import Format
 from ...io import paths
 from ...model import DataSource, GlobalRef, TensorMeta
 from ...pickles.unpickle import Placeholder
-from ..checkpoint import build_checkpoint as build
-from ..checkpoint import file_danger, summarize
+from ..checkpoint import build_checkpoint as build, file_danger, summarize
 from ..interface import FormatReader, Loaded, ReadOptions
 from ..tp import merge_ranks
 

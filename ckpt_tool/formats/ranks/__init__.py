@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .files import is_ranks_folder as is_ranks_folder
-    from .files import lone_rank_hint as lone_rank_hint
+    from .files import is_ranks_folder as is_ranks_folder, lone_rank_hint as lone_rank_hint
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

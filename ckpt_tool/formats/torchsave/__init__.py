@@ -9,11 +9,7 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .archive import (
         archive_prefix as archive_prefix,
-    )
-    from .archive import (
         read_torch_zip as read_torch_zip,
-    )
-    from .archive import (
         storage_loader as storage_loader,
     )
     from .inmemory import read_torch_blob as read_torch_blob

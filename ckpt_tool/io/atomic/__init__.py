@@ -10,11 +10,8 @@ from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .destination import check_destination as check_destination
-    from .staletemp import CleanReport as CleanReport
-    from .staletemp import Temporary as Temporary
-    from .staletemp import clean as clean
-    from .write import AtomicDir as AtomicDir
-    from .write import AtomicFile as AtomicFile
+    from .staletemp import CleanReport as CleanReport, Temporary as Temporary, clean as clean
+    from .write import AtomicDir as AtomicDir, AtomicFile as AtomicFile
     from .writeback import Writeback as Writeback
 
 # What other packages import from this one, each name imported from its module on first use

@@ -7,28 +7,16 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .counts import counts_remote as counts_remote
-    from .counts import with_remote as with_remote
+    from .counts import counts_remote as counts_remote, with_remote as with_remote
     from .protocols import (
         folder_bytes as folder_bytes,
-    )
-    from .protocols import (
         is_file as is_file,
-    )
-    from .protocols import (
         is_folder as is_folder,
-    )
-    from .protocols import (
         list_folder as list_folder,
-    )
-    from .protocols import (
         missing_in as missing_in,
-    )
-    from .protocols import (
         open_remote as open_remote,
     )
-    from .session import current as current
-    from .session import remote_session as remote_session
+    from .session import current as current, remote_session as remote_session
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

@@ -9,17 +9,11 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .archive import UNSUPPORTED_FLAGS as UNSUPPORTED_FLAGS
-    from .archive import Member as Member
-    from .archive import ZipArchive as ZipArchive
+    from .archive import UNSUPPORTED_FLAGS as UNSUPPORTED_FLAGS, Member as Member, ZipArchive as ZipArchive
     from .source import zip_source as zip_source
     from .sweep import (
         member_blob as member_blob,
-    )
-    from .sweep import (
         read_directory as read_directory,
-    )
-    from .sweep import (
         sweep_local_headers as sweep_local_headers,
     )
 

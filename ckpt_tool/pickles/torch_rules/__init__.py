@@ -9,22 +9,12 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .inputs import (
         SAFETENSORS as SAFETENSORS,
-    )
-    from .inputs import (
         SHARDED as SHARDED,
-    )
-    from .inputs import (
         SMALL_PICKLE as SMALL_PICKLE,
-    )
-    from .inputs import (
         WeightsOnlyInput as WeightsOnlyInput,
-    )
-    from .inputs import (
         predict_input as predict_input,
     )
-    from .predict import NEWEST as NEWEST
-    from .predict import TABLE as TABLE
-    from .predict import rules_for as rules_for
+    from .predict import NEWEST as NEWEST, TABLE as TABLE, rules_for as rules_for
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

@@ -9,43 +9,20 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .placeholders import (
         DTypeRef as DTypeRef,
-    )
-    from .placeholders import (
         LayoutRef as LayoutRef,
-    )
-    from .placeholders import (
         LazyStorage as LazyStorage,
-    )
-    from .placeholders import (
         LazyTensor as LazyTensor,
-    )
-    from .placeholders import (
         NumpyArray as NumpyArray,
-    )
-    from .placeholders import (
         NumpyScalar as NumpyScalar,
-    )
-    from .placeholders import (
         Placeholder as Placeholder,
-    )
-    from .placeholders import (
         StorageType as StorageType,
-    )
-    from .placeholders import (
         SubclassTensor as SubclassTensor,
-    )
-    from .placeholders import (
         is_module_placeholder as is_module_placeholder,
     )
-    from .rebuilders import ALLOWED as ALLOWED
-    from .rebuilders import NumpyDType as NumpyDType
+    from .rebuilders import ALLOWED as ALLOWED, NumpyDType as NumpyDType
     from .unpickler import (
         BlobReader as BlobReader,
-    )
-    from .unpickler import (
         restricted_load_stream as restricted_load_stream,
-    )
-    from .unpickler import (
         restricted_loads as restricted_loads,
     )
 

@@ -7,10 +7,7 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .walker import BytesRef as BytesRef
-    from .walker import Finding as Finding
-    from .walker import Walk as Walk
-    from .walker import walk as walk
+    from .walker import BytesRef as BytesRef, Finding as Finding, Walk as Walk, walk as walk
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

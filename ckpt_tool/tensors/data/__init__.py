@@ -14,75 +14,35 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .live import (
         InMemoryState as InMemoryState,
-    )
-    from .live import (
         in_memory_state as in_memory_state,
-    )
-    from .live import (
         torch_tensor_meta as torch_tensor_meta,
     )
     from .numpy_reads import npy_pickle_offset as npy_pickle_offset
-    from .packed import TENSOR_TYPES as TENSOR_TYPES
-    from .packed import is_tensor as is_tensor
-    from .packed import packed_items as packed_items
+    from .packed import TENSOR_TYPES as TENSOR_TYPES, is_tensor as is_tensor, packed_items as packed_items
     from .quantized import (
         flat_state as flat_state,
-    )
-    from .quantized import (
         load_extras as load_extras,
-    )
-    from .quantized import (
         packed_layout as packed_layout,
-    )
-    from .quantized import (
         torch_state as torch_state,
-    )
-    from .quantized import (
         value_bytes as value_bytes,
     )
     from .tensordata import (
         RAW_CHUNK as RAW_CHUNK,
-    )
-    from .tensordata import (
         all_finite as all_finite,
-    )
-    from .tensordata import (
         check_reads as check_reads,
-    )
-    from .tensordata import (
         group_reads as group_reads,
-    )
-    from .tensordata import (
         iter_chunks as iter_chunks,
-    )
-    from .tensordata import (
         iter_raw as iter_raw,
-    )
-    from .tensordata import (
         raw_reads as raw_reads,
-    )
-    from .tensordata import (
         same_bytes as same_bytes,
-    )
-    from .tensordata import (
         tensor_bytes as tensor_bytes,
-    )
-    from .tensordata import (
         to_torch as to_torch,
-    )
-    from .tensordata import (
         torch_dtype as torch_dtype,
     )
     from .trusted import (
         numpy_arrays_as_records as numpy_arrays_as_records,
-    )
-    from .trusted import (
         one_line as one_line,
-    )
-    from .trusted import (
         torch_load_trusted as torch_load_trusted,
-    )
-    from .trusted import (
         torchscript_state as torchscript_state,
     )
 

@@ -14,75 +14,36 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .castloss import (
         CastLoss as CastLoss,
-    )
-    from .castloss import (
         cast_tensor as cast_tensor,
-    )
-    from .castloss import (
         cast_to_bytes as cast_to_bytes,
-    )
-    from .castloss import (
         cast_with_loss as cast_with_loss,
-    )
-    from .castloss import (
         fork_safe as fork_safe,
     )
     from .closeness import (
         CHUNK as CHUNK,
-    )
-    from .closeness import (
         SumFigures as SumFigures,
-    )
-    from .closeness import (
         ValueDiff as ValueDiff,
-    )
-    from .closeness import (
         compare_pair as compare_pair,
-    )
-    from .closeness import (
         json_float as json_float,
-    )
-    from .closeness import (
         worst as worst,
     )
     from .histograms import (
         BINS as BINS,
-    )
-    from .histograms import (
         LOW_EXP as LOW_EXP,
-    )
-    from .histograms import (
         PER_DECADE as PER_DECADE,
-    )
-    from .histograms import (
         SAMPLE as SAMPLE,
-    )
-    from .histograms import (
         SIDE as SIDE,
-    )
-    from .histograms import (
         add_counts as add_counts,
-    )
-    from .histograms import (
         bin_label as bin_label,
-    )
-    from .histograms import (
         new_counts as new_counts,
-    )
-    from .histograms import (
         sampled as sampled,
     )
     from .nonfinite import (
         count_raw_nonfinite as count_raw_nonfinite,
-    )
-    from .nonfinite import (
         nonfinite_counts as nonfinite_counts,
-    )
-    from .nonfinite import (
         tensor_nonfinite as tensor_nonfinite,
     )
-    from .stats import TensorStats as TensorStats
-    from .stats import compute_stats as compute_stats
+    from .stats import TensorStats as TensorStats, compute_stats as compute_stats
     from .values import compare_values as compare_values
 
 # What other packages import from this one, each name imported from its module on first use

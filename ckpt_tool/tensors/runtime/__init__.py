@@ -12,20 +12,13 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .dcpsave import load_for_save as load_for_save
-    from .dcpsave import save_dcp as save_dcp
+    from .dcpsave import load_for_save as load_for_save, save_dcp as save_dcp
     from .devices import (
         cuda_devices as cuda_devices,
-    )
-    from .devices import (
         load_into_target as load_into_target,
-    )
-    from .devices import (
         roundtrip_bytes as roundtrip_bytes,
     )
-    from .environment import DeviceCheck as DeviceCheck
-    from .environment import check_device as check_device
-    from .environment import probe_torch as probe_torch
+    from .environment import DeviceCheck as DeviceCheck, check_device as check_device, probe_torch as probe_torch
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

@@ -14,29 +14,15 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .build import (
         Target as Target,
-    )
-    from .build import (
         TargetSpec as TargetSpec,
-    )
-    from .build import (
         build_target as build_target,
-    )
-    from .build import (
         parse_target_kwargs as parse_target_kwargs,
-    )
-    from .build import (
         target_label as target_label,
     )
     from .ties import (
         TiedKey as TiedKey,
-    )
-    from .ties import (
         filled_by_ties as filled_by_ties,
-    )
-    from .ties import (
         tie_advice as tie_advice,
-    )
-    from .ties import (
         tied_groups as tied_groups,
     )
 

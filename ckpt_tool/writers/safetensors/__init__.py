@@ -9,53 +9,25 @@ from ...lazy import lazy_exports
 if TYPE_CHECKING:
     from .sharded import (
         INDEX_NAME as INDEX_NAME,
-    )
-    from .sharded import (
         Shard as Shard,
-    )
-    from .sharded import (
         index_bytes as index_bytes,
-    )
-    from .sharded import (
         parse_size as parse_size,
-    )
-    from .sharded import (
         plan_shards as plan_shards,
-    )
-    from .sharded import (
         write_shard as write_shard,
-    )
-    from .sharded import (
         write_sharded as write_sharded,
     )
     from .single import (
         Follower as Follower,
-    )
-    from .single import (
         header_bytes as header_bytes,
-    )
-    from .single import (
         write_body as write_body,
-    )
-    from .single import (
         write_safetensors as write_safetensors,
     )
     from .writer import (
         SafetensorsWriter as SafetensorsWriter,
-    )
-    from .writer import (
         ShardedWriter as ShardedWriter,
-    )
-    from .writer import (
         oversized as oversized,
-    )
-    from .writer import (
         payload_of as payload_of,
-    )
-    from .writer import (
         refuse_held as refuse_held,
-    )
-    from .writer import (
         shape_flat as shape_flat,
     )
 

@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .datapkl import StorageTable as StorageTable
-    from .datapkl import as_meta as as_meta
-    from .datapkl import make_state_dict as make_state_dict
+    from .datapkl import StorageTable as StorageTable, as_meta as as_meta, make_state_dict as make_state_dict
     from .subclass import written_device as written_device
     from .writer import TorchZipWriter as TorchZipWriter
 

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ckpt_tool.io.atomic import staletemp
-from ckpt_tool.io.atomic import write as atomic
+from ckpt_tool.io.atomic import staletemp, write as atomic
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -132,8 +132,7 @@ def test_a_worker_that_dies_fails_the_run_and_leaves_nothing(tmp_path, zero3, mo
 
 
 def test_default_workers_follow_the_cores_and_the_size():
-    from ckpt_tool.commands.migrate.parallel.choice import choose_workers as choose
-    from ckpt_tool.commands.migrate.parallel.choice import default_workers, usable_cores
+    from ckpt_tool.commands.migrate.parallel.choice import choose_workers as choose, default_workers, usable_cores
 
     assert default_workers(2, 100 << 30) == 1  # 2 cores: one process already keeps both busy
     assert default_workers(3, 100 << 30) == 1

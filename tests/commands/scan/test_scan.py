@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_subprocess
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from ckpt_tool import scan
 from ckpt_tool.pickles.scanner import scan_pickle_bytes

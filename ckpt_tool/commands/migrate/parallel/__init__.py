@@ -7,11 +7,9 @@ from typing import TYPE_CHECKING
 from ....lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .choice import PARALLEL_FORMATS as PARALLEL_FORMATS
-    from .choice import choose_workers as choose_workers
+    from .choice import PARALLEL_FORMATS as PARALLEL_FORMATS, choose_workers as choose_workers
     from .owner import write_parallel as write_parallel
-    from .torchrun import Dist as Dist
-    from .torchrun import follower as follower
+    from .torchrun import Dist as Dist, follower as follower
 
 # What other packages import from this one, each name imported from its module on first use
 # (ckpt_tool/lazy.py); tests/test_surfaces.py keeps it the only way in.

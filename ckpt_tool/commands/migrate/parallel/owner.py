@@ -17,8 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ....errors import CkptError, UsageError, WriteError
-from ....io.atomic import renames
-from ....io.atomic import write as atomic
+from ....io.atomic import renames, write as atomic
 from ....writers import SafetensorsPayload, Unit, Written, assign, writer
 from ....writers.safetensors import oversized
 from ..publish import Proofs, Publish, judge_casts

@@ -9,40 +9,22 @@ from ....lazy import lazy_exports
 if TYPE_CHECKING:
     from .casts import (
         CastReport as CastReport,
-    )
-    from .casts import (
         apply_losses as apply_losses,
-    )
-    from .casts import (
         cast_findings as cast_findings,
-    )
-    from .casts import (
         share_losses as share_losses,
     )
-    from .compare import MAX_REPORTED as MAX_REPORTED
-    from .compare import compare_pairs as compare_pairs
+    from .compare import MAX_REPORTED as MAX_REPORTED, compare_pairs as compare_pairs
     from .devices import resolve_devices as resolve_devices
     from .early import EarlyCheck as EarlyCheck
-    from .hf import check_folder as check_folder
-    from .hf import weights_path as weights_path
+    from .hf import check_folder as check_folder, weights_path as weights_path
     from .reread import (
         by_key as by_key,
-    )
-    from .reread import (
         close_output as close_output,
-    )
-    from .reread import (
         open_output as open_output,
-    )
-    from .reread import (
         span_of as span_of,
-    )
-    from .reread import (
         unreadable as unreadable,
     )
-    from .verify import DeviceChecks as DeviceChecks
-    from .verify import Expected as Expected
-    from .verify import verify_output as verify_output
+    from .verify import DeviceChecks as DeviceChecks, Expected as Expected, verify_output as verify_output
     from .weights_only import load_weights_only as load_weights_only
 
 # What other packages import from this one, each name imported from its module on first use

@@ -48,7 +48,8 @@ class MigrateCall(MigrateOptions, TpRulesFile, Unstacking, Limited, Unpickling, 
     ``tp_rules`` names a TOML file saying how a DeepSpeed run's tensor-parallel shards merge
     (docs/consolidate.md); without it, the rules the run records (``universal_checkpoint_info``) are used.
     ``workers`` (default for consolidation sources: one per 2 usable cores and per GiB of output, at most 8;
-    1 on fewer than 4 cores: parallel/choice.py) write a safetensors or sharded output from several processes; under ``torchrun`` every rank writes its share (commands/migrate/parallel/workers.py).
+    1 on fewer than 4 cores: parallel/choice.py) write a safetensors or sharded output from several processes;
+    under ``torchrun`` every rank writes its share (commands/migrate/parallel/workers.py).
     """
 
     src: str | os.PathLike[str]

@@ -292,7 +292,7 @@ def test_workers_report_what_one_process_reports(tmp_path, zero3, out):
 
 def test_workers_cast_after_this_process_cast_with_torch(tmp_path, zero3):
     """A second migrate in one process: the forked workers' casts do not wait for the first one's thread pool."""
-    from reliability_helpers import watchdog
+    from tests.helpers.reliability import watchdog
 
     one = migrate(zero3, tmp_path / "one.safetensors", workers=1, dtype="bf16")  # torch's threads start here
     assert one.ok and one.written
